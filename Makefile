@@ -1,0 +1,59 @@
+# The course's commands. `make lab` and `make test` install on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+LESSON ?=
+
+.PHONY: help install lab test test-oldest-triton grade bench sync lint clean
+
+help:
+	@echo "make lab      install (first time) and open the course in JupyterLab"
+	@echo "make test     install (first time) and run every test (no GPU needed)"
+	@echo "make grade    re-run your notebooks and print which exercises pass (LESSON=02 for one)"
+	@echo "make bench    time every solution kernel beside its baselines (GPU only)"
+	@echo "make sync     rebuild each .ipynb from its paired .py (after editing a .py)"
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt constraints-cpu.txt
+	@echo "==> Creating $(VENV) (first run only)"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	@if nvidia-smi >/dev/null 2>&1; then \
+	  echo "==> GPU found: installing PyTorch with CUDA and the Triton it needs (a few GB, several minutes)"; \
+	  $(BIN)/python -m pip install --progress-bar on -r requirements.txt; \
+	else \
+	  echo "==> No GPU: installing the CPU build of PyTorch and the tested pins (about 1 GB, a few minutes)"; \
+	  $(BIN)/python -m pip install --progress-bar on -r requirements.txt -c constraints-cpu.txt; \
+	fi
+	@# make `import helpers` work from the notebooks/ folder and from tests
+	$(BIN)/python -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'gpu_kernels_course.pth').write_text('$(CURDIR)\n')"
+	@touch $(STAMP)
+	@echo "==> Installed. $$($(BIN)/python -c 'import torch, triton; print("torch", torch.__version__, "| triton", triton.__version__, "| GPU:", torch.cuda.is_available())')"
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/01_what_is_a_kernel.ipynb
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest tests
+
+# CI also runs the unit tests on the oldest Triton the course supports.
+test-oldest-triton: $(STAMP)
+	$(BIN)/python -m pip install --quiet --target $(VENV)/oldest-triton --no-deps triton==3.6.0 numpy==2.3.5
+	PYTHONPATH=$(VENV)/oldest-triton $(BIN)/python -m pytest tests -m "not notebooks" -q
+
+grade: $(STAMP)
+	$(BIN)/python -m helpers.grade $(if $(LESSON),--lesson $(LESSON))
+
+bench: $(STAMP)
+	$(BIN)/python -m helpers.bench $(if $(LESSON),--lesson $(LESSON))
+
+sync: $(STAMP)
+	$(BIN)/jupytext --to ipynb --update notebooks/[0-9][0-9]_*.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check helpers solutions tests notebooks
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache

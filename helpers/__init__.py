@@ -1,0 +1,15 @@
+"""The course harness: device selection, grading, traffic counting, timing, cards.
+
+Import it before `triton`: it decides, once, whether kernels run on a CUDA GPU
+or through Triton's CPU interpreter.
+"""
+
+from helpers.device import DEVICE, INTERPRET, ON_GPU, describe, pick  # noqa: I001  (first: sets TRITON_INTERPRET)
+from helpers import interpreter
+
+interpreter.install()
+
+from helpers.check import CheckFailed, KernelTimeout, NotDone, check  # noqa: E402
+
+__all__ = ["DEVICE", "INTERPRET", "ON_GPU", "describe", "pick", "check",
+           "CheckFailed", "NotDone", "KernelTimeout"]

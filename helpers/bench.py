@@ -1,0 +1,195 @@
+"""Timing kernels honestly, and `make bench`: every solution beside its baselines.
+
+On a GPU, `measure(fn)` is Triton's `do_bench` (CUDA events, warm-up, the L2
+cache flushed before each run) reporting the median. Under the interpreter
+timings mean nothing, so the lessons show what `make bench` recorded on a GPU:
+`recorded()` reads that file.
+
+Each solutions module may define `benchmarks()`, yielding `Bench` items;
+`python -m helpers.bench` (what `make bench` runs) times them all in one run,
+checks every implementation against the first one before timing it, and writes
+`helpers/recorded/bench.json` plus one plot per group in `notebooks/figures/`.
+"""
+
+import dataclasses
+import datetime
+import json
+import pathlib
+import sys
+from typing import Callable
+
+import torch
+
+from helpers import solutions
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RECORDED = ROOT / "helpers" / "recorded" / "bench.json"
+FIGURES = ROOT / "notebooks" / "figures"
+
+
+@dataclasses.dataclass
+class Bench:
+    """One problem size of one operation, and the implementations to time on it."""
+
+    group: str                      # one plot per group, e.g. "vector_add"
+    size: int                       # the x axis of the plot
+    bytes: int                      # the fewest bytes the operation must move
+    flops: int                      # the floating-point operations it must do
+    impls: dict                     # name -> zero-argument callable returning the output
+    label: str = ""                 # how to name this size in a table ("4096x4096")
+    metric: str = "GB/s"            # "GB/s" (memory-bound) or "TFLOP/s" (compute-bound)
+    tol: float = 1e-2               # largest relative error accepted against the first impl
+
+
+def measure(fn: Callable, warmup_ms=25, rep_ms=100):
+    """Median milliseconds of `fn()` on the GPU (do_bench: events, warm-up, L2 flushed)."""
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+
+
+def gbps(nbytes, ms):
+    return nbytes / ms / 1e6
+
+
+def tflops(flops, ms):
+    return flops / ms / 1e9
+
+
+def copy_ceiling(gib=1):
+    """GB/s of a large device-to-device copy, counting bytes read plus bytes written."""
+    src = torch.randn(gib * 2**28, device="cuda")
+    dst = torch.empty_like(src)
+    ms = measure(lambda: dst.copy_(src))
+    return gbps(2 * src.nbytes, ms)
+
+
+def recorded():
+    """The figures `make bench` recorded on a GPU (a dict), or None if none are recorded."""
+    if not RECORDED.exists():
+        return None
+    return json.loads(RECORDED.read_text())
+
+
+def recorded_rows(group):
+    """The recorded rows of one group, with the device they were measured on."""
+    data = recorded()
+    if not data:
+        return [], "no GPU figures recorded yet (run `make bench` on a GPU)"
+    rows = [r for r in data["results"] if r["group"] == group]
+    where = f"recorded on {data['device']} ({data['date']}, torch {data['torch']}, triton {data['triton']})"
+    return rows, where
+
+
+# ---------------------------------------------------------------- make bench
+
+
+def solution_modules(lesson=None):
+    """Every solutions module (or one lesson's)."""
+    for name in solutions.lessons():
+        if lesson is None or name == lesson:
+            yield solutions.load_solution(name)
+
+
+def _rel_error(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def run(lesson=None):
+    import triton
+
+    results = []
+    print(f"device: {torch.cuda.get_device_name()} | torch {torch.__version__} | triton {triton.__version__}")
+    ceiling = copy_ceiling()
+    print(f"copy ceiling: {ceiling:.0f} GB/s")
+    for module in solution_modules(lesson):
+        if not hasattr(module, "benchmarks"):
+            continue
+        for b in module.benchmarks():
+            first = None
+            for name, fn in b.impls.items():
+                out = fn()
+                out = out[0] if isinstance(out, (tuple, list)) else out
+                if first is None:
+                    first = out
+                else:
+                    err = _rel_error(out, first)
+                    if not err <= b.tol:
+                        raise AssertionError(f"{b.group} {b.label or b.size}: {name} differs from "
+                                             f"{next(iter(b.impls))} by {err:.2e} (relative)")
+                ms = measure(fn)
+                row = {"group": b.group, "size": b.size, "label": b.label or str(b.size), "impl": name,
+                       "ms": ms, "gbps": gbps(b.bytes, ms), "tflops": tflops(b.flops, ms),
+                       "metric": b.metric, "fraction_of_copy": gbps(b.bytes, ms) / ceiling}
+                results.append(row)
+                value = row["gbps"] if b.metric == "GB/s" else row["tflops"]
+                print(f"{b.group:>24} {row['label']:>18} {name:>22}: {ms:9.4f} ms  {value:8.1f} {b.metric}")
+            del first
+            torch.cuda.empty_cache()
+    return ceiling, results
+
+
+def save(ceiling, results, lesson=None):
+    import triton
+
+    old = recorded() or {}
+    if lesson and old.get("results"):  # a partial run replaces only its own lessons' rows
+        groups = {r["group"] for r in results}
+        results = [r for r in old["results"] if r["group"] not in groups] + results
+    data = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": triton.__version__, "date": datetime.date.today().isoformat(),
+            "copy_gbps": ceiling, "results": results}
+    RECORDED.parent.mkdir(parents=True, exist_ok=True)
+    RECORDED.write_text(json.dumps(data, indent=1) + "\n")
+    plot_all(data)
+
+
+def plot_all(data):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    groups = sorted({r["group"] for r in data["results"]})
+    for group in groups:
+        rows = [r for r in data["results"] if r["group"] == group]
+        metric = rows[0]["metric"]
+        key = "gbps" if metric == "GB/s" else "tflops"
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for impl in dict.fromkeys(r["impl"] for r in rows):
+            pts = sorted((r["size"], r[key]) for r in rows if r["impl"] == impl)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
+        if metric == "GB/s":
+            ax.axhline(data["copy_gbps"], color="gray", linestyle="--", label="copy ceiling")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("problem size")
+        ax.set_ylabel(metric)
+        ax.set_title(f"{group} on {data['device']}", fontsize=10)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(FIGURES / f"bench_{group}.png", dpi=110)
+        plt.close(fig)
+
+
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Time every solution kernel beside its baselines (GPU only).")
+    parser.add_argument("--lesson", help="only this lesson, e.g. 05")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("make bench needs a CUDA GPU, and PyTorch sees none here: nothing to time. "
+              "The notebooks show the figures recorded on a GPU instead.")
+        return 0
+    import helpers  # noqa: F401  (picks the GPU before the solutions define their kernels)
+
+    ceiling, results = run(args.lesson)
+    save(ceiling, results, args.lesson)
+    print(f"wrote {RECORDED.relative_to(ROOT)} and plots in {FIGURES.relative_to(ROOT)}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Every graded exercise of the course, one module per lesson.
+
+An `Exercise` is the spec a learner's code is held against: a PyTorch
+reference, and a function that draws fresh random cases (shapes chosen to be
+awkward on purpose). `helpers.check(name, fn)` looks the exercise up here.
+"""
+
+import dataclasses
+import importlib
+import pkgutil
+from typing import Any, Callable
+
+
+@dataclasses.dataclass
+class Case:
+    """One set of inputs, with a label that says why it is there."""
+
+    label: str
+    args: tuple
+    kwargs: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Exercise:
+    lesson: str                      # "01"
+    name: str                        # "vector_add": the name given to check()
+    title: str                       # a few words for the grade table
+    reference: Callable              # the spec, in PyTorch
+    cases: Callable[[], list]        # -> [Case]: fresh random inputs at every call
+    # How to call the learner's function (or the reference) on a case's inputs.
+    run: Callable[..., Any] = lambda fn, *args, **kwargs: fn(*args, **kwargs)
+    # (atol, rtol) per output dtype where the default table is wrong for this
+    # exercise; say why next to it.
+    tol: dict = dataclasses.field(default_factory=dict)
+    reference_in_float64: bool = True  # upcast floating inputs for the reference
+    timeout_s: float = 120.0
+
+
+def _discover():
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for ex in getattr(module, "EXERCISES", []):
+            if ex.name in found:
+                raise ValueError(f"two exercises are named {ex.name!r}")
+            found[ex.name] = ex
+    return found
+
+
+EXERCISES = _discover()
+
+
+def get(name):
+    try:
+        return EXERCISES[name]
+    except KeyError:
+        known = ", ".join(sorted(EXERCISES))
+        raise KeyError(f"no exercise is named {name!r}; the course has: {known}") from None
+
+
+def by_lesson():
+    """{lesson: [Exercise, ...]} in lesson and definition order."""
+    out = {}
+    for ex in EXERCISES.values():
+        out.setdefault(ex.lesson, []).append(ex)
+    return dict(sorted(out.items()))
