@@ -81,6 +81,61 @@ def recorded_rows(group):
     return rows, where
 
 
+def time_bench(b, ceiling):
+    """Time each implementation of one Bench (after checking it agrees with the first); return rows."""
+    rows, first = [], None
+    for name, fn in b.impls.items():
+        out = fn()
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        if first is None:
+            first = out
+        else:
+            err = _rel_error(out, first)
+            if not err <= b.tol:
+                raise AssertionError(f"{b.group} {b.label or b.size}: {name} differs from "
+                                     f"{next(iter(b.impls))} by {err:.2e} (relative)")
+        ms = measure(fn)
+        rows.append({"group": b.group, "size": b.size, "label": b.label or str(b.size), "impl": name,
+                     "ms": ms, "gbps": gbps(b.bytes, ms), "tflops": tflops(b.flops, ms),
+                     "metric": b.metric, "fraction_of_copy": gbps(b.bytes, ms) / ceiling})
+    return rows
+
+
+def print_rows(rows, title):
+    print(title)
+    print(f"{'size':>16} {'implementation':>26} {'ms':>9} {'GB/s':>8} {'TFLOP/s':>8} {'% copy':>7}")
+    for r in rows:
+        print(f"{r['label']:>16} {r['impl']:>26} {r['ms']:9.4f} {r['gbps']:8.0f} {r['tflops']:8.1f} "
+              f"{100 * r['fraction_of_copy']:6.0f}%")
+
+
+_ceiling = None
+
+
+def compare(group, make_benches):
+    """On a GPU, time the implementations now; elsewhere, show what `make bench` recorded for `group`.
+
+    `make_benches()` returns Bench items; it is only called on a GPU.
+    """
+    global _ceiling
+    from helpers.device import ON_GPU
+
+    if ON_GPU:
+        _ceiling = _ceiling or copy_ceiling()
+        rows = [row for b in make_benches() for row in time_bench(b, _ceiling)]
+        print_rows(rows, f"{group}: measured now on {torch.cuda.get_device_name()} "
+                         f"(copy ceiling {_ceiling:.0f} GB/s)")
+        return rows
+    rows, where = recorded_rows(group)
+    if rows:
+        data = recorded()
+        print_rows(rows, f"{group}: no GPU here, so these are the figures {where}; "
+                         f"copy ceiling {data['copy_gbps']:.0f} GB/s")
+    else:
+        print(f"{group}: no GPU here and {where}.")
+    return rows
+
+
 # ---------------------------------------------------------------- make bench
 
 
@@ -107,25 +162,12 @@ def run(lesson=None):
         if not hasattr(module, "benchmarks"):
             continue
         for b in module.benchmarks():
-            first = None
-            for name, fn in b.impls.items():
-                out = fn()
-                out = out[0] if isinstance(out, (tuple, list)) else out
-                if first is None:
-                    first = out
-                else:
-                    err = _rel_error(out, first)
-                    if not err <= b.tol:
-                        raise AssertionError(f"{b.group} {b.label or b.size}: {name} differs from "
-                                             f"{next(iter(b.impls))} by {err:.2e} (relative)")
-                ms = measure(fn)
-                row = {"group": b.group, "size": b.size, "label": b.label or str(b.size), "impl": name,
-                       "ms": ms, "gbps": gbps(b.bytes, ms), "tflops": tflops(b.flops, ms),
-                       "metric": b.metric, "fraction_of_copy": gbps(b.bytes, ms) / ceiling}
-                results.append(row)
+            rows = time_bench(b, ceiling)
+            results += rows
+            for row in rows:
                 value = row["gbps"] if b.metric == "GB/s" else row["tflops"]
-                print(f"{b.group:>24} {row['label']:>18} {name:>22}: {ms:9.4f} ms  {value:8.1f} {b.metric}")
-            del first
+                print(f"{b.group:>24} {row['label']:>18} {row['impl']:>26}: {row['ms']:9.4f} ms "
+                      f"{value:8.1f} {b.metric}")
             torch.cuda.empty_cache()
     return ceiling, results
 
@@ -176,7 +218,7 @@ def plot_all(data):
 def main(argv=None):
     import argparse
 
-    parser = argparse.ArgumentParser(description="Time every solution kernel beside its baselines (GPU only).")
+    parser = argparse.ArgumentParser(description="Time every solution kernel beside its baselines.")
     parser.add_argument("--lesson", help="only this lesson, e.g. 05")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():

@@ -257,7 +257,8 @@ def compare(out, ref, tol_for, where="output"):
                 return problem
         return None
     if isinstance(ref, float) and isinstance(out, (int, float)):
-        return None if math.isclose(out, ref, rel_tol=1e-6, abs_tol=1e-9) else f"{where} is {out}, expected {ref}"
+        close = math.isclose(out, ref, rel_tol=1e-6, abs_tol=1e-9)
+        return None if close else f"{where} is {out}, expected {ref}"
     return None if out == ref else f"{where} is {_short(out)}, expected {_short(ref)}"
 
 

@@ -58,7 +58,8 @@ def print_table(rows):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lesson", help="only this lesson, e.g. 02")
     parser.add_argument("--notebooks", default=str(NOTEBOOKS), help="folder of the notebooks to grade")
     parser.add_argument("--workers", default="1", help="pytest-xdist workers ('auto' for one per core)")
