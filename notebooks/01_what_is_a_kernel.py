@@ -1,0 +1,334 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · What a kernel is
+#
+# A *kernel* is a function that runs on the GPU. PyTorch calls thousands of them for you: every
+# `x + y` on a CUDA tensor launches one, written by NVIDIA or the PyTorch team. In this course
+# you write your own, in [Triton](https://triton-lang.org).
+#
+# **You will learn:**
+# - what the host (CPU) and the device (GPU) each do, and what a *launch* is;
+# - how a Triton kernel splits work into a *grid of programs*, each owning a block of elements;
+# - why the last block needs a *mask*, and what happens without one;
+# - how the same vector add looks in CUDA C++;
+# - why thousands of tiny kernels are slow (launch overhead);
+# - when writing a custom kernel is worth it.
+#
+# Exercises: a vector add, and `alpha * x + y`. Each is graded by a `check(...)` call right after it.
+
+# %% [markdown]
+# ## Setting up
+#
+# `helpers` must be imported before `triton`: it decides, once, whether kernels run on a CUDA GPU or
+# through Triton's interpreter on the CPU. Everything in this lesson works on both.
+
+# %%
+from helpers import DEVICE, ON_GPU, check, describe, pick
+from helpers.bench import Bench, compare
+from helpers.cards import flashcards, self_check
+from helpers.interpreter import interpreted
+from helpers.traffic import show_programs, triton_traffic
+
+import torch
+import triton
+import triton.language as tl
+
+print(describe())
+
+# %% [markdown]
+# ## Host and device
+#
+# Your Python program runs on the **host**, the CPU. The GPU, the **device**, has its own memory
+# (HBM: tens of gigabytes, read at several terabytes per second) and a hundred-odd *streaming
+# multiprocessors* (SMs) that do the arithmetic. A kernel touches only device memory, so tensors
+# live there first (`device="cuda"`).
+#
+# Running a kernel is a **launch**: the host sends the device the kernel's code, its arguments and
+# how many copies of it to run, then goes on with the next line of Python *without waiting*. The
+# device works through launches in order. The host only waits when it needs a result, for example
+# to print it, or when you call `torch.cuda.synchronize()`.
+#
+# Under the interpreter the "device" is the CPU and each launch is plain Python, run at once; the
+# code you write is the same.
+
+# %%
+x = torch.arange(8, dtype=torch.float32, device=DEVICE)
+y = x * 2  # one launch: PyTorch's multiply kernel, run on the device
+print(y)   # printing needs the values, so the host waits for the device here
+
+# %% [markdown]
+# ## A first Triton kernel: copy
+#
+# A Triton kernel is a Python function decorated with `@triton.jit`. It is not called like a
+# function: it is **launched on a grid**, a tuple saying how many *programs* (instances of the
+# kernel) to run. Every program runs the same code; `tl.program_id(0)` tells each one which it is.
+#
+# We give each program a block of `BLOCK` consecutive elements. Program `pid` owns elements
+# `pid * BLOCK` to `pid * BLOCK + BLOCK - 1`, so `tl.arange(0, BLOCK)` (a vector of `BLOCK`
+# consecutive integers) gives its offsets. Pointers plus offsets address the elements;
+# `tl.load` and `tl.store` move a whole block between device memory and the program's registers.
+#
+# The length `n` is rarely a multiple of `BLOCK`, so the last program's block runs past the end.
+# The **mask** `offs < n` switches those lanes off: a masked-off lane loads nothing and stores nothing.
+
+# %%
+@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """out[i] = x[i] for the BLOCK elements this program owns."""
+    pid = tl.program_id(0)                     # which program am I?
+    offs = pid * BLOCK + tl.arange(0, BLOCK)   # the element indices I own
+    mask = offs < n                            # lanes past the end do nothing
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x, mask=mask)
+
+
+# %% [markdown]
+# The **launcher** is ordinary Python with three jobs: check the inputs, allocate the output, and
+# launch on a grid. `triton.cdiv(n, BLOCK)` is `ceil(n / BLOCK)`: enough programs to cover every
+# element. `BLOCK` is a `tl.constexpr`: a compile-time constant (a power of two), so each value gets
+# its own compiled kernel.
+
+# %%
+def copy(x, BLOCK=256):
+    """A copy of the vector x, made by copy_kernel."""
+    assert x.dim() == 1 and x.is_contiguous(), "copy takes a contiguous vector"
+    out = torch.empty_like(x)
+    n = x.numel()
+    grid = (triton.cdiv(n, BLOCK),)
+    copy_kernel[grid](x, out, n, BLOCK=BLOCK)
+    return out
+
+
+x = torch.randn(1000, device=DEVICE)
+print(torch.equal(copy(x), x))
+
+# %% [markdown]
+# A picture makes the grid concrete. Below, the 1,000 elements are laid out in rows of 50 and
+# coloured by the program that wrote them: four programs of 256, the last one covering only 232
+# elements because of the mask. (The picture is drawn by running the kernel through the interpreter
+# and recording every store, so it is what the kernel really did.)
+
+# %%
+show_programs(copy, torch.randn(1000, device=DEVICE), arg="out_ptr", shape=(20, 50));
+
+# %% [markdown]
+# ### What the mask is for
+#
+# Drop the mask and the last program reads and writes 24 elements past the end of the tensors. On a
+# GPU that is undefined behaviour: it may crash, or silently overwrite a neighbouring tensor. Under
+# the interpreter the course's harness checks every address and stops the kernel with an error
+# instead. Here is that error:
+
+# %%
+@triton.jit
+def copy_kernel_no_mask(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs))
+
+
+with interpreted():  # run Triton kernels through the interpreter, even on a GPU
+    x = torch.randn(1000)
+    try:
+        copy_kernel_no_mask[(triton.cdiv(1000, 256),)](x, torch.empty_like(x), 1000, BLOCK=256)
+    except Exception as error:
+        print(error.__cause__)  # the interpreter wraps the harness's OutOfBounds error
+
+# %% [markdown]
+# (`interpreted()` runs the unmasked kernel on the CPU even when you have a GPU: only the
+# interpreter can catch out-of-bounds accesses, and on a real GPU they could corrupt memory.)
+#
+# ## Exercise 1 · Vector add
+#
+# Write `add_kernel`: each program adds one block of `x` and `y` into `out`, with a mask for the
+# ragged tail. The launcher is written for you. The reference is `x + y`, which reads `2n`
+# elements and writes `n`.
+
+# %% tags=["exercise"]
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """out[i] = x[i] + y[i] for the BLOCK elements this program owns."""
+    # YOUR CODE HERE: compute this program's offsets and mask as in copy_kernel,
+    # load a block of x and of y, and store their sum into out.
+    pass
+
+
+def add(x, y):
+    """x + y for two vectors of the same length."""
+    assert x.shape == y.shape and x.dim() == 1, "add takes two vectors of the same length"
+    x, y = x.contiguous(), y.contiguous()  # the kernel walks memory one element after another
+    out = torch.empty_like(x)
+    n = out.numel()
+    grid = (triton.cdiv(n, 1024),)
+    add_kernel[grid](x, y, out, n, BLOCK=1024)
+    return out
+
+
+# %% [markdown]
+# `check` runs your `add` on fresh random vectors of awkward lengths (1, 1000, a large prime, a
+# strided view) and compares with `x + y`. It fills the output with a poison value first, so an
+# element your kernel forgets to write is reported, not hidden.
+
+# %%
+check("vector_add", add)
+
+# %% [markdown]
+# ## The same kernel in CUDA C++
+#
+# CUDA, NVIDIA's C++ dialect, works one level lower. A CUDA kernel is written for **one thread**,
+# and you launch a grid of *thread blocks*; each thread computes its global index from
+# `blockIdx.x`, `blockDim.x` and `threadIdx.x` and handles one element. The `if (i < n)` is the
+# mask.
+
+# %%
+CUDA_ADD = r"""
+__global__ void add_kernel(const float* x, const float* y, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;  // one element per thread
+    if (i < n) {                                    // the mask
+        out[i] = x[i] + y[i];
+    }
+}
+
+torch::Tensor add_cuda(torch::Tensor x, torch::Tensor y) {
+    auto out = torch::empty_like(x);
+    int n = x.numel();
+    int threads = 256;                               // threads per block
+    int blocks = (n + threads - 1) / threads;        // cdiv(n, threads)
+    add_kernel<<<blocks, threads>>>(x.data_ptr<float>(), y.data_ptr<float>(),
+                                    out.data_ptr<float>(), n);
+    return out;
+}
+"""
+
+# %% [markdown]
+# Side by side:
+#
+# | | CUDA C++ | Triton |
+# |---|---|---|
+# | you write code for | one thread (one element) | one program (a block of elements) |
+# | index | `blockIdx.x * blockDim.x + threadIdx.x` | `program_id(0) * BLOCK + tl.arange(0, BLOCK)` |
+# | ragged tail | `if (i < n)` | `mask=offs < n` |
+# | launch | `kernel<<<blocks, threads>>>(...)` | `kernel[grid](...)` |
+# | threads, warps, shared memory, vector loads | yours to manage | the compiler's job |
+#
+# Triton's block is spread over the threads of a thread block by the compiler (`num_warps`
+# warps of 32 threads); it also picks vector widths and staging through shared memory. That is
+# why a Triton kernel is often a tenth of the CUDA code for the same speed.
+#
+# With a GPU and NVIDIA's compiler `nvcc` present, the next cell compiles the CUDA version (about a
+# minute, once) and checks it against PyTorch. Elsewhere it says why it did not.
+
+# %%
+import shutil
+
+if ON_GPU and shutil.which("nvcc") and shutil.which("ninja"):
+    from torch.utils.cpp_extension import load_inline
+
+    cuda_module = load_inline("cuda_add", cuda_sources=CUDA_ADD, functions=["add_cuda"],
+                              cpp_sources="torch::Tensor add_cuda(torch::Tensor x, torch::Tensor y);")
+    a, b = torch.randn(10_001, device=DEVICE), torch.randn(10_001, device=DEVICE)
+    print("CUDA add matches PyTorch:", torch.equal(cuda_module.add_cuda(a, b), a + b))
+else:
+    print("Not compiled here: that needs a CUDA GPU plus the nvcc and ninja tools. "
+          "The Triton version above is the one this course builds on.")
+
+# %% [markdown]
+# ## Exercise 2 · `alpha * x + y`
+#
+# This time write both the kernel and the launcher. `alpha` is a Python float: pass it to the kernel
+# like any other argument and it arrives as a scalar. The reference reads `2n` elements and writes
+# `n`, exactly like the add.
+
+# %% tags=["exercise"]
+@triton.jit
+def axpy_kernel(alpha, x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """out[i] = alpha * x[i] + y[i]; alpha is a scalar."""
+    # YOUR CODE HERE: offsets, mask, two loads, one store.
+    pass
+
+
+def axpy(alpha, x, y):
+    """alpha * x + y for a float alpha and two vectors of the same length."""
+    # YOUR CODE HERE: check the shapes, make x and y contiguous, allocate the output,
+    # launch axpy_kernel on enough programs of BLOCK = 1024, return the output.
+    raise NotImplementedError("write axpy's launcher")
+
+
+# %%
+check("axpy", axpy)
+
+# %% [markdown]
+# ## Counting what a kernel moves
+#
+# A vector add does one addition per element and moves 12 bytes per element (two float32 reads,
+# one write): it is limited by memory bandwidth, not arithmetic, so its speed is best measured in
+# GB/s. The course's traffic meter runs a kernel through the interpreter and counts every byte it
+# loads and stores (masked-off lanes excluded); it works with no GPU.
+
+# %%
+n = 1000
+meter = triton_traffic(copy, torch.randn(n, device=DEVICE))
+print(meter, f"= {meter.bytes // n} bytes per element for a float32 copy")
+
+# %% [markdown]
+# ## Launch overhead
+#
+# Each launch costs the host a few microseconds of work and the device a short gap before the
+# kernel starts. For a large vector that is nothing; for a tiny one it is everything. Below, the
+# same 4M-element copy is done by one launch, and by one launch per 1024 elements (4096 launches).
+# On a GPU the cell measures both now; elsewhere it shows the figures `make bench` recorded on one.
+
+# %%
+def copy_in_pieces(x, piece=1024):
+    """The same copy as copy(x), made by one launch per `piece` elements."""
+    out = torch.empty_like(x)
+    n = x.numel()
+    for start in range(0, n, piece):
+        copy_kernel[(1,)](x[start:], out[start:], min(piece, n - start), BLOCK=piece)
+    return out
+
+
+def launch_benches():
+    n = 2**22
+    x = torch.randn(n, device=DEVICE)
+    return [Bench("launch_overhead", n, bytes=8 * n, flops=0, label=f"n={n}",
+                  impls={"1 launch": lambda: copy(x, BLOCK=1024),
+                         "4096 launches": lambda: copy_in_pieces(x)})]
+
+
+compare("launch_overhead", launch_benches)
+
+# %% [markdown]
+# The many-launch version moves the same bytes but spends most of its time between kernels. This
+# is why a model made of many small operations can leave a GPU mostly idle, and why the next lesson
+# fuses operations: fewer launches, and, above all, fewer trips to memory.
+#
+# ## When is a custom kernel worth writing?
+#
+# PyTorch's own kernels (and cuBLAS, cuDNN behind them) are excellent at what they cover. Write your
+# own when:
+# 1. **a pattern the libraries miss**: an unusual op, layout or data type;
+# 2. **fusion**: several ops that each read and write memory can run as one kernel that reads
+#    once and writes once (lesson 02), or an algorithm restructured to avoid materialising a big
+#    intermediate (FlashAttention, lesson 06).
+#
+# A lone `x + y` is not worth it: PyTorch's add already runs at the memory's speed.
+#
+# ## Takeaways
+# - A kernel runs on the device; the host launches it asynchronously on a grid of programs.
+# - In Triton each program handles a block: `offs = pid * BLOCK + tl.arange(0, BLOCK)`.
+# - The mask `offs < n` keeps the last block in bounds; without it a GPU reads and writes garbage.
+# - A launch costs microseconds: many tiny kernels waste the GPU.
+# - Custom kernels pay off for uncovered patterns and, above all, fusion.
+
+# %%
+self_check("01")
+
+# %%
+flashcards("01")
