@@ -307,7 +307,8 @@ def check(name, fn):
         known = _find_cause(e, (OutOfBounds, CheckFailed))  # the interpreter wraps what a kernel raises
         if known is not None:
             message = str(known)
-            raise CheckFailed(f"{name}: {known}") from None
+            kind = type(known) if isinstance(known, CheckFailed) else CheckFailed
+            raise kind(f"{name}: {known}") from None
         message = f"{type(e).__name__}: {e}"
         raise
     finally:
