@@ -139,10 +139,10 @@ def compare(group, make_benches):
 # ---------------------------------------------------------------- make bench
 
 
-def solution_modules(lesson=None):
-    """Every solutions module (or one lesson's)."""
+def solution_modules(lessons=None):
+    """Every solutions module (or those of the given lessons, e.g. ["01", "02"])."""
     for name in solutions.lessons():
-        if lesson is None or name == lesson:
+        if not lessons or name in lessons:
             yield solutions.load_solution(name)
 
 
@@ -151,14 +151,14 @@ def _rel_error(out, ref):
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def run(lesson=None):
+def run(lessons=None):
     import triton
 
     results = []
     print(f"device: {torch.cuda.get_device_name()} | torch {torch.__version__} | triton {triton.__version__}")
     ceiling = copy_ceiling()
     print(f"copy ceiling: {ceiling:.0f} GB/s")
-    for module in solution_modules(lesson):
+    for module in solution_modules(lessons):
         if not hasattr(module, "benchmarks"):
             continue
         for b in module.benchmarks():
@@ -172,11 +172,11 @@ def run(lesson=None):
     return ceiling, results
 
 
-def save(ceiling, results, lesson=None):
+def save(ceiling, results, lessons=None):
     import triton
 
     old = recorded() or {}
-    if lesson and old.get("results"):  # a partial run replaces only its own lessons' rows
+    if lessons and old.get("results"):  # a partial run replaces only its own lessons' rows
         groups = {r["group"] for r in results}
         results = [r for r in old["results"] if r["group"] not in groups] + results
     data = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -219,7 +219,7 @@ def main(argv=None):
     import argparse
 
     parser = argparse.ArgumentParser(description="Time every solution kernel beside its baselines.")
-    parser.add_argument("--lesson", help="only this lesson, e.g. 05")
+    parser.add_argument("--lesson", help="only these lessons, e.g. 05 or 01,02")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("make bench needs a CUDA GPU, and PyTorch sees none here: nothing to time. "
@@ -227,8 +227,9 @@ def main(argv=None):
         return 0
     import helpers  # noqa: F401  (picks the GPU before the solutions define their kernels)
 
-    ceiling, results = run(args.lesson)
-    save(ceiling, results, args.lesson)
+    lessons = [name.strip().zfill(2) for name in args.lesson.split(",")] if args.lesson else None
+    ceiling, results = run(lessons)
+    save(ceiling, results, lessons)
     print(f"wrote {RECORDED.relative_to(ROOT)} and plots in {FIGURES.relative_to(ROOT)}/")
     return 0
 

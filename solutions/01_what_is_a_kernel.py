@@ -53,10 +53,22 @@ def axpy(alpha, x, y):
     return out
 
 
+def add_in_launches(x, y, piece=1024):
+    """x + y made by one launch per `piece` elements: the same work as add, many launches."""
+    out = torch.empty_like(x)
+    n = x.numel()
+    for start in range(0, n, piece):
+        add_kernel[(1,)](x[start:], y[start:], out[start:], min(piece, n - start), BLOCK=piece)
+    return out
+
+
 def benchmarks():
     """What `make bench` times for this lesson (GPU only)."""
     for n in (2**20, 2**24, 2**28):
         x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
-        yield Bench("vector_add", n, bytes=3 * 4 * n, flops=n,
-                    impls={"triton": lambda x=x, y=y: add(x, y),
-                           "torch": lambda x=x, y=y: x + y})
+        yield Bench("vector_add", n, bytes=3 * 4 * n, flops=n, label=f"n=2^{n.bit_length() - 1}",
+                    impls={"triton": lambda: add(x, y), "torch": lambda: x + y})
+    n = 2**22
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    yield Bench("launch_overhead", n, bytes=3 * 4 * n, flops=n, label="n=2^22",
+                impls={"1 launch": lambda: add(x, y), "4096 launches": lambda: add_in_launches(x, y)})
