@@ -1,0 +1,309 @@
+"""Lesson 05 solutions: softmax and RMSNorm one row per program, online softmax (in PyTorch, then a
+tiled kernel for rows longer than a block), and RMSNorm fused into the linear layer after it.
+
+Every softmax here gives 0 for a row that is entirely -inf (torch.softmax gives NaN there).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+import helpers  # noqa: F401  (first: picks the GPU or the interpreter)
+import triton
+import triton.language as tl
+
+from helpers.bench import Bench
+from helpers.device import pick
+
+# The widest row a single program holds in registers (16 warps x 32 threads x 32 values).
+MAX_ROW_BLOCK = 16384
+
+
+def row_warps(block):
+    """Warps for a program that holds `block` values of one row: about 16 to 32 values per thread."""
+    return min(16, max(4, block // 512))
+
+
+# ---------------------------------------------------------------- RMSNorm, one row per program
+
+
+@triton.jit
+def rms_norm_kernel(x_ptr, g_ptr, out_ptr, n_cols, eps, stride_xm, stride_xn, stride_om,
+                    BLOCK_N: tl.constexpr):
+    """out[row] = x[row] / sqrt(mean(x[row]^2) + eps) * g, the whole row in registers."""
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_N)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * stride_xm + offs * stride_xn, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)  # masked lanes add 0 to the sum
+    tl.store(out_ptr + row * stride_om + offs, (x * inv_rms * g).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def rms_norm_rows(x, gamma, eps=1e-6):
+    """RMSNorm over the last dimension of a 2-D tensor, one row per program."""
+    assert x.dim() == 2 and gamma.shape == (x.shape[1],), "x (M, K) and gamma (K,)"
+    n_rows, n_cols = x.shape
+    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    BLOCK_N = triton.next_power_of_2(n_cols)
+    assert BLOCK_N <= MAX_ROW_BLOCK, f"rows of at most {MAX_ROW_BLOCK} values fit one program"
+    rms_norm_kernel[(n_rows,)](x, gamma, out, n_cols, eps, x.stride(0), x.stride(1), out.stride(0),
+                               BLOCK_N=BLOCK_N, num_warps=row_warps(BLOCK_N))
+    return out
+
+
+# ---------------------------------------------------------------- 1. softmax, one row per program
+
+
+@triton.jit
+def softmax_rows_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+    """Softmax of row program_id(0) of x, its n_cols <= BLOCK_N values held in registers."""
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_N)
+    mask = offs < n_cols
+    # Lanes past the end load -inf: they leave the max alone and add exp(-inf) = 0 to the sum.
+    x = tl.load(x_ptr + row * stride_xm + offs * stride_xn, mask=mask, other=-float("inf"))
+    x = x.to(tl.float32)                       # float16 in, float32 arithmetic
+    m = tl.max(x, axis=0)
+    m = tl.where(m == -float("inf"), 0.0, m)   # fully masked row: exp(-inf - 0) = 0, not NaN
+    e = tl.exp(x - m)
+    l = tl.sum(e, axis=0)                      # >= 1 (the max gives exp(0)), or 0 if fully masked
+    l = tl.where(l == 0.0, 1.0, l)             # fully masked row: 0 / 1 = 0, not 0 / 0
+    tl.store(out_ptr + row * stride_om + offs, (e / l).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def softmax_rows(x):
+    """Softmax over the rows of a 2-D tensor whose rows fit one block; fully masked rows give 0."""
+    assert x.dim() == 2, "softmax_rows takes a 2-D tensor"
+    n_rows, n_cols = x.shape
+    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    BLOCK_N = triton.next_power_of_2(n_cols)
+    assert BLOCK_N <= MAX_ROW_BLOCK, f"rows of at most {MAX_ROW_BLOCK} values: use softmax_tiled"
+    softmax_rows_kernel[(n_rows,)](x, out, n_cols, x.stride(0), x.stride(1), out.stride(0),
+                                   BLOCK_N=BLOCK_N, num_warps=row_warps(BLOCK_N))
+    return out
+
+
+# ---------------------------------------------------------------- 2. online softmax in PyTorch
+
+
+def online_softmax_torch(x, chunk):
+    """Softmax over the rows of x, reading the columns `chunk` at a time with a running max and sum."""
+    n_rows, n_cols = x.shape
+    m = torch.full((n_rows,), -math.inf, dtype=x.dtype, device=x.device)  # running max
+    l = torch.zeros(n_rows, dtype=x.dtype, device=x.device)               # running sum of exp(x - m)
+    for start in range(0, n_cols, chunk):
+        xc = x[:, start:start + chunk]
+        m_new = torch.maximum(m, xc.amax(dim=1))
+        safe = torch.where(m_new == -math.inf, 0.0, m_new)  # all -inf so far: keep l at 0, not NaN
+        l = l * torch.exp(m - safe) + torch.exp(xc - safe[:, None]).sum(dim=1)
+        m = m_new
+    safe = torch.where(m == -math.inf, 0.0, m)
+    l = torch.where(l == 0, 1.0, l)                         # fully masked row: outputs 0
+    out = torch.empty_like(x)
+    for start in range(0, n_cols, chunk):
+        out[:, start:start + chunk] = torch.exp(x[:, start:start + chunk] - safe[:, None]) / l[:, None]
+    return out
+
+
+# ---------------------------------------------------------------- 3. tiled online softmax
+
+
+@triton.jit
+def softmax_tiled_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK: tl.constexpr):
+    """Softmax of row program_id(0), any length: pass 1 finds its max and sum tile by tile, pass 2 writes."""
+    row = tl.program_id(0)
+    x_row = x_ptr + row * stride_xm
+    out_row = out_ptr + row * stride_om
+    offs = tl.arange(0, BLOCK)
+    # Pass 1: each lane keeps a running max m and sum l over the values it has seen.
+    m = tl.full((BLOCK,), -float("inf"), tl.float32)
+    l = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        x = tl.load(x_row + cols * stride_xn, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # nothing finite seen yet: l stays 0
+        l = l * tl.exp(m - safe) + tl.exp(x - safe)           # rescale the old sum, add the new value
+        m = m_new
+    # Merge the lanes: the row's max, and every lane's sum rescaled to it.
+    m_row = tl.max(m, axis=0)
+    m_row = tl.where(m_row == -float("inf"), 0.0, m_row)
+    l_row = tl.sum(l * tl.exp(m - m_row), axis=0)
+    l_row = tl.where(l_row == 0.0, 1.0, l_row)                # fully masked row: outputs 0
+    # Pass 2: read the row again and write exp(x - max) / sum.
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        mask = cols < n_cols
+        x = tl.load(x_row + cols * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
+        tl.store(out_row + cols, (tl.exp(x - m_row) / l_row).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def softmax_tiled(x, block=1024):
+    """Softmax over the rows of a 2-D tensor of any width, read in tiles of `block` columns."""
+    assert x.dim() == 2, "softmax_tiled takes a 2-D tensor"
+    n_rows, n_cols = x.shape
+    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    softmax_tiled_kernel[(n_rows,)](x, out, n_cols, x.stride(0), x.stride(1), out.stride(0),
+                                    BLOCK=block, num_warps=row_warps(block))
+    return out
+
+
+# The tile size that is fastest depends on the row length and the dtype: let the autotuner time
+# a few on the first call for each (n_cols, dtypes) and remember the winner.
+TILED_CONFIGS = pick(cpu=[triton.Config({"BLOCK": 1024}, num_warps=4)],
+                     gpu=[triton.Config({"BLOCK": b}, num_warps=w)
+                          for b, w in [(1024, 4), (2048, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16)]])
+softmax_tiled_tuned_kernel = triton.autotune(configs=TILED_CONFIGS, key=["n_cols"])(softmax_tiled_kernel)
+
+
+def softmax_tiled_tuned(x):
+    """softmax_tiled with the tile size and warps chosen by the autotuner, per row length and dtype."""
+    assert x.dim() == 2, "softmax_tiled_tuned takes a 2-D tensor"
+    n_rows, n_cols = x.shape
+    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    softmax_tiled_tuned_kernel[(n_rows,)](x, out, n_cols, x.stride(0), x.stride(1), out.stride(0))
+    return out
+
+
+def softmax(x):
+    """Softmax over the rows of any 2-D tensor: one read when a row fits one program, tiled otherwise."""
+    if triton.next_power_of_2(x.shape[1]) <= MAX_ROW_BLOCK:
+        return softmax_rows(x)
+    return softmax_tiled_tuned(x)
+
+
+# ---------------------------------------------------------------- 4. RMSNorm fused into the linear layer
+
+
+@triton.jit
+def rmsnorm_linear_kernel(x_ptr, g_ptr, w_ptr, out_ptr, M, N, K, eps,
+                          stride_xm, stride_xk, stride_wn, stride_wk, stride_om, stride_on,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One (BLOCK_M, BLOCK_N) tile of rms_norm(x) * g @ w.T; the normalized x never leaves registers.
+
+    Row scaling commutes with the matmul: (s * x) @ W = s * (x @ W). So the loop over K feeds
+    x * g to the dot and, from the same loaded tile, sums x^2; the epilogue scales each row of the
+    accumulator by 1 / rms once the sum of squares is complete. x is read once per tile, no pre-pass.
+    """
+    pid = tl.program_id(0)
+    n_tiles_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = pid // n_tiles_n, pid % n_tiles_n   # neighbouring programs share rows of x
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + offs_k
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,
+                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)
+        g = tl.load(g_ptr + k, mask=k < K, other=0.0)
+        w = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None] * stride_wk,   # a (BLOCK_K, BLOCK_N)
+                    mask=(offs_n[None, :] < N) & (k[:, None] < K), other=0.0)      # tile of w.T
+        xf = x.to(tl.float32)
+        sum_sq += tl.sum(xf * xf, axis=1)                   # float32: x*x overflows float16 at |x| > 255
+        xg = (xf * g.to(tl.float32)[None, :]).to(x.dtype)   # the dot takes 16-bit operands
+        acc = tl.dot(xg, w, acc)
+    inv_rms = tl.rsqrt(sum_sq / K + eps)
+    out = acc * inv_rms[:, None]
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
+             out.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+RMSNORM_LINEAR_CONFIGS = pick(
+    cpu=[triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, num_warps=4)],
+    gpu=[triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
+         for bm, bn, bk, w, s in [(128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (64, 128, 64, 4, 4),
+                                  (128, 128, 64, 4, 4), (64, 256, 64, 8, 4)]])
+rmsnorm_linear_tuned_kernel = triton.autotune(configs=RMSNORM_LINEAR_CONFIGS,
+                                              key=["M", "N", "K"])(rmsnorm_linear_kernel)
+
+
+def rmsnorm_linear(x, gamma, w, eps=1e-6):
+    """rms_norm(x) * gamma @ w.T in one kernel; x (M, K), gamma (K,), w (N, K) as nn.Linear stores it."""
+    assert x.dim() == 2 and w.dim() == 2 and x.shape[1] == w.shape[1] == gamma.shape[0], \
+        "x (M, K), gamma (K,), w (N, K)"
+    M, K = x.shape
+    N = w.shape[0]
+    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+    rmsnorm_linear_tuned_kernel[grid](x, gamma, w, out, M, N, K, eps,
+                                      x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+                                      out.stride(0), out.stride(1))
+    return out
+
+
+# ---------------------------------------------------------------- baselines and make bench
+
+
+def softmax_naive(x):
+    """The numerically stable softmax, one PyTorch op at a time (5 kernels)."""
+    m = x.amax(dim=1, keepdim=True)     # read MN, write M
+    z = x - m                           # read MN + M, write MN
+    e = torch.exp(z)                    # read MN, write MN
+    s = e.sum(dim=1, keepdim=True)      # read MN, write M
+    return e / s                        # read MN + M, write MN
+
+
+def rms_norm_naive(x, gamma, eps=1e-6):
+    """RMSNorm one PyTorch op at a time, in float32 like F.rms_norm."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps) * gamma).to(x.dtype)
+
+
+def rms_norm_then_linear(x, gamma, w, eps=1e-6):
+    """The unfused pair: F.rms_norm writes x_normed to memory, the matmul reads it back."""
+    return torch.matmul(F.rms_norm(x, (x.shape[1],), gamma, eps), w.t())
+
+
+def _compiled(fn):
+    # Static shapes: Inductor specializes each shape, as our kernels do.
+    return torch.compile(fn, dynamic=False)
+
+
+def benchmarks():
+    """What `make bench` times for this lesson (GPU only)."""
+    # One static compile per shape and dtype; past the default limit of 8, torch.compile would
+    # quietly fall back to eager.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    compiled_softmax = _compiled(softmax_naive)
+    for dtype, name in ((torch.float32, "fp32"), (torch.float16, "fp16")):
+        for m, n in ((32768, 1024), (32768, 4096), (8192, 16384)):
+            x = torch.randn(m, n, device="cuda", dtype=dtype)
+            yield Bench(f"softmax_{name}", n, bytes=2 * x.nbytes, flops=5 * m * n, label=f"{m}x{n} {name}",
+                        impls={"triton, one row per program": lambda x=x: softmax_rows(x),
+                               "torch.softmax": lambda x=x: torch.softmax(x, dim=1),
+                               "torch.compile(naive)": lambda x=x: compiled_softmax(x),
+                               "torch eager naive (5 kernels)": lambda x=x: softmax_naive(x)})
+        for m, n in ((2048, 65536), (512, 262144)):
+            x = torch.randn(m, n, device="cuda", dtype=dtype)
+            # bytes: one read and one write, the least any softmax moves. The tiled kernel reads
+            # the row twice, so it moves 1.5x this; the lesson shows both figures.
+            yield Bench(f"softmax_long_{name}", n, bytes=2 * x.nbytes, flops=5 * m * n,
+                        label=f"{m}x{n} {name}",
+                        impls={"triton tiled online": lambda x=x: softmax_tiled_tuned(x),
+                               "torch.softmax": lambda x=x: torch.softmax(x, dim=1),
+                               "torch.compile(naive)": lambda x=x: compiled_softmax(x)})
+    compiled_rms = _compiled(rms_norm_naive)
+    for m, k in ((32768, 4096), (16384, 8192)):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        g = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
+        yield Bench("rmsnorm", k, bytes=2 * x.nbytes + g.nbytes, flops=4 * m * k, label=f"{m}x{k} bf16",
+                    impls={"triton, one row per program": lambda x=x, g=g: rms_norm_rows(x, g),
+                           "F.rms_norm": lambda x=x, g=g: F.rms_norm(x, (x.shape[1],), g, 1e-6),
+                           "torch.compile(naive)": lambda x=x, g=g: compiled_rms(x, g),
+                           "torch eager naive": lambda x=x, g=g: rms_norm_naive(x, g)})
+    compiled_pair = _compiled(rms_norm_then_linear)
+    for m, k, n in ((8192, 4096, 4096), (8192, 4096, 1024)):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        g = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
+        w = (torch.randn(n, k, device="cuda") / math.sqrt(k)).to(torch.bfloat16)
+        x_normed = F.rms_norm(x, (k,), g, 1e-6)
+        yield Bench("rmsnorm_linear", n, bytes=(m * k + n * k + m * n) * 2, flops=2 * m * n * k,
+                    label=f"M,K,N={m},{k},{n} bf16", metric="TFLOP/s",
+                    impls={"triton fused": lambda x=x, g=g, w=w: rmsnorm_linear(x, g, w),
+                           "F.rms_norm + matmul": lambda x=x, g=g, w=w: rms_norm_then_linear(x, g, w),
+                           "torch.compile(both)": lambda x=x, g=g, w=w: compiled_pair(x, g, w),
+                           "matmul alone (x normed in advance)": lambda xn=x_normed, w=w: xn @ w.t()})

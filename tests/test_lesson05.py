@@ -1,0 +1,183 @@
+"""Lesson 05: the solutions pass their checks, and typical mistakes fail them."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from helpers import DEVICE, check
+from helpers.check import CheckFailed, NotDone
+from helpers.exercises.lesson05 import softmax_reference
+from helpers.solutions import load_solution
+
+lesson05 = load_solution("05")
+
+
+def test_solutions_pass():
+    check("softmax_rows", lesson05.softmax_rows)
+    check("online_softmax_torch", lesson05.online_softmax_torch)
+    check("softmax_tiled", lesson05.softmax_tiled)
+    check("rmsnorm_linear", lesson05.rmsnorm_linear)
+
+
+def test_worked_examples_and_dispatch():
+    x = torch.randn(37, 300, device=DEVICE, dtype=torch.float16)
+    g = torch.randn(300, device=DEVICE, dtype=torch.float16)
+    want = F.rms_norm(x.float(), (300,), g.float(), 1e-6)
+    torch.testing.assert_close(lesson05.rms_norm_rows(x, g).float(), want, atol=2e-3, rtol=2e-3)
+    x = torch.randn(5, 3000, device=DEVICE)
+    x[2] = -math.inf  # a fully masked row: zeros, where torch.softmax gives NaN
+    for fn in (lesson05.softmax, lesson05.softmax_tiled_tuned, lesson05.softmax_rows):
+        torch.testing.assert_close(fn(x), softmax_reference(x), atol=1e-6, rtol=1e-5)
+    assert torch.isnan(torch.softmax(x, dim=1)[2]).all()
+
+
+# ---------------------------------------------------------------- broken versions fail
+
+
+def rows_launcher(kernel):
+    """A softmax_rows launcher around a kernel with softmax_rows_kernel's signature."""
+    def run(x):
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        block = triton.next_power_of_2(x.shape[1])
+        kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), x.stride(1), out.stride(0), BLOCK_N=block)
+        return out
+    return run
+
+
+@triton.jit
+def untouched_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+    pass
+
+
+@triton.jit
+def no_guard_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+    offs = tl.arange(0, BLOCK_N)
+    mask = offs < n_cols
+    row = tl.program_id(0)
+    x = tl.load(x_ptr + row * stride_xm + offs * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=0))  # a fully masked row: -inf - (-inf) = NaN
+    out = e / tl.sum(e, axis=0)
+    tl.store(out_ptr + row * stride_om + offs, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def no_max_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+    offs = tl.arange(0, BLOCK_N)
+    mask = offs < n_cols
+    row = tl.program_id(0)
+    x = tl.load(x_ptr + row * stride_xm + offs * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x)  # overflows to inf for x > 88
+    l = tl.sum(e, axis=0)
+    tl.store(out_ptr + row * stride_om + offs, (e / tl.where(l == 0.0, 1.0, l)).to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def contiguous_only_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
+    offs = tl.arange(0, BLOCK_N)
+    mask = offs < n_cols
+    row = tl.program_id(0)
+    x = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf")).to(tl.float32)  # ignores strides
+    m = tl.max(x, axis=0)
+    m = tl.where(m == -float("inf"), 0.0, m)
+    e = tl.exp(x - m)
+    l = tl.sum(e, axis=0)
+    tl.store(out_ptr + row * stride_om + offs, (e / tl.where(l == 0.0, 1.0, l)).to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+def test_untouched_row_kernel_is_not_done():
+    with pytest.raises(NotDone):
+        check("softmax_rows", rows_launcher(untouched_kernel))
+
+
+@pytest.mark.parametrize("kernel, message", [(no_guard_kernel, "NaN"), (no_max_kernel, "NaN|largest error"),
+                                             (contiguous_only_kernel, "largest error|column stride|rows")])
+def test_broken_row_kernels_fail(kernel, message):
+    with pytest.raises(CheckFailed, match=message):
+        check("softmax_rows", rows_launcher(kernel))
+
+
+def online_without_rescale(x, chunk):
+    """Forgets to rescale the running sum when the max grows."""
+    m = torch.full((x.shape[0],), -math.inf, dtype=x.dtype, device=x.device)
+    l = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+    for s in range(0, x.shape[1], chunk):
+        m_new = torch.maximum(m, x[:, s:s + chunk].amax(dim=1))
+        safe = torch.where(m_new == -math.inf, 0.0, m_new)
+        l = l + torch.exp(x[:, s:s + chunk] - safe[:, None]).sum(dim=1)
+        m = m_new
+    safe = torch.where(m == -math.inf, 0.0, m)
+    return torch.exp(x - safe[:, None]) / torch.where(l == 0, 1.0, l)[:, None]
+
+
+def online_without_guard(x, chunk):
+    """Rescales correctly but lets -inf - (-inf) make NaN."""
+    m = torch.full((x.shape[0],), -math.inf, dtype=x.dtype, device=x.device)
+    l = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+    for s in range(0, x.shape[1], chunk):
+        m_new = torch.maximum(m, x[:, s:s + chunk].amax(dim=1))
+        l = l * torch.exp(m - m_new) + torch.exp(x[:, s:s + chunk] - m_new[:, None]).sum(dim=1)
+        m = m_new
+    return torch.exp(x - m[:, None]) / l[:, None]
+
+
+def test_online_softmax_mistakes_fail():
+    with pytest.raises(NotDone):
+        check("online_softmax_torch", lambda x, chunk: (_ for _ in ()).throw(NotImplementedError("todo")))
+    with pytest.raises(CheckFailed, match="largest error"):
+        check("online_softmax_torch", online_without_rescale)
+    with pytest.raises(CheckFailed, match="NaN"):
+        check("online_softmax_torch", online_without_guard)
+
+
+@triton.jit
+def tiled_no_rescale_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = tl.full((BLOCK,), -float("inf"), tl.float32)
+    l = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < n_cols, other=-float("inf"))
+        m_new = tl.maximum(m, x.to(tl.float32))
+        safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        l = l + tl.exp(x.to(tl.float32) - safe)  # the old sum is not rescaled to the new max
+        m = m_new
+    m_row = tl.max(m, axis=0)
+    m_row = tl.where(m_row == -float("inf"), 0.0, m_row)
+    l_row = tl.sum(l * tl.exp(m - m_row), axis=0)
+    l_row = tl.where(l_row == 0.0, 1.0, l_row)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < n_cols, other=-float("inf"))
+        tl.store(out_ptr + row * stride_om + cols,
+                 (tl.exp(x.to(tl.float32) - m_row) / l_row).to(out_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+def test_tiled_without_rescale_fails():
+    def run(x, block=128):
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        tiled_no_rescale_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), x.stride(1), out.stride(0),
+                                               BLOCK=block)
+        return out
+    with pytest.raises(CheckFailed, match="largest error"):
+        check("softmax_tiled", run)
+
+
+def test_rmsnorm_linear_mistakes_fail():
+    def no_eps(x, gamma, w, eps=1e-6):
+        return lesson05.rmsnorm_linear(x, gamma, w, eps=0.0)
+
+    def norm_in_float16(x, gamma, w, eps=1e-6):  # x*x overflows float16 for |x| > 255
+        ms = (x * x).mean(dim=1, keepdim=True).float()
+        return ((x.float() * torch.rsqrt(ms + eps) * gamma.float()) @ w.float().t()).to(x.dtype)
+
+    with pytest.raises(CheckFailed, match="eps dominates"):
+        check("rmsnorm_linear", no_eps)
+    with pytest.raises(CheckFailed, match="overflows"):
+        check("rmsnorm_linear", norm_in_float16)
