@@ -36,31 +36,32 @@ class Exercise:
     timeout_s: float = 120.0
 
 
-def _discover():
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for ex in getattr(module, "EXERCISES", []):
-            if ex.name in found:
-                raise ValueError(f"two exercises are named {ex.name!r}")
-            found[ex.name] = ex
-    return found
+_registry = {}
 
 
-EXERCISES = _discover()
+def all_exercises():
+    """{name: Exercise} for every lesson, imported on first use."""
+    if not _registry:
+        for info in pkgutil.iter_modules(__path__):
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            for ex in getattr(module, "EXERCISES", []):
+                if ex.name in _registry:
+                    raise ValueError(f"two exercises are named {ex.name!r}")
+                _registry[ex.name] = ex
+    return _registry
 
 
 def get(name):
     try:
-        return EXERCISES[name]
+        return all_exercises()[name]
     except KeyError:
-        known = ", ".join(sorted(EXERCISES))
+        known = ", ".join(sorted(all_exercises()))
         raise KeyError(f"no exercise is named {name!r}; the course has: {known}") from None
 
 
 def by_lesson():
     """{lesson: [Exercise, ...]} in lesson and definition order."""
     out = {}
-    for ex in EXERCISES.values():
+    for ex in all_exercises().values():
         out.setdefault(ex.lesson, []).append(ex)
     return dict(sorted(out.items()))
