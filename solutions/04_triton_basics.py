@@ -1,5 +1,5 @@
 """Lesson 04 solutions: a 2-D kernel over strided tensors, grouped tile order, a tiled matmul, and a
-matmul whose epilogue applies SiLU before the single store.
+matmul whose epilogue adds a bias and applies GELU before the single store.
 
 Run this file on a GPU (`python3 solutions/04_triton_basics.py`) to check the matmuls against
 torch.matmul and time them; it writes a short excerpt of the compiled code when $OUT is set.
@@ -66,7 +66,7 @@ def _config(bm, bn, bk, group_m, warps, stages):
 # On the CPU one small config (the interpreter cannot time anything); on a GPU, a search over
 # tiles of 64 to 256, 4 or 8 warps, 3 to 5 stages of software pipelining.
 MATMUL_CONFIGS = pick(
-    cpu=[_config(32, 32, 32, 4, warps=4, stages=1)],
+    cpu=[_config(64, 64, 64, 4, warps=4, stages=1)],
     gpu=[_config(bm, bn, 64, 8, warps, stages)
          for bm, bn, warps, stages in [(128, 256, 8, 3), (128, 256, 8, 4), (256, 128, 8, 3), (256, 128, 8, 4),
                                        (128, 128, 8, 4), (128, 128, 4, 4), (128, 128, 8, 5), (128, 64, 4, 4),
@@ -136,30 +136,38 @@ def matmul(a, b):
 
 @triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K"])
 @triton.jit
-def matmul_silu_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                       stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       GROUP_M: tl.constexpr):
-    """C = silu(A @ B) for one tile: the activation is applied in registers, before the one store."""
+def matmul_bias_gelu_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
+                            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            GROUP_M: tl.constexpr):
+    """C = gelu_tanh(A @ B + bias) for one tile: the epilogue runs in registers, before the one store."""
     pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc, offs_m, offs_n = _matmul_tile(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                        pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K)
-    acc = acc * tl.sigmoid(acc)                   # the epilogue: silu, in float32
+    bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+    x = acc + bias[None, :]                                  # one bias value per column
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)     # sqrt(2/pi) * (x + 0.044715 x^3)
+    y = x * tl.sigmoid(2.0 * u)                              # GELU, tanh approximation, in float32
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-def matmul_silu(a, b):
-    """silu(a @ b) in one kernel."""
-    assert a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0], "matmul_silu takes (M, K) and (K, N)"
+def matmul_bias_gelu(a, b, bias):
+    """gelu_tanh(a @ b + bias) in one kernel; a (M, K), b (K, N), bias (N,)."""
+    assert a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0], "matmul_bias_gelu takes (M, K) and (K, N)"
+    assert bias.shape == (b.shape[1],), "bias must have one value per column of the output"
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
-    matmul_silu_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                             c.stride(0), c.stride(1))
+    matmul_bias_gelu_kernel[grid](a, b, bias, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                  c.stride(0), c.stride(1))
     return c
+
+
+def linear_gelu_eager(a, b, bias):
+    return F.gelu(a @ b + bias, approximate="tanh")  # three kernels: matmul, add, GELU
 
 
 # ---------------------------------------------------------------- make bench
@@ -177,13 +185,16 @@ def benchmarks():
         b = torch.randn(n, n, device="cuda", dtype=torch.float16)
         yield Bench("matmul_fp16", n, bytes=3 * 2 * n * n, flops=2 * n**3, label=f"{n}^3", metric="TFLOP/s",
                     impls={"triton": lambda a=a, b=b: matmul(a, b), "cuBLAS": lambda a=a, b=b: a @ b})
-    compiled = torch.compile(lambda a, b: F.silu(a @ b))
+    compiled = torch.compile(linear_gelu_eager)
     shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (16384, 4096, 1024)]
     for M, N, K in shapes:
         a = torch.randn(M, K, device="cuda", dtype=torch.float16)
         b = torch.randn(K, N, device="cuda", dtype=torch.float16) / K**0.5
-        yield Bench("matmul_silu_fp16", M * N * K, bytes=2 * (M * K + K * N + M * N), flops=2 * M * N * K,
-                    label=f"{M}x{N}x{K}", metric="TFLOP/s",
-                    impls={"triton fused": lambda a=a, b=b: matmul_silu(a, b),
-                           "cuBLAS, then silu": lambda a=a, b=b: F.silu(a @ b),
-                           "torch.compile": lambda a=a, b=b: compiled(a, b)})
+        bias = torch.randn(N, device="cuda", dtype=torch.float16)
+        yield Bench("matmul_bias_gelu_fp16", M * N * K, bytes=2 * (M * K + K * N + M * N + N),
+                    flops=2 * M * N * K, label=f"{M}x{N}x{K}", metric="TFLOP/s",
+                    impls={"triton fused": lambda a=a, b=b, c=bias: matmul_bias_gelu(a, b, c),
+                           "eager: matmul, + bias, GELU": lambda a=a, b=b, c=bias: linear_gelu_eager(a, b, c),
+                           "eager: addmm, GELU": lambda a=a, b=b, c=bias: F.gelu(torch.addmm(c, a, b),
+                                                                                 approximate="tanh"),
+                           "torch.compile": lambda a=a, b=b, c=bias: compiled(a, b, c)})

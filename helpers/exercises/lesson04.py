@@ -1,5 +1,5 @@
 """Lesson 04 exercises: a 2-D kernel over strided tensors, grouped tile order, a tiled matmul, and a
-matmul with a fused SiLU epilogue."""
+matmul with a fused bias + GELU epilogue."""
 
 import random
 
@@ -74,24 +74,36 @@ def matmul_reference(a, b):
     return a @ b  # 2MNK FLOPs; read MK + KN elements, write MN
 
 
-def matmul_silu_reference(a, b):
-    c = a @ b          # read MK + KN, write MN
-    return F.silu(c)   # read MN, write MN: the round trip the fused epilogue avoids
+def matmul_bias_gelu_reference(a, b, bias):
+    c = a @ b                                  # read MK + KN, write MN
+    c = c + bias                               # read MN + N, write MN
+    return F.gelu(c, approximate="tanh")       # read MN, write MN: two round trips the epilogue avoids
+
+
+def _with_bias(cases):
+    return [Case(c.label, (*c.args, torch.randn(c.args[1].shape[1], device=DEVICE, dtype=c.args[0].dtype)))
+            for c in cases]
 
 
 def _matmul_cases():
-    def randn(*shape):
-        return torch.randn(*shape, device=DEVICE, dtype=torch.float16)
+    """Fresh fp16 (a, b) pairs; b is scaled by 1/sqrt(K) so that outputs stay of order one."""
+    def operands(M, N, K, layout="contiguous"):
+        def randn(rows, cols, scale=1.0):
+            return (torch.randn(rows, cols, device=DEVICE) * scale).half()
 
-    big = pick((150, 200, 130), (1500, 1000, 700))
-    cases = [Case("1x1x1", (randn(1, 1), randn(1, 1))),
-             Case("64x64x64 (exact multiples of the blocks)", (randn(64, 64), randn(64, 64))),
-             Case("100x37x70: nothing is a multiple of the block", (randn(100, 70), randn(70, 37))),
-             Case("{}x{}x{} (M, N, K)".format(*big), (randn(big[0], big[2]), randn(big[2], big[1]))),
-             Case("96x80x72, b a transposed view", (randn(96, 72), randn(80, 72).t())),
-             Case("65x33x40, a every other column of a wider matrix", (randn(65, 80)[:, ::2], randn(40, 33)))]
+        a = randn(M, 2 * K)[:, ::2] if layout == "a strided" else randn(M, K)
+        b = randn(N, K, K**-0.5).t() if layout == "b transposed" else randn(K, N, K**-0.5)
+        return a, b
+
+    big = pick((150, 130, 200), (1500, 1000, 700))
+    cases = [Case("1x1x1", operands(1, 1, 1)),
+             Case("64x64x64 (exact multiples of the blocks)", operands(64, 64, 64)),
+             Case("100x37x70: nothing is a multiple of the block", operands(100, 37, 70)),
+             Case("{}x{}x{} (M, N, K)".format(*big), operands(*big)),
+             Case("96x80x72, b a transposed view", operands(96, 80, 72, "b transposed")),
+             Case("65x33x40, a every other column of a wider matrix", operands(65, 33, 40, "a strided"))]
     if ON_GPU:
-        cases.append(Case("2048x2048x4096 (a long inner dimension)", (randn(2048, 4096), randn(4096, 2048))))
+        cases.append(Case("2048x2048x4096 (a long inner dimension)", operands(2048, 2048, 4096)))
     return cases
 
 
@@ -100,5 +112,6 @@ EXERCISES = [
     Exercise("04", "grouped_order", "grouped tile order", grouped_order_reference, _grouped_order_cases,
              run=_every_program, reference_in_float64=False),
     Exercise("04", "matmul", "tiled matmul with tl.dot", matmul_reference, _matmul_cases),
-    Exercise("04", "matmul_silu", "matmul + SiLU epilogue", matmul_silu_reference, _matmul_cases),
+    Exercise("04", "matmul_bias_gelu", "matmul + bias + GELU epilogue", matmul_bias_gelu_reference,
+             lambda: _with_bias(_matmul_cases())),
 ]
