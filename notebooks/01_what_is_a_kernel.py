@@ -302,7 +302,10 @@ def launch_benches():
                          "4096 launches": lambda: copy_in_pieces(x)})]
 
 
-compare("launch_overhead", launch_benches)
+rows = compare("launch_overhead", launch_benches)
+if rows:
+    one, many = rows[0]["ms"], rows[1]["ms"]
+    print(f"\n{many / one:,.0f}x slower: about {1000 * (many - one) / 4096:.1f} µs per extra launch")
 
 # %% [markdown]
 # The many-launch version moves the same bytes but spends most of its time between kernels. This

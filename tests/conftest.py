@@ -4,7 +4,11 @@ import os
 
 import pytest
 
-import helpers  # noqa: F401  (first: picks the device before any kernel is defined)
+import helpers  # first: picks the device before any kernel is defined
+
+
+def pytest_report_header(config):
+    return f"course device: {helpers.describe()}"
 
 
 @pytest.fixture(autouse=True, scope="session")
