@@ -1,0 +1,110 @@
+"""Lesson 07: the solutions pass their checks, typical mistakes fail them, and the counters count right."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import check
+from helpers.check import CheckFailed, NotDone
+from helpers.exercises import lesson07 as spec
+from helpers.solutions import load_solution
+
+lesson07 = load_solution("07")
+RECORDED = spec.__file__.replace("exercises/lesson07.py", "recorded/inductor_gpu/summary.json")
+
+
+def test_solutions_pass():
+    check("no_graph_breaks", lesson07.gelu_residual_fixed)
+    check("inductor_kernels", lesson07.predicted_kernels)
+    check("xla_fusions", lesson07.xla_fusion_count)
+
+
+@pytest.mark.parametrize("name", ["no_graph_breaks", "inductor_kernels", "xla_fusions"])
+def test_stubs_are_not_done(name):
+    def stub(*args):
+        raise NotImplementedError("write it")
+    with pytest.raises(NotDone):
+        check(name, stub)
+
+
+def _with_breaks(x, residual, gate):  # the lesson's function: a data-dependent branch and .item()
+    h = F.gelu(x)
+    if h.abs().max() > 10:
+        h = h.clamp(-10.0, 10.0)
+    scale = torch.sigmoid(gate).mean().item()
+    return residual + scale * h
+
+
+def test_graph_breaks_fail_with_their_lines():
+    with pytest.raises(CheckFailed, match=r"(?s)graph break.*\.item\(\)"):
+        check("no_graph_breaks", _with_breaks)
+
+
+def test_dropping_the_clamp_fails():
+    with pytest.raises(CheckFailed, match="off by more than"):
+        check("no_graph_breaks", lambda x, r, g: r + torch.sigmoid(g).mean() * F.gelu(x))
+
+
+def test_a_wrong_prediction_fails():
+    with pytest.raises(CheckFailed, match="generated"):
+        check("inductor_kernels", lambda: {"generated": 3, "library": 1})  # one kernel per operation
+
+
+def test_counting_the_word_fusion_fails():
+    def count_word(fn, *args):
+        return jax.jit(fn).lower(*args).compile().as_text().count("fusion")
+    with pytest.raises(CheckFailed):
+        check("xla_fusions", count_word)
+
+
+def test_fusion_count_reads_only_opcodes():
+    hlo = """HloModule m
+
+%fused_computation (p: f32[4]) -> f32[4] {
+  ROOT %e = f32[4]{0} exponential(%p)
+}
+
+ENTRY %main (x: f32[4]) -> (f32[4], f32[]) {
+  %x = f32[4]{0} parameter(0), metadata={op_name="ynn_fusion"}
+  %exp_fusion = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused_computation
+  %multi = (f32[4]{0}, f32[]) fusion(%exp_fusion), kind=kInput, calls=%fused_computation
+  %gte = f32[] get-tuple-element(%multi), index=1
+  ROOT %tuple = (f32[4]{0}, f32[]) tuple(%exp_fusion, %gte)
+}
+"""
+    assert spec.fusion_count(hlo) == 2  # a tuple-shaped (multi-output) fusion counts too
+
+
+def test_one_fusion_for_the_chain():
+    x = jnp.ones((8, 16))
+    assert lesson07.xla_fusion_count(spec.chain_jax, x, jnp.ones(16), x, 0.5) == 1
+
+
+def test_inductor_kernels_reads_generated_and_library_calls():
+    code = """cpp_fused_relu_0 = async_compile.cpp_pybinding(['float*'], r'''kernel''')
+triton_poi_fused_add_1 = async_compile.triton('triton_poi_fused_add_1', '''kernel''', device_str='cuda')
+
+def call(self, args):
+    extern_kernels.addmm(a, b, c, alpha=1, beta=1, out=buf0)
+    buf1 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, scale=0.125)
+    cpp_fused_relu_0(buf0)
+"""
+    generated, library = spec.inductor_kernels(code)
+    assert generated == ["cpp_fused_relu_0", "triton_poi_fused_add_1"]
+    assert library == ["extern_kernels.addmm",
+                       "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default"]
+
+
+def test_prediction_matches_what_was_recorded_on_a_gpu():
+    try:
+        with open(RECORDED) as f:
+            recorded = json.load(f)["kernels"]
+    except FileNotFoundError:
+        pytest.skip("no Inductor code recorded on a GPU yet")
+    counts = {key: len(names) for key, names in recorded["block"].items()}
+    assert counts == lesson07.predicted_kernels(), "the prediction holds on the CPU but not on the GPU"
+    assert len(recorded["chain"]["generated"]) == 1 and not recorded["chain"]["library"]
