@@ -115,6 +115,18 @@ class Point:
         return None if self.ms is None else self.flops / self.ms / 1e9
 
 
+def timed_point(name, flops, nbytes, fn, make_inputs, recorded):
+    """A Point for `fn`: timed now on a GPU (on `make_inputs()`), else with the time `make bench`
+    recorded for `recorded` = (group, impl, size); untimed if there is neither."""
+    from helpers.device import ON_GPU
+
+    if ON_GPU:
+        inputs = make_inputs()
+        return Point(name, flops, nbytes, ms=bench.measure(lambda: fn(*inputs)))
+    row = recorded_row(*recorded)
+    return Point(name, flops, nbytes, ms=row["ms"] if row else None)
+
+
 def plot(points, chip="H100 SXM", precisions=("fp16", "fp32"), measured=True, title=None, save=None, ax=None):
     """Draw the roofline of `chip` and place `points` (a list of Point) on it; return the axes.
 
@@ -126,7 +138,7 @@ def plot(points, chip="H100 SXM", precisions=("fp16", "fp32"), measured=True, ti
 
     chip = CHIPS[chip] if isinstance(chip, str) else chip
     if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 4.6))
+        _, ax = plt.subplots(figsize=(10, 4.6))
     intensities = [p.intensity for p in points] or [1.0]
     lo = 10 ** math.floor(math.log10(min(intensities + [0.05]) / 2))
     hi = 10 ** math.ceil(math.log10(max(intensities + [chip.ridge(precisions[0]) * 4]) * 2))
@@ -139,11 +151,12 @@ def plot(points, chip="H100 SXM", precisions=("fp16", "fp32"), measured=True, ti
                       f"ridge {chip.ridge(precision):.0f} FLOP/B")
     ceilings = measured_ceilings() if measured else None
     if ceilings and chip_for(ceilings["device"]) == chip:
-        peak = ceilings["matmul_tflops"] or chip.tflops[precisions[0]]
-        ys = [min(peak, x * ceilings["copy_tbs"]) for x in xs]
-        ax.plot(xs, ys, "--", color="tab:gray", lw=1.2,
-                label=f"measured on {ceilings['device']}: copy {ceilings['copy_tbs']:.2f} TB/s"
-                      + (f", cuBLAS {peak:.0f} TFLOP/s" if ceilings["matmul_tflops"] else ""))
+        peak = ceilings["matmul_tflops"]
+        roof = [(x, min(peak or math.inf, x * ceilings["copy_tbs"])) for x in xs]
+        roof = [(x, y) for x, y in roof if y <= chip.tflops[precisions[0]]]
+        label = f"measured on {ceilings['device']}: copy {ceilings['copy_tbs']:.2f} TB/s"
+        label += f", cuBLAS fp16 {peak:.0f} TFLOP/s" if peak else " (no matmul recorded)"
+        ax.plot([x for x, _ in roof], [y for _, y in roof], "--", color="tab:gray", lw=1.2, label=label)
     colours = plt.get_cmap("tab10")
     for k, p in enumerate(points):
         colour = colours(k % 10)
@@ -163,7 +176,7 @@ def plot(points, chip="H100 SXM", precisions=("fp16", "fp32"), measured=True, ti
     ax.set_ylabel("TFLOP/s")
     ax.set_title(title or f"Roofline of the {chip.name}", fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     if save:
         bench.FIGURES.mkdir(parents=True, exist_ok=True)
         ax.figure.tight_layout()
