@@ -228,10 +228,17 @@ def rmsnorm_linear(x, gamma, w, eps=1e-6):
     M, K = x.shape
     N = w.shape[0]
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
-    rmsnorm_linear_tuned_kernel[grid](x, gamma, w, out, M, N, K, eps,
-                                      x.stride(0), x.stride(1), w.stride(0), w.stride(1),
-                                      out.stride(0), out.stride(1))
+    args = (x, gamma, w, out, M, N, K, eps, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+            out.stride(0), out.stride(1))
+    if M * N >= 2**22:
+        # Autotuning compiles and times every config on the first call for each (M, N, K):
+        # seconds, worth paying only for problems large enough to run many times.
+        grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+        rmsnorm_linear_tuned_kernel[grid](*args)
+    else:
+        BLOCK_M, BLOCK_N, BLOCK_K = pick(cpu=(32, 32, 32), gpu=(64, 64, 64))
+        grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+        rmsnorm_linear_kernel[grid](*args, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=4)
     return out
 
 
