@@ -471,9 +471,9 @@ def zeros_benches():
 
 
 if ON_GPU:
-    compare("matmul_on_zeros", zeros_benches)
+    rows = compare("matmul_on_zeros", zeros_benches)
 else:
-    compare("matmul_by_size_fp16", lambda: [])
+    rows = compare("matmul_by_size_fp16", lambda: [])
 
 # %% [markdown]
 # ## Takeaways
