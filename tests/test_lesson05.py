@@ -35,6 +35,19 @@ def test_worked_examples_and_dispatch():
     assert torch.isnan(torch.softmax(x, dim=1)[2]).all()
 
 
+def test_epilogue_variant_matches_the_reference():
+    from helpers.exercises.lesson05 import RMSNORM_LINEAR_TOL, rmsnorm_linear_reference
+
+    x = torch.randn(70, 100, device=DEVICE, dtype=torch.float16)[:, :90]  # a strided view, K = 90
+    g = (1 + 0.2 * torch.randn(90, device=DEVICE)).to(torch.float16)
+    w = (torch.randn(50, 90, device=DEVICE) / math.sqrt(90)).to(torch.float16)
+    w_folded = (w.float() * g.float()).to(torch.float16)
+    want = rmsnorm_linear_reference(x.double(), g.double(), w.double())
+    atol, rtol = RMSNORM_LINEAR_TOL[torch.float16]
+    got = lesson05.rmsnorm_linear_epilogue(x, w_folded).double()
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+
+
 # ---------------------------------------------------------------- broken versions fail
 
 
