@@ -97,7 +97,8 @@ print("torch.softmax:", eager_traffic(torch.softmax, x, 1))
 print(f"least possible: {2 * x.nbytes:,} bytes (read the matrix once, write it once)")
 
 # %% [markdown]
-# `torch.softmax` is already one kernel that moves the least possible bytes. The rest of the lesson
+# `torch.softmax` is already one kernel, and by this count it moves the least possible bytes (how often
+# it re-reads a row *inside* that kernel, a count of inputs and outputs cannot see). The rest of the lesson
 # builds kernels like it, then goes where it cannot: rows longer than a block, and a normalization
 # fused into the matrix multiply that follows it.
 #
@@ -183,8 +184,8 @@ print(f"x read once + out written once = {2 * xr.nbytes:,} bytes; gamma per row 
 
 # %% [markdown]
 # On a GPU, one read and one write should run close to the device-to-device copy, the fastest any
-# kernel moves bytes. The cell below times `rms_norm_rows` against `F.rms_norm` (itself one fused
-# kernel), `torch.compile` of the op-by-op version, and that eager version; without a GPU it shows the
+# kernel moves bytes. The cell below times `rms_norm_rows` against `F.rms_norm`, `torch.compile` of
+# the op-by-op version, and that eager version; without a GPU it shows the
 # figures `make bench` recorded on one. GB/s counts one read and one write of `x`.
 
 # %%
@@ -201,7 +202,7 @@ def rms_benches():
         g = (1 + 0.1 * torch.randn(k, device=DEVICE)).to(torch.bfloat16)
         yield Bench("rmsnorm", k, bytes=2 * x.nbytes + g.nbytes, flops=4 * m * k, label=f"{m}x{k} bf16",
                     impls={"triton, one row per program": lambda x=x, g=g: rms_norm_rows(x, g),
-                           "F.rms_norm": lambda x=x, g=g: F.rms_norm(x, (k,), g, 1e-6),
+                           "F.rms_norm": lambda x=x, g=g: F.rms_norm(x, (x.shape[1],), g, 1e-6),
                            "torch.compile(naive)": lambda x=x, g=g: compiled(x, g),
                            "torch eager naive": lambda x=x, g=g: rms_norm_naive(x, g)})
 
@@ -293,8 +294,9 @@ rows = compare("softmax_fp16", lambda: softmax_benches(torch.float16, "fp16"))
 # %% [markdown]
 # ## Rows longer than a block
 #
-# A program's registers hold about 16K float32 values (16 warps x 32 threads x 32 values). A row of
-# 262,144 columns, a long attention row or a vocabulary-sized output, does not fit. The program has to
+# One program holds at most about 16K float32 values in registers here (16 warps x 32 threads x 32
+# values; an SM has 64K registers in all). A row of 262,144 columns, a long attention row or a
+# vocabulary-sized output, does not fit. The program has to
 # walk the row in tiles, and every pass over the row becomes a pass over memory:
 #
 # | schedule | reads of the row | writes | bytes, in units of MN elements |
@@ -721,15 +723,16 @@ rows = compare("rmsnorm_linear", fused_benches)
 # - **Its prologue.** The last row's matmul differs from the fused kernel only in that `x` goes to
 #   `tl.dot` exactly as loaded ($\gamma$ is folded into the weights once, at load time, and 1/rms
 #   comes from a separate pass over `x` that writes M floats). Without the multiply and the squares
-#   done in registers on every tile, the same loop ran at 597 TFLOP/s instead of 354. On Hopper GPUs
-#   a fast matmul has the tensor cores read their operands straight from shared memory, loaded
-#   several steps ahead; an operand that must first be rewritten in registers is the likely cause of
-#   the loss.
-# - **The matmul itself.** A Triton matmul written this simply still trails cuBLAS (597 against
-#   788 TFLOP/s), a gap of 0.11 ms at N = 4096, larger than the whole round trip it saves.
+#   done in registers on every tile (and with the separate pass over `x` included), it ran at
+#   597 TFLOP/s instead of 354. On Hopper GPUs a fast matmul has the tensor cores read their operands
+#   straight from shared memory, loaded several steps ahead; an operand that must first be rewritten
+#   in registers is the likely cause of the loss.
+# - **The matmul itself.** Even that version trails cuBLAS alone by 0.11 ms at N = 4096 (597 against
+#   788 TFLOP/s): a Triton matmul written this simply is slower than the library's, by more than the
+#   whole round trip the fusion saves.
 #
-# So, on this GPU, `F.rms_norm` + cuBLAS (or `torch.compile`, which speeds up the norm and keeps
-# cuBLAS) is the right choice at these shapes. The fusion pays where the saved round trip is large
+# So, on this GPU, `F.rms_norm` + cuBLAS (or `torch.compile` of the pair, faster still) is the right
+# choice at these shapes. The fusion pays where the saved round trip is large
 # next to the matmul (narrow N, many rows) *and* the fused kernel keeps its matmul as fast as the
 # library's: keep the operands untouched in the main loop and do the normalization in the epilogue,
 # on top of a matmul tuned for the GPU. `rmsnorm_linear_epilogue` in `solutions/` is that design.
