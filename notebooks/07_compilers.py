@@ -26,8 +26,9 @@
 # Exercises: predict, then count, the kernels Inductor makes; make a function compile without graph
 # breaks; count the fusions XLA makes.
 #
-# Everything here compiles real code, which takes time: on a two-core laptop the first
-# `torch.compile` of a session can take half a minute (later ones a few seconds).
+# Everything here compiles real code, which takes time: the very first `torch.compile` on a machine
+# can take half a minute or more (Inductor builds a C++ header it then caches); later compiles take
+# seconds.
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe
@@ -45,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch._inductor.utils import run_and_get_code
 
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # on a GPU, JAX would take 75% of its memory
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # else JAX takes 75% of a GPU at first use
 import jax
 import jax.numpy as jnp
 
@@ -145,10 +146,11 @@ print(kernel_source(code, generated[0]))
 # %% [markdown]
 # Read it like your lesson 02 kernel. `#pragma omp parallel` and `#pragma omp for` split the rows
 # among CPU threads (the CPU's version of a grid of programs). The inner loop steps through a row 16
-# floats at a time (`at::vec::Vectorized<float>`: one SIMD register, the CPU's version of a block),
-# with a second branch for the ragged tail (the CPU's version of a mask). Each input is loaded once
-# (`loadu`), every intermediate (`tmp0`, `tmp1`, ...) lives in registers, and the result is stored
-# once. The wrapper shows the other half:
+# floats at a time (`at::vec::Vectorized<float>`: one SIMD register, the CPU's version of a block);
+# when the row length is not a multiple of 16, a second branch handles the tail with a partial load
+# (the CPU's version of a mask; the softmax below has one). Each input is loaded once (`loadu`),
+# every intermediate (`tmp2`, `tmp3`, ...) lives in registers, and the result is stored once. The
+# wrapper shows the other half:
 
 # %%
 print(code[code.index("def call("):code.index("return (")].strip())
@@ -195,8 +197,8 @@ if gpu_chain:
 #
 # ## A reduction: the naive softmax
 #
-# Lesson 05 started from the numerically stable softmax written one op at a time: five kernels, the
-# whole matrix read or written nine times.
+# Lesson 05 started from the numerically stable softmax written one op at a time: five kernels that
+# move about 8·MN elements, where one read and one write (2·MN) would do.
 
 # %%
 def softmax_naive(x):
@@ -213,20 +215,20 @@ print("compiled:", kernels_in(code))
 # %% [markdown]
 # One kernel again. Look at the structure of its C++ (printed below): for each row, a first loop
 # finds the maximum, a second computes `exp(x - max)`, sums it and keeps it in a small per-thread
-# buffer, a third divides and stores. The three reductions and pointwise steps of the softmax share
-# one parallel structure (one row per thread), which is exactly the condition lesson 02 gave for
-# fusing them.
+# buffer, a third divides and stores. The two reductions and the pointwise steps around them all
+# work row by row (one row per thread): the same parallel structure, which is the condition lesson
+# 02 gave for fusing them.
 
 # %%
 print(kernel_source(code, kernels_in(code)[0][0]))
 
 # %% [markdown]
-# On a GPU Inductor also makes one kernel per softmax. The next cell shows the recorded code for
-# rows of 32,768 floats, too long for one block of registers: the kernel loops over each row. It
-# also reports whether Inductor used its **online softmax** reduction, lesson 05's running maximum
-# and rescaled sum. On GPUs, Inductor rewrites the pattern max → subtract → exp → sum into that
-# single-pass reduction (the setting is `torch._inductor.config.online_softmax`). Nobody had to
-# tell the compiler about *your* function: its authors wrote that rule once.
+# On a GPU, Inductor writes one Triton kernel for this softmax too. The next cell shows it for rows
+# of 32,768 floats, too long to hold in registers at once, so expect a loop over each row in
+# chunks. It also reports whether Inductor used its **online softmax** reduction, lesson 05's
+# running maximum and rescaled sum. On GPUs, Inductor rewrites the pattern max → subtract → exp →
+# sum into that single-pass reduction (the setting is `torch._inductor.config.online_softmax`).
+# Nobody had to tell the compiler about *your* function: its authors wrote that rule once.
 
 # %%
 gpu_softmax = gpu_code("softmax_32768", softmax_naive, lambda: (torch.randn(4096, 32768, device=DEVICE),))
@@ -267,7 +269,9 @@ def predicted_kernels():
 check("inductor_kernels", predicted_kernels)
 
 # %% [markdown]
-# Now count, and read the generated kernel: which operations did it absorb?
+# Now count. The generated kernel's name lists the operations it absorbed; the library call is the
+# matmul (here `addmm`, which also adds the bias; Inductor may instead add the bias in its own
+# kernel, which changes no count).
 
 # %%
 out, (code,) = run_and_get_code(torch.compile(block), *block_inputs())
@@ -307,14 +311,16 @@ y = gelu_residual(*args)
 
 # %% [markdown]
 # `torch._dynamo.explain(fn)(*args)` runs Dynamo only (no Inductor, so it is quick) and reports the
-# graphs and the reason for each break, with the line that caused it:
+# graphs and the reason for each break, with the line that caused it. (Dynamo also logs a warning
+# about the `.item()` break as it happens: that is the log you would see in a real run.)
 
 # %%
 report = torch._dynamo.explain(gelu_residual)(*args)
 print("graphs:", report.graph_count)
 for reason in report.break_reasons:
     frame = reason.user_stack[-1]
-    print(f"  line {frame.lineno}: {(frame.line or '').strip():45} {reason.reason.splitlines()[0][:70]}")
+    line = (frame.line or "").split("#")[0].strip()
+    print(f"  line {frame.lineno}: {line:42} {reason.reason.splitlines()[0][:70]}")
 
 # %% [markdown]
 # Other ways to find them: `torch.compile(fn, fullgraph=True)` turns the first break into an error
@@ -431,21 +437,23 @@ if summary_path.exists():
     summary = json.loads(summary_path.read_text())
     modes = summary["modes"]
     print(f"{modes['function']}, recorded on {summary['device']} ({summary['date']}, "
-          f"torch {summary['torch']}); eager: {modes['eager_ms_per_call']:.3f} ms per call")
+          f"torch {summary['torch']}), each mode in a fresh process with empty caches:")
     for mode in ("default", "reduce-overhead", "max-autotune"):
-        print(f"  {mode:16} first call (compile) {modes[mode]['first_call_s']:6.1f} s, "
-              f"then {modes[mode]['ms_per_call']:.3f} ms per call")
+        row = modes[mode]
+        print(f"  {mode:16} first call (the compile) {row['first_call_s']:6.1f} s, then "
+              f"{row['ms_per_call']:.3f} ms per call (eager: {row['eager_ms_per_call']:.3f} ms)")
 else:
     print("No compile times recorded on a GPU yet (helpers/recorded/inductor_gpu/summary.json).")
 
 # %% [markdown]
 # ## XLA through JAX
 #
-# JAX takes the other road to the same graph. Its functions are pure (no in-place updates, no side
-# effects), so `jax.jit(fn)` can always trace the whole function: it calls `fn` once with abstract
-# values standing in for the arrays, records every operation, and hands the graph to XLA. A
-# Python `if` on a traced value is an error in JAX rather than a graph break; you write
-# `jnp.where` or `jax.lax.cond` from the start.
+# JAX takes a stricter road to the same graph. `jax.jit(fn)` calls `fn` once with abstract values
+# (*tracers*) standing in for the arrays, records every operation, and hands the whole graph to XLA.
+# JAX arrays are immutable and the Python code runs only during that trace (a `print` there prints a
+# tracer, once). Anything that needs a concrete value, such as a Python `if` on an array, is an error
+# rather than a graph break: you write `jnp.where` or `jax.lax.cond` from the start. There is
+# always exactly one graph.
 #
 # We run JAX on the CPU here, on any machine, so that what you read matches the text. The chain
 # in JAX, and what tracing records (a *jaxpr*):
@@ -459,7 +467,7 @@ def chain_jax(x, bias, residual, scale):
 
 
 xj, bj, rj = (jax.device_put(t.numpy(), cpu) for t in (x, bias, residual))
-print(jax.make_jaxpr(chain_jax)(xj, bj, rj, 0.5))
+print(jax.make_jaxpr(chain_jax)(xj, bj, rj, 0.5).pretty_print(use_color=False))
 
 # %% [markdown]
 # Called directly, without `jit`, JAX runs **eagerly**: each operation of that list is dispatched
@@ -562,17 +570,17 @@ print(hlo_entry(jax.jit(softmax_jax).lower(xsj).compile().as_text()))
 #
 # <details><summary>One answer</summary>
 #
-# With jax 0.10.2 on a CPU, the first fusion computes the row maximum, subtracts it and takes the
-# exponential: it writes the whole `exp(x - max)` array to memory. The sum reduction is a separate
-# fusion that reads that array back, and the final multiply reads it a third time. XLA did not fuse
-# the exponential into the sum because the exponential has two consumers (the sum and the final
-# multiply): fusing it into the sum would mean either computing `exp` twice (XLA avoids duplicating
-# expensive operations) or producing two outputs from one fusion, which this backend did not
-# choose. And the final multiply cannot join the sum's fusion because it needs the *finished* sum
-# of its row, the dependency lesson 02's decision tree calls a reduction feeding elementwise work.
-# Inductor fused it all because its CPU kernel gives each thread whole rows and loops over each
-# row three times; lesson 05's kernel does the same with one program per row. (XLA's GPU backend
-# has its own rules for softmax and often does better than its CPU backend.)
+# With jax 0.10.2 on a CPU: the first fusion computes each row's maximum, subtracts it and takes the
+# exponential, and writes the whole `exp(x - max)` array to memory. The second fusion, the sum,
+# reads that array back; the third takes the reciprocal of each row's sum (the division became a
+# multiplication); the fourth reads the `exp` array a third time and multiplies. The fusion XLA did
+# not make is the exponential with the sum. The exponential has two consumers, the sum and the
+# final multiply. Putting it inside the sum's fusion would mean either computing `exp` a second
+# time in the multiply's fusion (XLA avoids duplicating expensive operations such as `exp`) or one
+# fusion with two outputs, which this backend did not choose. So the `exp` array makes a round
+# trip through memory, exactly the traffic fusion is meant to remove. Inductor avoided it because
+# its kernel gives each thread whole rows and keeps one row of `exp` in a small buffer between two
+# loops; lesson 05's kernel keeps the row in registers.
 #
 # </details>
 #
@@ -597,10 +605,11 @@ print(kernels_in(code))
 # %% [markdown]
 # No generated kernel at all: Inductor **recognised** the pattern `softmax(q kᵀ · scale) v` and
 # replaced the whole function with a call to PyTorch's fused attention kernel
-# (`scaled_dot_product_attention`: on a GPU, a FlashAttention kernel). Inductor keeps a list of such
-# attention patterns, written by hand by its developers, and the kernel it calls was written by
-# hand too. The compiler did not discover tiling or the online softmax across K/V tiles; people did,
-# and taught the compiler to spot the places to use their kernel.
+# (`scaled_dot_product_attention`; on a GPU, a FlashAttention-style kernel). Inductor keeps a list
+# of such attention patterns (about thirty in torch 2.13, in
+# `torch/_inductor/fx_passes/fuse_attention.py`), written by hand by its developers, and the kernel
+# it calls was written by hand too. The compiler did not discover tiling or the online softmax
+# across K/V tiles; people did, and taught the compiler to spot the places to use their kernel.
 #
 # Change the function slightly, in a way nobody wrote a pattern for, and that help disappears. Some
 # models *soft-cap* their attention scores, `cap · tanh(s / cap)`:
