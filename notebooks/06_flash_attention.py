@@ -1,0 +1,901 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · FlashAttention from scratch
+#
+# Attention compares every query with every key. Written the obvious way, it builds an $N \times N$
+# matrix of scores for a sequence of $N$ tokens, writes it to HBM, and reads it back several times:
+# at $N = 16{,}384$ with 16 heads that matrix alone is 8.6 GB in float16. FlashAttention computes
+# exactly the same result without ever storing it. It is the fusion idea of lesson 02 and the online
+# softmax of lesson 05, put together on the most important kernel of a transformer.
+#
+# In this lesson you write it yourself: forward, causal and backward, in Triton, and measure it
+# against PyTorch's own FlashAttention.
+#
+# **You will learn:**
+# - what naive attention moves and holds: bytes counted, and memory that grows as $N^2$;
+# - the tiled algorithm: a block of queries stays on chip while blocks of keys and values stream
+#   past, with the online softmax carried across them and the output rescaled as the max grows;
+# - to write it in plain PyTorch first, then as a Triton kernel;
+# - causal masking, and why skipping the tiles above the diagonal makes it about twice as fast;
+# - the backward pass by recomputation: $dV$, $dK$, $dQ$ from the saved log-sum-exp, wrapped in a
+#   `torch.autograd.Function` so that `loss.backward()` works;
+# - why the extra memory is $O(N)$, and how FlashAttention relates to grouped-query attention;
+# - what the often-quoted "2-4x faster" means, tested against what this course measures.
+#
+# Exercises: tiled attention in PyTorch, the Triton forward kernel, its causal version, and the
+# backward kernels with their autograd wrapper.
+
+# %% [markdown]
+# ## Setting up
+
+# %%
+from helpers import DEVICE, ON_GPU, check, describe, pick
+from helpers.bench import FIGURES, Bench, compare
+from helpers.cards import flashcards, self_check
+from helpers.traffic import eager_traffic, triton_traffic
+
+import math
+import weakref
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+print(describe())
+
+# %% [markdown]
+# ## Attention, the naive way
+#
+# For one head, the queries $Q$, keys $K$ and values $V$ are $N \times D$ matrices ($D$ is the head
+# dimension, 64 or 128 in most models). Attention is
+#
+# $$S = \frac{Q K^\top}{\sqrt{D}}, \qquad P = \mathrm{softmax}_{\text{rows}}(S), \qquad O = P V.$$
+#
+# Row $i$ of $P$ says how much query $i$ takes from each value. The tensors of this lesson are
+# $(B, H, N, D)$: batch, heads, sequence, head dimension; every $(b, h)$ pair is an independent
+# attention. Besides the output we return, for each row, the **log-sum-exp** of the scores,
+# $\mathrm{lse}_i = \log \sum_j e^{S_{ij}}$: it is the softmax's normaliser, and the backward pass will
+# need it. The comments count elements moved per $(b, h)$:
+
+# %%
+def naive_attention(q, k, v, causal=False, sm_scale=None):
+    """softmax(q k^T * sm_scale) v for (B, H, N, D) tensors, storing the N x N scores: (out, lse)."""
+    sm_scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+    s = q @ k.transpose(-2, -1)                      # read 2ND,          write N^2
+    s = s * sm_scale                                 # read N^2,          write N^2
+    if causal:                                       # query i may only see keys j <= i
+        n = q.shape[-2]
+        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        s = s.masked_fill(future, float("-inf"))     # read 2N^2 (+mask), write N^2
+    lse = torch.logsumexp(s, dim=-1)                 # read N^2,          write N
+    p = torch.exp(s - lse[..., None])                # read N^2 + N, write N^2; read N^2, write N^2
+    return p @ v, lse                                # read N^2 + ND,     write ND
+
+
+# %% [markdown]
+# It agrees with PyTorch's `scaled_dot_product_attention` (SDPA), the function models call:
+
+# %%
+q, k, v = (torch.randn(2, 3, 100, 64, device=DEVICE) for _ in range(3))
+for causal in (False, True):
+    ours, _ = naive_attention(q, k, v, causal)
+    theirs = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    print(f"causal={causal}: max difference {(ours - theirs).abs().max().item():.1e}")
+
+# %% [markdown]
+# ### What it moves
+#
+# Adding up the comments (full attention): about $9N^2 + 4ND$ elements per head, of which only $4ND$
+# (read $Q, K, V$, write $O$) is needed. With $N = 4096$ and $D = 128$ the $N^2$ terms are 70 times the
+# rest. The traffic meter of lesson 02 counts what the eager code really dispatches:
+
+# %%
+B, H, N, D = 1, 2, 256, 64
+q, k, v = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(3))
+naive_moved = eager_traffic(naive_attention, q, k, v)
+print(naive_moved)
+for op, nbytes in naive_moved.ops:
+    print(f"  {op:>14}: {nbytes:>10,} bytes")
+real = [(op, nbytes) for op, nbytes in naive_moved.ops if op != "_unsafe_view"]
+print(f"without the reshapes: {len(real)} kernels, {sum(nbytes for _, nbytes in real):,} bytes; "
+      f"formula 9N^2 + 4ND + 2N elements: {4 * B * H * (9 * N * N + 4 * N * D + 2 * N):,} bytes")
+
+# %% [markdown]
+# (`_unsafe_view` is the reshape of a batched matrix product's result: it moves nothing, but the
+# meter lists it.) The rest agrees with the formula. Each of those six operations is a separate kernel
+# doing almost no arithmetic per byte, so on a GPU naive attention runs at the speed of memory, not of
+# the tensor cores.
+#
+# ### What it holds
+#
+# Memory is the other problem. The scores and the probabilities are each $B \cdot H \cdot N^2$
+# numbers, alive at the same time. To watch memory without a GPU, the cell below defines a small
+# meter: it sees every tensor PyTorch allocates inside a block and adds up those alive at once
+# (views and in-place results share memory and are not counted twice).
+
+# %%
+class PeakMemory(TorchDispatchMode):
+    """Inside `with PeakMemory() as meter:`, meter.peak is the most bytes of new tensors alive at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.is_view:
+            return out
+        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+                  if isinstance(t, torch.Tensor)}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                nbytes = t.untyped_storage().nbytes()
+                self.live += nbytes
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(t, self._free, nbytes)  # when the tensor dies, its memory is free
+        return out
+
+    def _free(self, nbytes):
+        self.live -= nbytes
+
+
+def peak_memory(fn, *args, **kwargs):
+    """Peak bytes of the tensors fn allocates (counted on the CPU, measured by PyTorch on a GPU)."""
+    if ON_GPU:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        out = fn(*args, **kwargs)
+        torch.cuda.synchronize()
+        del out
+        return torch.cuda.max_memory_allocated() - before
+    with PeakMemory() as meter:
+        fn(*args, **kwargs)
+    return meter.peak
+
+
+# %% [markdown]
+# Double $N$ and the naive version's memory goes up four times: the scores dominate everything else.
+
+# %%
+D = 64
+sizes = pick(cpu=[256, 512, 1024, 2048], gpu=[1024, 2048, 4096, 8192, 16384])
+heads = pick(cpu=1, gpu=16)
+naive_peak = {}
+for n in sizes:
+    if ON_GPU and 3 * heads * n * n * 2 > torch.cuda.mem_get_info()[0] / 2:
+        break  # the scores, the probabilities and one temporary would not fit comfortably
+    q, k, v = (torch.randn(1, heads, n, D, device=DEVICE, dtype=pick(cpu=torch.float32, gpu=torch.float16))
+               for _ in range(3))
+    naive_peak[n] = peak_memory(naive_attention, q, k, v)
+    scores = heads * n * n * q.element_size()
+    print(f"N = {n:>6}: peak {naive_peak[n] / 2**20:9.1f} MiB = {naive_peak[n] / scores:.2f} x the "
+          f"scores matrix ({scores / 2**20:.1f} MiB)")
+
+# %% [markdown]
+# ## Tiling: the algorithm
+#
+# FlashAttention never forms $S$. It splits the queries into blocks of $B_M$ rows and the keys and
+# values into tiles of $B_N$ rows. One program owns one query block and keeps it on chip, in
+# registers. The K/V tiles stream past it, one at a time: for each, the program computes a
+# $B_M \times B_N$ tile of scores, uses it, and forgets it.
+#
+# The difficulty is the softmax: it needs the max and the sum of a whole row of scores, and the
+# program sees one tile of the row at a time. Lesson 05's online softmax solves exactly that. Each
+# query row keeps a running max $m$ and a running sum $l$ of exponentials taken against that max.
+# FlashAttention adds a third running quantity, the unnormalised output
+# $\mathrm{acc} = \sum_j e^{S_{ij} - m} V_j$. For each new tile $S^{(t)}$ with values $V^{(t)}$:
+#
+# $$m' = \max\big(m, \max_j S^{(t)}_{j}\big), \qquad \alpha = e^{m - m'}, \qquad
+#   P^{(t)} = e^{S^{(t)} - m'},$$
+# $$l' = \alpha\, l + \textstyle\sum_j P^{(t)}_{j}, \qquad
+#   \mathrm{acc}' = \alpha\, \mathrm{acc} + P^{(t)} V^{(t)}.$$
+#
+# The factor $\alpha$ rescales everything summed so far when the max grows (and is 1 when it does
+# not). After the last tile, $O = \mathrm{acc} / l$ is the exact softmax output, and
+# $\mathrm{lse} = m + \log l$, one number per row, is saved for the backward pass. Per query block,
+# the program holds $B_M \times D$ outputs and $B_M \times B_N$ scores at any time, whatever $N$ is.
+#
+# The same arithmetic is done as in the naive version; what changes is where the intermediates live.
+
+# %% [markdown]
+# ## Exercise 1 · The algorithm in plain PyTorch
+#
+# Write `attention_tiled`: loop over query blocks of `block_m` rows and, inside, over K/V tiles of
+# `block_n` rows, with the recurrence above. Return `(out, lse)` like `naive_attention`. With
+# `causal=True`, mask scores where the key comes after the query (`-inf`, as in `naive_attention`);
+# you may also stop the inner loop at the diagonal, since the tiles right of it are fully masked.
+# Keep the running `m`, `l` and `acc` in the dtype of `q` (the check runs float32 and float64).
+
+# %% tags=["exercise"]
+def attention_tiled(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16):
+    """FlashAttention's algorithm in plain PyTorch: (out, lse), one block_m x block_n score tile at a time."""
+    # YOUR CODE HERE:
+    # for each query block qi = q[:, :, i:i + block_m]:
+    #     m = -inf, l = 0 (shape (B, H, rows)), acc = 0 (shape of qi)
+    #     for each K/V tile j: s = qi @ kj^T * sm_scale (masked if causal); m_new; alpha; p;
+    #         l = alpha * l + p.sum(-1); acc = alpha[..., None] * acc + p @ vj; m = m_new
+    #     out rows = acc / l[..., None]; lse rows = m + log(l)
+    raise NotImplementedError("write attention_tiled")
+
+
+# %%
+check("attention_tiled", attention_tiled)
+
+# %% [markdown]
+# The check uses sequence lengths that are not multiples of the tiles, both masks, float32 and
+# float64, strided inputs, and scores up to about 100, where $e^{S}$ overflows float32: only the
+# running max keeps those finite.
+#
+# ### How much memory does it need?
+#
+# The tiled version allocates the output, the log-sum-exp, and one tile's worth of temporaries at a
+# time. Measured with the same meter (larger tiles, to keep the Python loop short):
+
+# %%
+for n in sizes:
+    if n not in naive_peak:
+        break
+    q, k, v = (torch.randn(1, heads, n, D, device=DEVICE, dtype=pick(cpu=torch.float32, gpu=torch.float16))
+               for _ in range(3))
+    tiled = peak_memory(attention_tiled, q, k, v, block_m=128, block_n=128)
+    print(f"N = {n:>6}: naive {naive_peak[n] / 2**20:9.1f} MiB   tiled {tiled / 2**20:7.2f} MiB   "
+          f"(the output alone: {q.nbytes / 2**20:.2f} MiB)")
+
+# %% [markdown]
+# Doubling $N$ doubles the tiled version's memory: it is $O(N)$, the output plus one number per row,
+# and the $N \times N$ matrix is never stored. (Some summaries say FlashAttention needs
+# $O(\sqrt{N})$ memory. It does not: the output itself is already $N \times D$. What the FlashAttention
+# paper analyses is HBM *traffic*, which depends on the size of on-chip memory; the extra memory is
+# $O(N)$.)
+#
+# ## The Triton kernel
+#
+# Now the same algorithm as a kernel. The grid has one program per (query block, batch·head) pair:
+# `program_id(0)` picks the block of `BLOCK_M` queries and `program_id(1)` the $(b, h)$ slice. The
+# launcher makes `q`, `k`, `v` contiguous, so the slice $bh$ starts `bh * N * D` elements in, and row
+# `n` of it at `n * D`.
+#
+# A few choices make it fast:
+#
+# - **$K$ is loaded transposed.** `tl.dot(q, kT)` wants a $(D, B_N)$ tile; pointer arithmetic makes it
+#   directly: rows of the tile step through `offs_d`, columns through `offs_n * D`. No transpose is
+#   ever written.
+# - **Base-2 exponentials.** The GPU's fast exponential is $2^x$; $e^x = 2^{x \log_2 e}$, so the
+#   launcher folds $\log_2 e$ into the score scale (`qk_scale = sm_scale * log2(e)`), the kernel keeps
+#   $m$ in base-2 units, and one multiply-add per score does scale and shift. The saved lse is turned
+#   back into natural-log units at the end ($\ln 2 \cdot \log_2$).
+# - **float32 accumulators.** $m$, $l$ and `acc` are float32; `p` is cast to the input dtype only to
+#   feed the second matrix product, which accumulates in float32 on the tensor cores.
+# - **Masks only where needed.** Whole K/V tiles need no mask. Only the last tile, when $N$ is not a
+#   multiple of `BLOCK_N`, must hide the keys past the end. So the loop lives in a helper,
+#   `fwd_tile_loop`, that the kernel calls twice: over the whole tiles with `MASK="none"`, then over
+#   the ragged last one with `MASK="keys"`. (`MASK` is a `tl.constexpr`: each value compiles its own
+#   loop, and the branches not taken cost nothing.)
+# - **int64 offsets.** `bh * N * D` passes $2^{31}$ for large problems; the program id is cast to
+#   int64 before the multiplication.
+#
+# Block sizes and warps are left to the autotuner (lesson 04): a few configs on a GPU, one under the
+# interpreter. Below 1024 keys it does not pay to time them, so the first config is used.
+
+# %%
+LOG2E = tl.constexpr(1.4426950408889634)  # log2(e); a global a kernel reads must be a tl.constexpr
+LN2 = tl.constexpr(0.6931471805599453)    # ln(2)
+
+
+def configs(cpu, gpu):
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) tuples as triton.Configs, for this device."""
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+            for bm, bn, w, s in pick(cpu=cpu, gpu=gpu)]
+
+
+FWD_CONFIGS = configs(cpu=[(64, 32, 4, 1)],
+                      gpu=[(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2),
+                           (128, 128, 8, 3)])
+
+
+def small_problems_one_config(configs, named_args, **kwargs):
+    """Autotuning pays off on long sequences only: below 1024 keys, take the first config."""
+    return configs[:1] if named_args["n_ctx"] < 1024 else configs
+
+
+PRUNE = {"early_config_prune": small_problems_one_config}
+
+# %% [markdown]
+# ## Exercise 2 · The forward kernel
+#
+# Write `fwd_tile_loop` and `flash_fwd_kernel`; the launcher is written for you.
+#
+# - `fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, lo, hi, n_ctx, qk_scale, ...)` streams the
+#   K/V tiles starting at `lo, lo + BLOCK_N, ... < hi` past the query block `q` and returns the
+#   updated `(acc, l_i, m_i)`. For each tile: load `kT` $(D, B_N)$ and `v` $(B_N, D)$ (masked loads
+#   with `other=0.0` unless `MASK == "none"`), `s = tl.dot(q, kT)`, hide the keys `>= n_ctx` with
+#   `-inf` when `MASK == "keys"`, then the recurrence in base 2 (`tl.exp2`, `tl.max(s, 1)`,
+#   `tl.sum(p, 1)`, `tl.dot(p.to(v.dtype), v, acc)`). Leave `MASK == "causal"` for exercise 3.
+# - `flash_fwd_kernel` finds its query block and $(b, h)$ slice, moves the four pointers to the slice,
+#   loads `q` (rows past `n_ctx` masked), starts `m_i` at `-inf`, `l_i` and `acc` at 0, calls the loop
+#   twice (whole tiles up to `(n_ctx // BLOCK_N) * BLOCK_N`, then the ragged rest), and stores
+#   `acc / l_i[:, None]` and `lse = (m_i + log2(l_i)) * LN2`.
+
+# %% tags=["exercise"]
+@triton.jit
+def fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, lo, hi, n_ctx, qk_scale,
+                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr):
+    """Stream the K/V tiles lo..hi past one Q block, updating (acc, l_i, m_i) by online softmax.
+
+    MASK: "none" (every key valid), "keys" (hide keys >= n_ctx), "causal" (hide keys after the query).
+    Scores are kept in base-2 units: s2 = (q . k) * sm_scale * log2(e).
+    """
+    # YOUR CODE HERE: offs_d = tl.arange(0, HEAD_DIM); for start_n in range(lo, hi, BLOCK_N):
+    #   offs_n; kT_ptrs = k_ptr + offs_n[None, :] * HEAD_DIM + offs_d[:, None]; v_ptrs likewise
+    #   (rows offs_n, columns offs_d); the loads; s = tl.dot(q, kT); the mask; m_new = max(m_i,
+    #   rowmax(s) * qk_scale); alpha = exp2(m_i - m_new); p = exp2(s * qk_scale - m_new[:, None]);
+    #   l_i, acc updated; m_i = m_new.
+    return acc, l_i, m_i
+
+
+@triton.autotune(configs=FWD_CONFIGS, key=["n_ctx", "HEAD_DIM"], prune_configs_by=PRUNE)
+@triton.jit
+def flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_ctx, qk_scale,
+                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program: BLOCK_M query rows of one (batch, head); out and lse for those rows."""
+    # YOUR CODE HERE: start_m = program_id(0) * BLOCK_M; bh = program_id(1) as int64; move q_ptr,
+    # k_ptr, v_ptr, o_ptr by bh * n_ctx * HEAD_DIM and lse_ptr by bh * n_ctx; load q; initialise
+    # m_i, l_i, acc; two calls of fwd_tile_loop ("none", then "keys"); store out and lse (masked).
+    pass
+
+
+def flash_forward(q, k, v, sm_scale=None):
+    """Non-causal attention of (B, H, N, D) tensors with the Triton kernel: (out, lse)."""
+    assert q.dim() == 4 and q.shape == k.shape == v.shape, "q, k, v must all be (B, H, N, D)"
+    B, H, N, D = q.shape
+    assert D in (16, 32, 64, 128), "head dimension must be 16, 32, 64 or 128"
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    out = torch.empty_like(q)
+    lse = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
+    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
+    flash_fwd_kernel[grid](q, k, v, out, lse, N, sm_scale * LOG2E.value, HEAD_DIM=D)
+    return out, lse
+
+
+# %% [markdown]
+# The check covers head dimensions 16 to 128, a single token, sequence lengths that are not
+# multiples of any block, strided inputs, and scores large enough to overflow without the running max.
+# On the CPU the kernel runs in float32; on a GPU in float16.
+
+# %%
+check("flash_forward", flash_forward)
+
+# %% [markdown]
+# ### What the kernel moves
+#
+# The meter runs your kernel through the interpreter and counts its loads and stores. Each program
+# reads its query block once and every K/V tile once, and writes its output rows and their lse:
+# $Q$ and $O$ cross memory once, $K$ and $V$ once per query block, so
+# $\big(2 + 2 \lceil N / B_M \rceil\big) N D + N$ elements per head, against the naive $9N^2 + 4ND$.
+
+# %%
+B, H, N, D = 1, 2, 256, 64
+q, k, v = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(3))
+flash_forward(q, k, v)  # on a GPU: compile and tune once, so the meter below runs one config
+flash_moved = triton_traffic(flash_forward, q, k, v)
+block_m = flash_fwd_kernel.best_config.kwargs["BLOCK_M"]
+formula = 4 * B * H * ((2 + 2 * math.ceil(N / block_m)) * N * D + N)
+print(f"naive: {naive_moved}")
+print(f"flash: {flash_moved}; formula with BLOCK_M = {block_m}: {formula:,} bytes")
+print(f"{naive_moved.bytes / flash_moved.bytes:.1f}x fewer bytes, {naive_moved.kernels} kernels -> 1")
+
+# %% [markdown]
+# The re-reads of $K$ and $V$ grow with $N / B_M$, so the count still grows as $N^2$, but with
+# $2D/B_M$ in place of 9: for $B_M = 128$ and $D = 128$, about 4.5 times fewer bytes than naive, in one
+# kernel instead of six. On a GPU it is better still: the programs of one head run at about the
+# same time and share $K$ and $V$ through the L2 cache, so HBM sees little more than one read of each.
+# What remains is arithmetic: $4N^2D$ FLOPs per head, on the tensor cores. FlashAttention turns a
+# memory-bound chain into a compute-bound kernel.
+#
+# ## Causal attention
+#
+# In a decoder, query $i$ may only attend to keys $j \le i$. In tiles, that makes three kinds:
+#
+# - tiles entirely **left of the diagonal** (every key before every query of the block): computed in
+#   full, no mask;
+# - tiles **on the diagonal**: computed, with the scores of future keys set to $-\infty$;
+# - tiles entirely **right of the diagonal**: every score masked. They contribute nothing, so they
+#   are **skipped**: no load, no arithmetic.
+#
+# Drawn for a short sequence:
+
+# %%
+def tile_kinds(n, block_m, block_n):
+    """0 = skipped, 1 = on the diagonal (masked), 2 = full, for each (query block, key tile)."""
+    kinds = torch.zeros(math.ceil(n / block_m), math.ceil(n / block_n), dtype=torch.int64)
+    for i in range(kinds.shape[0]):
+        for j in range(kinds.shape[1]):
+            first_q, last_q = i * block_m, min(n, (i + 1) * block_m) - 1
+            first_k, last_k = j * block_n, min(n, (j + 1) * block_n) - 1
+            kinds[i, j] = 2 if last_k <= first_q else (1 if first_k <= last_q else 0)
+    return kinds
+
+
+kinds = tile_kinds(1024, 128, 64)
+fig, ax = plt.subplots(figsize=(6, 3.6))
+ax.imshow(kinds, cmap=plt.matplotlib.colors.ListedColormap(["#eeeeee", "#f4a261", "#2a9d8f"]),
+          aspect="auto", interpolation="nearest")
+ax.set_xlabel("key tile (64 keys each)")
+ax.set_ylabel("query block (128 queries each)")
+ax.set_title("causal attention, N = 1024: green full, orange masked, grey skipped", fontsize=9)
+fig.tight_layout()
+fig.savefig(FIGURES / "06_causal_tiles.png", dpi=110, metadata={"Software": None})
+counts = torch.bincount(kinds.flatten(), minlength=3).tolist()
+print(f"tiles computed: {counts[1] + counts[2]} of {kinds.numel()} ({counts[1]} of them masked)")
+
+# %% [markdown]
+# Skipping the grey half halves the work: at long $N$ causal attention runs about twice as fast as
+# full attention (its FLOP count is conventionally halved, $2N^2D$ per head). At short $N$ the
+# diagonal tiles, which are computed in full and then partly thrown away, are a larger share.
+#
+# With `BLOCK_M` a multiple of `BLOCK_N` (all our configs), the query block starting at `start_m`
+# sees keys `0 .. start_m - 1` in whole tiles without a mask, and the tiles from `start_m` to
+# `start_m + BLOCK_M - 1` (cut at `n_ctx`) with the causal mask. Those diagonal tiles also contain
+# every key past the end that any valid query could see, so the causal mask hides those too.
+#
+# One more detail: the query blocks near the end have the most tiles to visit. Launching them first
+# (numbering the blocks backwards) keeps the GPU from finishing with a few long programs running
+# alone.
+#
+# ## Exercise 3 · Causal, with tile skipping
+#
+# First add the `MASK == "causal"` case to `fwd_tile_loop` in exercise 2's cell: set `s` to `-inf`
+# where `offs_m[:, None] < offs_n[None, :]`, and mask the loads of `kT` and `v` at `n_ctx` as for
+# `"keys"`. Re-run that cell. Then write `flash_fwd_causal_kernel` below: the same as
+# `flash_fwd_kernel`, except that `start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M`
+# and the two calls are `fwd_tile_loop(..., 0, start_m, ..., "none")` and
+# `fwd_tile_loop(..., start_m, min(start_m + BLOCK_M, n_ctx), ..., "causal")`.
+
+# %% tags=["exercise"]
+@triton.autotune(configs=FWD_CONFIGS, key=["n_ctx", "HEAD_DIM"], prune_configs_by=PRUNE)
+@triton.jit
+def flash_fwd_causal_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_ctx, qk_scale,
+                            HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Causal: tiles left of the diagonal in full, diagonal tiles masked, tiles right of it skipped."""
+    # YOUR CODE HERE: as flash_fwd_kernel, with the block numbered backwards and the two loops above.
+    pass
+
+
+def flash_forward_causal(q, k, v, sm_scale=None):
+    """Causal attention (query i sees keys 0..i) with the Triton kernel: (out, lse)."""
+    assert q.dim() == 4 and q.shape == k.shape == v.shape, "q, k, v must all be (B, H, N, D)"
+    B, H, N, D = q.shape
+    assert D in (16, 32, 64, 128), "head dimension must be 16, 32, 64 or 128"
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    out = torch.empty_like(q)
+    lse = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
+    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
+    flash_fwd_causal_kernel[grid](q, k, v, out, lse, N, sm_scale * LOG2E.value, HEAD_DIM=D)
+    return out, lse
+
+
+# %%
+check("flash_forward_causal", flash_forward_causal)
+
+# %% [markdown]
+# The skipped tiles show in the traffic. At this small $N$ the causal kernel loads about two thirds of
+# what the full one loads (the diagonal tiles are a large share); the fraction falls towards one half
+# as $N$ grows.
+
+# %%
+flash_forward_causal(q, k, v)  # compile and tune once on a GPU
+causal_moved = triton_traffic(flash_forward_causal, q, k, v)
+print(f"full:   {flash_moved}")
+print(f"causal: {causal_moved}  ({causal_moved.bytes_loaded / flash_moved.bytes_loaded:.2f} of the loads)")
+
+# %% [markdown]
+# ## How fast is it?
+#
+# The benchmark runs float16, 16 heads of dimension 128, $B \cdot N = 16{,}384$ tokens, from
+# $N = 1024$ to $16{,}384$, against PyTorch's SDPA with each of its backends: `flash` (Tri Dao's
+# FlashAttention-2, in CUDA), `cuDNN` (NVIDIA's fused attention, which on Hopper uses the newest
+# instructions), `mem-efficient` (another tiled kernel), and the naive version where it fits.
+# TFLOP/s count $4BHN^2D$ FLOPs, halved when causal. On a GPU the cell measures your kernels now;
+# without one, it shows the figures `make bench` recorded with the course's solutions.
+
+# %%
+def sdpa(backend):
+    """SDPA restricted to one backend (raises if that backend cannot run here)."""
+    def run(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def runs_here(fn):
+    try:
+        fn()
+        return True
+    except RuntimeError:
+        return False
+
+
+def attention_benches(causal):
+    """Bench items at the course's sizes, for compare(): your kernel first, then the baselines."""
+    H, D = 16, 128
+    ours = flash_forward_causal if causal else flash_forward
+    impls = {"your kernel": lambda q, k, v: ours(q, k, v)[0],
+             "SDPA flash": lambda q, k, v: sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v, causal),
+             "SDPA cuDNN": lambda q, k, v: sdpa(SDPBackend.CUDNN_ATTENTION)(q, k, v, causal),
+             "SDPA mem-efficient": lambda q, k, v: sdpa(SDPBackend.EFFICIENT_ATTENTION)(q, k, v, causal),
+             "naive (materialized S)": lambda q, k, v: naive_attention(q, k, v, causal)[0]}
+    benches = []
+    for B, N in ((16, 1024), (4, 4096), (1, 16384)):
+        q, k, v = (torch.randn(B, H, N, D, device=DEVICE, dtype=torch.float16) for _ in range(3))
+        fits = 3 * B * H * N * N * 2 < torch.cuda.mem_get_info()[0] / 2
+        calls = {name: (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v)) for name, fn in impls.items()
+                 if fits or not name.startswith("naive")}
+        calls = {name: fn for name, fn in calls.items() if name == "your kernel" or runs_here(fn)}
+        benches.append(Bench("attention_fwd_causal" if causal else "attention_fwd", N,
+                             bytes=4 * B * H * N * D * 2, flops=4 * B * H * N * N * D // (2 if causal else 1),
+                             impls=calls, label=f"B{B} N{N}", metric="TFLOP/s"))
+    return benches
+
+
+full_rows = compare("attention_fwd", lambda: attention_benches(causal=False))
+
+# %%
+causal_rows = compare("attention_fwd_causal", lambda: attention_benches(causal=True))
+
+# %% [markdown]
+# What to look for:
+#
+# - the kernels' TFLOP/s against SDPA's flash backend (FlashAttention-2): the goal of this lesson is
+#   to match it. cuDNN is faster still on Hopper: it uses asynchronous copies and warp
+#   specialisation (some warps load while others compute) that this lesson's kernel leaves to the
+#   compiler;
+# - causal against full: close to the same TFLOP/s at long $N$ means about half the time, because
+#   half the tiles are skipped;
+# - naive: an order of magnitude slower, and absent where its $N \times N$ matrices would not fit.
+#
+# (Recorded rows are labelled "triton (ours)": the course's solution, which is what exercises 2 and
+# 3 ask you to write.)
+#
+# ## The backward pass, by recomputation
+#
+# Training needs $dQ$, $dK$, $dV$ from the gradient of the output, $dO$. With $P$ at hand (the
+# naive way keeps it: another $N^2$ per head), the chain rule through $O = PV$ and the softmax gives,
+# for $S = \text{scale} \cdot QK^\top$:
+#
+# $$dV = P^\top dO, \qquad dP = dO\, V^\top, \qquad dS_{ij} = P_{ij}\,(dP_{ij} - \delta_i), \qquad
+#   dQ = \text{scale} \cdot dS\, K, \qquad dK = \text{scale} \cdot dS^\top Q,$$
+#
+# where $\delta_i = \sum_j P_{ij}\, dP_{ij}$ is the softmax's correction term. Two facts make it
+# tileable:
+#
+# 1. **$P$ can be recomputed** from $Q$, $K$ and the saved log-sum-exp: $P_{ij} = e^{S_{ij} -
+#    \mathrm{lse}_i}$, one tile at a time, exactly normalised, with no running max needed. This is why
+#    the forward pass saves the lse: $N$ numbers per head instead of $N^2$. Recomputing costs FLOPs,
+#    which the tensor cores have to spare; storing costs memory and bandwidth, which they don't.
+# 2. **$\delta$ needs no $P$ at all**: $\delta_i = \sum_j P_{ij} (dO_i \cdot V_j) = dO_i \cdot
+#    \sum_j P_{ij} V_j = dO_i \cdot O_i$, a row-wise dot product of two $N \times D$ tensors. A tiny
+#    kernel computes it first.
+#
+# The sums then run in two directions: $dV$ and $dK$ sum over queries (for each key), $dQ$ over keys
+# (for each query). FlashAttention-2's layout, used here, gives each its own kernel:
+#
+# - **dK/dV kernel**: one program per block of `BLOCK_N` keys, holding $K_j$, $V_j$ and the two
+#   accumulators; query blocks stream past. Per tile: $S^\top = K Q^\top$, $P^\top$ from the lse,
+#   $dV \mathrel{+}= P^\top dO$, $dP^\top = V dO^\top$, $dS^\top = P^\top \circ (dP^\top - \delta)$,
+#   $dK \mathrel{+}= dS^\top Q$. Causal: query blocks before the key block are skipped, the diagonal
+#   ones masked.
+# - **dQ kernel**: one program per block of `BLOCK_M` queries; K/V tiles stream past. Per tile: $S$,
+#   $P$, $dP = dO V^\top$, $dS$, $dQ \mathrel{+}= dS K$.
+#
+# Both recompute $S$ and $P$, and $dP$: 7 tile products where a single kernel would need 5. The
+# single-kernel alternative (the original FlashAttention-2 and SDPA's flash backend) adds each tile's
+# $dQ$ contribution into memory with atomic additions from many programs; two kernels need no atomics
+# and stay simple, at the price of about 40% more backward arithmetic.
+#
+# The preprocessing kernel, $\delta = \mathrm{rowsum}(dO \circ O)$ over all $B \cdot H \cdot N$ rows:
+
+# %%
+@triton.jit
+def bwd_preprocess_kernel(o_ptr, do_ptr, delta_ptr, n_rows, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """delta[i] = sum_d dO[i, d] * O[i, d], over all B*H*N rows."""
+    offs_m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    mask = offs_m[:, None] < n_rows
+    ptrs = offs_m.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
+    o = tl.load(o_ptr + ptrs, mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(delta_ptr + offs_m, tl.sum(o * do, 1), mask=offs_m < n_rows)
+
+
+DKDV_CONFIGS = configs(cpu=[(32, 64, 4, 1)],
+                       gpu=[(32, 64, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 3),
+                            (64, 64, 4, 3)])
+DQ_CONFIGS = configs(cpu=[(64, 32, 4, 1)],
+                     gpu=[(64, 32, 4, 3), (128, 64, 8, 3), (128, 64, 8, 2), (128, 32, 8, 3),
+                          (64, 64, 4, 3)])
+
+# %% [markdown]
+# ## Exercise 4 · Backward kernels and `torch.autograd.Function`
+#
+# Write the two loops, the two kernels, and the autograd wrapper; the launcher `flash_backward` and
+# `attention` are written for you. Guidance:
+#
+# - The kernels start like the forward: find the block, move every pointer (`q, k, v, do, dk, dv`
+#   or `dq` by `bh * n_ctx * HEAD_DIM`; `lse`, `delta` by `bh * n_ctx`), load what stays on chip.
+# - Work in base 2 as in the forward: `lse2 = lse * LOG2E`, `p = tl.exp2(s * qk_scale - lse2)`.
+# - Rows past `n_ctx`: in the dK/dV loop, load the lse with `other=float("inf")`, which makes those
+#   rows' $P$ zero; in the dQ loop, mask keys past `n_ctx` (`"keys"`) as in the forward.
+# - Masks go on the scores (`-inf`) before `tl.exp2`, so no exponential overflows.
+# - `tl.trans(x)` is a free transpose of a tile; `tl.dot(a, b, acc)` accumulates into `acc`.
+# - Multiply $dK$ and $dQ$ by `sm_scale` once, before storing.
+# - Causal: dK/dV streams query blocks from `start_n` (masked up to `start_n + BLOCK_N`, then
+#   unmasked to `n_ctx`; needs `BLOCK_N % BLOCK_M == 0`); dQ streams keys `0 .. start_m` unmasked,
+#   then the diagonal masked, numbering its blocks backwards like the forward.
+# - `FlashAttention.forward` runs the forward kernel of exercise 2 or 3, saves `q, k, v, out, lse`
+#   with `ctx.save_for_backward` and keeps `causal` and `sm_scale` on `ctx`; `backward` returns
+#   `dq, dk, dv, None, None` (one entry per input of `forward`).
+
+# %% tags=["exercise"]
+@triton.jit
+def bwd_dkdv_loop(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, offs_n, lo, hi, n_ctx, qk_scale,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL_MASK: tl.constexpr):
+    """Stream Q blocks lo..hi past one K/V block, accumulating dK (unscaled) and dV."""
+    # YOUR CODE HERE: for start_m in range(lo, hi, BLOCK_M): load qT (HEAD_DIM, BLOCK_M), do
+    # (BLOCK_M, HEAD_DIM), lse2 and delta for those rows; sT = tl.dot(k, qT); the causal mask;
+    # pT; dv += pT @ do; dpT = v @ do^T; dsT = pT * (dpT - delta[None, :]); dk += dsT @ qT^T.
+    return dk, dv
+
+
+@triton.autotune(configs=DKDV_CONFIGS, key=["n_ctx", "HEAD_DIM", "CAUSAL"], prune_configs_by=PRUNE)
+@triton.jit
+def bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+                    n_ctx, qk_scale, sm_scale, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program: dK and dV for BLOCK_N keys of one (batch, head), streaming the Q blocks that see them."""
+    # YOUR CODE HERE: pointers; load k, v (rows past n_ctx masked); dk, dv = 0; the loop(s);
+    # store dk * sm_scale and dv.
+    pass
+
+
+@triton.jit
+def bwd_dq_loop(dq, q, do, lse2, delta, k_ptr, v_ptr, offs_m, lo, hi, n_ctx, qk_scale,
+                HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr):
+    """Stream K/V tiles lo..hi past one Q block, accumulating dQ (unscaled)."""
+    # YOUR CODE HERE: for each tile: kT, vT (HEAD_DIM, BLOCK_N); s = q @ kT; the mask ("none",
+    # "keys" or "causal"); p; dp = do @ vT; ds = p * (dp - delta[:, None]); dq += ds @ kT^T.
+    return dq
+
+
+@triton.autotune(configs=DQ_CONFIGS, key=["n_ctx", "HEAD_DIM", "CAUSAL"], prune_configs_by=PRUNE)
+@triton.jit
+def bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, n_ctx, qk_scale, sm_scale,
+                  HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program: dQ for BLOCK_M queries of one (batch, head), streaming the K/V tiles they see."""
+    # YOUR CODE HERE: pointers; load q, do, lse2 and delta for the block; dq = 0; the loop(s);
+    # store dq * sm_scale.
+    pass
+
+
+def flash_backward(q, k, v, out, lse, dout, causal, sm_scale):
+    """dq, dk, dv from the inputs, the output, its lse and the output's gradient (recomputing P)."""
+    q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
+    B, H, N, D = q.shape
+    delta = torch.empty_like(lse)
+    rows, block = B * H * N, 64
+    bwd_preprocess_kernel[(triton.cdiv(rows, block),)](out, dout, delta, rows, HEAD_DIM=D, BLOCK=block)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    args = (q, k, v, dout, lse, delta)
+    grid_kv = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)  # noqa: E731
+    bwd_dkdv_kernel[grid_kv](*args, dk, dv, N, sm_scale * LOG2E.value, sm_scale, HEAD_DIM=D, CAUSAL=causal)
+    grid_q = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
+    bwd_dq_kernel[grid_q](*args, dq, N, sm_scale * LOG2E.value, sm_scale, HEAD_DIM=D, CAUSAL=causal)
+    return dq, dk, dv
+
+
+class FlashAttention(torch.autograd.Function):
+    """Forward by the Triton kernels; backward recomputes P from q, k and the saved lse."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        # YOUR CODE HERE: out, lse from flash_forward or flash_forward_causal; save what backward needs.
+        raise NotImplementedError("write FlashAttention.forward")
+
+    @staticmethod
+    def backward(ctx, dout):
+        # YOUR CODE HERE: the saved tensors, then flash_backward; one gradient per input of forward.
+        raise NotImplementedError("write FlashAttention.backward")
+
+
+def attention(q, k, v, causal=False, sm_scale=None):
+    """Attention of (B, H, N, D) tensors, differentiable: loss.backward() runs the Triton backward."""
+    sm_scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+    return FlashAttention.apply(q, k, v, causal, sm_scale)
+
+
+# %% [markdown]
+# The check runs forward and backward with a fixed random $dO$ and compares the output and the three
+# gradients with PyTorch's autograd through `naive_attention`'s reference, in float64: float32 on the
+# CPU, float16 on a GPU, both masks.
+
+# %%
+check("attention_backward", attention)
+
+# %% [markdown]
+# `attention` is now a drop-in attention layer. A few steps of gradient descent on a toy problem,
+# side by side with SDPA, land on the same numbers:
+
+# %%
+torch.manual_seed(0)
+dtype = pick(cpu=torch.float32, gpu=torch.float16)
+x = torch.randn(2, 4, 48, 32, device=DEVICE, dtype=dtype)
+target = torch.randn_like(x)
+for name, attend in (("yours", attention), ("SDPA", lambda q, k, v, causal: F.scaled_dot_product_attention(
+        q, k, v, is_causal=causal))):
+    w = torch.eye(32, device=DEVICE, dtype=dtype).requires_grad_()
+    for _ in range(3):
+        h = x @ w
+        loss = (attend(h, h, h, causal=True) - target).pow(2).mean()
+        loss.backward()
+        with torch.no_grad():
+            w -= 0.5 * w.grad
+            w.grad = None
+    print(f"{name:>5}: loss {loss.item():.6f}")
+
+# %% [markdown]
+# ### Memory for training
+#
+# For the backward pass, the naive version keeps $P$ (and PyTorch's autograd keeps $S$ as well), so
+# a training step holds $O(N^2)$ per head until the backward has run, for every attention layer of
+# the model. FlashAttention keeps $Q, K, V, O$ and the lse: $O(N)$. On a GPU the next cell measures
+# the peak of a forward and backward; on the CPU it counts (at sizes the interpreter can run).
+
+# %%
+def forward_backward(fn, q, k, v, dout):
+    """The gradients of sum(fn(q, k, v) * dout) with respect to q, k and v (causal attention)."""
+    return torch.autograd.grad(fn(q, k, v, causal=True), (q, k, v), dout)
+
+
+def naive_out(q, k, v, causal):
+    return naive_attention(q, k, v, causal)[0]
+
+
+for n in pick(cpu=[128, 256], gpu=[1024, 4096, 16384]):
+    q, k, v, dout = (torch.randn(1, heads, n, D, device=DEVICE, dtype=dtype) for _ in range(4))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    yours = peak_memory(forward_backward, attention, q, k, v, dout)
+    line = f"N = {n:>6}: forward + backward, yours {yours / 2**20:8.1f} MiB"
+    if not ON_GPU or 4 * heads * n * n * 2 < torch.cuda.mem_get_info()[0] / 2:
+        line += f", naive {peak_memory(forward_backward, naive_out, q, k, v, dout) / 2**20:8.1f} MiB"
+    print(line)
+
+# %% [markdown]
+# The benchmark of a whole training step of attention (forward and backward, causal). TFLOP/s count
+# the forward's FLOPs times 3.5 (the usual convention: the backward does 2.5 times the forward's
+# matrix work), so they compare directly with SDPA's even though the two-kernel backward does more.
+
+# %%
+def training_benches():
+    H, D = 16, 128
+    fwd_bwd = lambda fn, q, k, v, dout: torch.autograd.grad(fn(q, k, v), (q, k, v), dout)  # noqa: E731
+    impls = {"your kernels": lambda q, k, v: attention(q, k, v, causal=True),
+             "SDPA flash": lambda q, k, v: sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v, True),
+             "SDPA cuDNN": lambda q, k, v: sdpa(SDPBackend.CUDNN_ATTENTION)(q, k, v, True)}
+    benches = []
+    for B, N in ((16, 1024), (4, 4096), (1, 16384)):
+        q, k, v, dout = (torch.randn(B, H, N, D, device=DEVICE, dtype=torch.float16) for _ in range(4))
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        calls = {name: (lambda fn=fn: fwd_bwd(fn, q, k, v, dout)) for name, fn in impls.items()}
+        calls = {name: fn for name, fn in calls.items() if name == "your kernels" or runs_here(fn)}
+        benches.append(Bench("attention_fwd_bwd_causal", N, bytes=8 * B * H * N * D * 2,
+                             flops=int(3.5 * 2 * B * H * N * N * D), impls=calls, label=f"B{B} N{N}",
+                             metric="TFLOP/s"))
+    return benches
+
+
+training_rows = compare("attention_fwd_bwd_causal", training_benches)
+
+# %% [markdown]
+# ## FlashAttention and grouped-query attention
+#
+# The two are often mentioned together and solve different problems:
+#
+# - **FlashAttention** changes *how attention is computed*: tiles on chip instead of an $N \times N$
+#   matrix in HBM. Same inputs, same outputs, same parameters.
+# - **Grouped-query attention** (GQA) changes *the model*: several query heads share one key/value
+#   head. It shrinks what a model must keep per generated token, the **KV cache**, by the group size.
+#
+# They are orthogonal and combine: a FlashAttention kernel handles GQA by letting the program of query
+# head $h$ read the K/V head $h \cdot H_{kv} / H$. That is one line of pointer arithmetic (try it: pass
+# `H` and `H_kv` to the kernel and offset `k_ptr`, `v_ptr` by the K/V head). What GQA saves, for a
+# model of 32 layers, 32 query heads of dimension 128, float16:
+
+# %%
+def kv_cache_gib(tokens, kv_heads, layers=32, head_dim=128, bytes_per=2):
+    return 2 * layers * kv_heads * head_dim * bytes_per * tokens / 2**30  # K and V, every layer
+
+
+for kv_heads, name in ((32, "multi-head (32 K/V heads)"), (8, "GQA, groups of 4 (8 K/V heads)"),
+                       (1, "multi-query (1 K/V head)")):
+    print(f"{name:>32}: {kv_cache_gib(1, kv_heads) * 2**20:6.0f} KiB per token, "
+          f"{kv_cache_gib(131072, kv_heads):5.1f} GiB for a 128k-token context")
+
+# %% [markdown]
+# FlashAttention does not shrink the KV cache, and GQA does not remove the $N \times N$ scores; a
+# long-context model wants both.
+#
+# ## The claims, tested
+#
+# Summaries of FlashAttention often say it is "2-4x faster in the forward pass" and "needs
+# $O(\sqrt{N})$ memory". The second is wrong, as measured above: the extra memory is $O(N)$. The
+# first depends entirely on what it is compared with. The cell below computes the speed-ups from this
+# lesson's figures (measured now on a GPU, or as recorded by `make bench`):
+
+# %%
+def speedups(rows, ours_names=("your kernel", "triton (ours)")):
+    """For each size: our time against each other implementation's."""
+    by_size = {}
+    for r in rows:
+        by_size.setdefault(r["label"], {})[r["impl"]] = r["ms"]
+    for label, times in by_size.items():
+        ours = next((times[n] for n in ours_names if n in times), None)
+        if ours is None:
+            continue
+        others = ", ".join(f"{name} {ms / ours:.2f}x" for name, ms in times.items() if name not in ours_names)
+        print(f"  {label:>12}: ours is faster than {others}")
+
+
+for title, rows in (("forward, full", full_rows), ("forward, causal", causal_rows),
+                    ("forward + backward, causal", training_rows)):
+    print(title)
+    if rows:
+        speedups(rows)
+    else:
+        print("  no figures for this yet: run `make bench` on a GPU (or this notebook on one)")
+
+# %% [markdown]
+# Read "faster than X 2.00x" as "X takes twice as long". Against the naive version the forward
+# speed-up is not 2-4x but larger, and it grows with the number of masked scores the naive version
+# still computes (causal). Against another fused kernel (SDPA flash) it is about 1x: the gain comes
+# from not materialising $S$, and any tiled kernel gets it. The "2-4x" of the original FlashAttention
+# paper was measured on an A100 against the PyTorch and Megatron attention of 2022, including dropout
+# and masking kernels; quote a speed-up only with its baseline. The longer contexts are real: the
+# naive version runs out of memory where a tiled kernel needs a few MiB more per doubling of $N$.
+#
+# ## Takeaways
+# - Naive attention materialises $S$ and $P$: about $9N^2$ elements moved per head, $O(N^2)$ memory,
+#   six memory-bound kernels.
+# - FlashAttention keeps a query block on chip and streams K/V tiles past it, carrying the online
+#   softmax ($m$, $l$) and the rescaled accumulator; the output is normalised once at the end. Same
+#   arithmetic, exact result, one compute-bound kernel, $O(N)$ extra memory.
+# - Causal attention skips the tiles right of the diagonal and masks only the diagonal ones: half the
+#   work.
+# - The backward recomputes $P$ from the saved log-sum-exp instead of storing it, and uses
+#   $\delta = \mathrm{rowsum}(dO \circ O)$; dK/dV and dQ sum in different directions, hence two
+#   kernels (or one with atomic adds).
+# - Kernel details that matter: $K$ loaded transposed by pointer arithmetic, base-2 exponentials with
+#   $\log_2 e$ folded into the scale, float32 accumulators, masks only on the tiles that need them,
+#   int64 offsets, autotuned blocks.
+# - FlashAttention and GQA are orthogonal: one tiles the computation, the other shrinks the KV cache.
+# - A speed-up means nothing without its baseline: measure it.
+
+# %%
+self_check("06")
+
+# %%
+flashcards("06")

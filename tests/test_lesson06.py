@@ -1,0 +1,146 @@
+"""Lesson 06: the FlashAttention solutions pass their checks, and typical mistakes fail them."""
+
+import math
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from helpers import check
+from helpers.check import CheckFailed, NotDone
+from helpers.solutions import load_solution
+
+lesson06 = load_solution("06")
+
+
+def test_solutions_pass():
+    check("attention_tiled", lesson06.attention_tiled)
+    check("flash_forward", lesson06.flash_forward)
+    check("flash_forward_causal", lesson06.flash_forward_causal)
+    check("attention_backward", lesson06.attention)
+
+
+def test_stubs_are_not_done():
+    def stub(*args, **kwargs):
+        raise NotImplementedError("write it")
+    for name in ("attention_tiled", "flash_forward", "flash_forward_causal", "attention_backward"):
+        with pytest.raises(NotDone):
+            check(name, stub)
+
+
+def test_tiled_without_rescaling_fails():
+    def no_rescale(q, k, v, causal=False, sm_scale=None, block_n=16):
+        """Running max, but the old sum and output are never rescaled when it grows."""
+        sm_scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+        n = q.shape[2]
+        m = torch.full(q.shape[:3], -math.inf, dtype=q.dtype)
+        l = torch.zeros(q.shape[:3], dtype=q.dtype)
+        acc = torch.zeros_like(q)
+        rows = torch.arange(n)
+        for j in range(0, n, block_n):
+            s = q @ k[:, :, j:j + block_n].transpose(-2, -1) * sm_scale
+            if causal:
+                s = s.masked_fill(torch.arange(j, min(n, j + block_n))[None, :] > rows[:, None], -math.inf)
+            m = torch.maximum(m, s.amax(-1))
+            p = torch.exp(s - m[..., None])
+            l = l + p.sum(-1)
+            acc = acc + p @ v[:, :, j:j + block_n]
+        return acc / l[..., None], m + torch.log(l)
+    with pytest.raises(CheckFailed, match="off by more than"):
+        check("attention_tiled", no_rescale)
+
+
+def test_lse_in_base_two_fails():
+    def log2_lse(q, k, v, causal=False):
+        out, lse = lesson06.attention_tiled(q, k, v, causal)
+        return out, lse * 1.4426950408889634
+    with pytest.raises(CheckFailed, match=r"output\[1\]"):
+        check("attention_tiled", log2_lse)
+
+
+def _forward_with(kernel_body):
+    """A forward launcher around a kernel that calls the solution's tile loop as `kernel_body` says."""
+    def forward(q, k, v, sm_scale=None):
+        q, k, v, sm_scale = lesson06._prepare(q, k, v, sm_scale)
+        B, H, N, D = q.shape
+        out = torch.empty_like(q)
+        lse = torch.empty(B, H, N, dtype=torch.float32)
+        kernel_body[(triton.cdiv(N, 64), B * H)](q, k, v, out, lse, N, sm_scale * lesson06.LOG2E.value,
+                                                 HEAD_DIM=D, BLOCK_M=64, BLOCK_N=32)
+        return out, lse
+    return forward
+
+
+@triton.jit
+def _all_tiles_unmasked(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_ctx, qk_scale,
+                        HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1).to(tl.int64)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + bh * n_ctx * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=offs_m[:, None] < n_ctx, other=0.0)
+    acc, l_i, m_i = lesson06.fwd_tile_loop(
+        tl.zeros([BLOCK_M, HEAD_DIM], tl.float32), tl.zeros([BLOCK_M], tl.float32),
+        tl.full([BLOCK_M], float("-inf"), tl.float32), q, k_ptr + bh * n_ctx * HEAD_DIM,
+        v_ptr + bh * n_ctx * HEAD_DIM, offs_m, 0, n_ctx, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, "none")
+    tl.store(o_ptr + bh * n_ctx * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+             acc / l_i[:, None], mask=offs_m[:, None] < n_ctx)
+    tl.store(lse_ptr + bh * n_ctx + offs_m, (m_i + tl.log2(l_i)) * 0.6931471805599453, mask=offs_m < n_ctx)
+
+
+def test_forgotten_last_tile_mask_is_caught():
+    # the loop runs past n_ctx without masking the last tile: the interpreter's bounds check stops it
+    with pytest.raises(CheckFailed, match="out of bounds"):
+        check("flash_forward", _forward_with(_all_tiles_unmasked))
+
+
+def test_causal_without_mask_fails():
+    # the non-causal kernel is a causal kernel that forgot its mask
+    with pytest.raises(CheckFailed, match="off by more than"):
+        check("flash_forward_causal", lesson06.flash_forward)
+
+
+def _attention_with_backward(backward):
+    class Broken(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal, sm_scale):
+            forward = lesson06.flash_forward_causal if causal else lesson06.flash_forward
+            out, lse = forward(q, k, v, sm_scale)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.causal, ctx.sm_scale = causal, sm_scale
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            return (*backward(*ctx.saved_tensors, dout, ctx.causal, ctx.sm_scale), None, None)
+
+    def attention(q, k, v, causal=False, sm_scale=None):
+        return Broken.apply(q, k, v, causal, q.shape[-1] ** -0.5 if sm_scale is None else sm_scale)
+    return attention
+
+
+def _backward_without_delta(q, k, v, out, lse, dout, causal, sm_scale):
+    """dS = P * dP: the softmax's correction term delta left out (zero)."""
+    return lesson06.flash_backward(q, k, v, torch.zeros_like(out), lse, dout, causal, sm_scale)
+
+
+def _backward_without_scale(q, k, v, out, lse, dout, causal, sm_scale):
+    """dQ and dK not multiplied by sm_scale (P still recomputed with the right scale)."""
+    dq, dk, dv = lesson06.flash_backward(q, k, v, out, lse, dout, causal, sm_scale)
+    return dq / sm_scale, dk / sm_scale, dv
+
+
+@pytest.mark.parametrize("backward", [_backward_without_delta, _backward_without_scale],
+                         ids=["no delta", "no scale"])
+def test_wrong_backward_fails(backward):
+    with pytest.raises(CheckFailed, match="off by more than"):
+        check("attention_backward", _attention_with_backward(backward))
+
+
+def test_backward_returning_too_few_gradients_fails():
+    def no_grads(q, k, v, out, lse, dout, causal, sm_scale):
+        return None, None, None
+    with pytest.raises(CheckFailed, match="no gradient reached q"):
+        check("attention_backward", _attention_with_backward(no_grads))
