@@ -438,8 +438,9 @@ check("time_ms", time_ms)
 # %% [markdown]
 # On a GPU, the next cell times a real kernel three ways: the naive timer, your timer (with
 # `time.perf_counter` as the clock and four 256 MB inputs, together far larger than L2), and
-# `do_bench`. The last two should agree within a few percent. Without a GPU it runs your timer on a
-# simulated one.
+# `do_bench`. The last two should agree within about 10%: your timer also counts the launch and the
+# synchronisation, a few microseconds per run, which CUDA events leave out. (On an H200, for this
+# course: 0.141 ms against do_bench's 0.131 ms.) Without a GPU it runs your timer on a simulated one.
 
 # %%
 if ON_GPU:
@@ -455,9 +456,10 @@ else:
 
 # %% [markdown]
 # Rule 5 on a real GPU: the next cell times one float16 matmul of 8192³ on zeros and on random
-# numbers. Same instructions, same bytes; any difference comes from the data (switching fewer bits
-# draws less power, which lets the clocks stay higher). Without a GPU, it shows what `make bench`
-# recorded for that matmul on random data.
+# numbers. Same instructions, same bytes; any difference comes from the data (flipping fewer bits
+# draws less power, which lets the clocks stay higher). Measured for this course on an H200 (torch
+# 2.11, Triton 3.6): 754 TFLOP/s on zeros against 676 on random data, 12% faster on zeros. Without a
+# GPU, the cell shows what `make bench` recorded for cuBLAS on random data, by size.
 
 # %%
 def zeros_benches():

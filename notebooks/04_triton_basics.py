@@ -562,7 +562,13 @@ if ON_GPU:
 elif RECORDED_EXCERPT.exists():
     print(RECORDED_EXCERPT.read_text())
 else:
-    print("No GPU here, and no excerpt recorded yet.")
+    print("No GPU here, and no excerpt recorded yet (`PYTHONPATH=. python3 solutions/04_triton_basics.py` "
+          "on a GPU records one).\nWhat to look for in each stage:\n"
+          "  ttir:  tt.load of the A and B tiles, and one tt.dot per step of the K loop;\n"
+          "  ttgir: the same, with a layout per tensor, tiles staged in shared memory (local_alloc,\n"
+          "         async copies) and, on Hopper, warp-group dots;\n"
+          "  ptx:   wgmma.mma_async (Hopper) or mma.sync (Ampere) tensor-core instructions, cp.async\n"
+          "         copies into shared memory, and the registers per thread (spills should be 0).")
 
 # %% [markdown]
 # On an H100 or H200, `tl.dot` on float16 tiles becomes `wgmma` instructions (Hopper's warp-group

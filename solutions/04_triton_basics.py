@@ -1,8 +1,13 @@
 """Lesson 04 solutions: a 2-D kernel over strided tensors, grouped tile order, a tiled matmul, and a
 matmul whose epilogue adds a bias and applies GELU before the single store.
 
-Run this file on a GPU (`python3 solutions/04_triton_basics.py`) to check the matmuls against
-torch.matmul and time them; it writes a short excerpt of the compiled code when $OUT is set.
+Run this file on a GPU, from the repository's root:
+
+    PYTHONPATH=. python3 solutions/04_triton_basics.py
+
+It times the matmuls against cuBLAS, checks every exercise there, and records the excerpt of the
+compiled code that the notebook shows on a CPU (helpers/recorded/04_matmul_compiled.txt; with $OUT
+set, the excerpt and a log go there instead).
 """
 
 import torch
@@ -226,13 +231,15 @@ def _main():
     from helpers.bench import measure, tflops
     from helpers.traffic import triton_traffic
 
-    out = pathlib.Path(os.environ.get("OUT", "."))
+    recorded = pathlib.Path(__file__).resolve().parent.parent / "helpers" / "recorded"
+    out = pathlib.Path(os.environ["OUT"]) if os.environ.get("OUT") else recorded
     log = []
 
     def say(line):
         print(line, flush=True)
         log.append(line)
-        (out / "lesson04_gpu.txt").write_text("\n".join(log) + "\n")
+        if os.environ.get("OUT"):
+            (out / "lesson04_gpu.txt").write_text("\n".join(log) + "\n")
 
     say(describe())
     n = 1024
