@@ -132,7 +132,8 @@ def compare(group, make_benches):
         print_rows(rows, f"{group}: no GPU here, so these are the figures {where}; "
                          f"copy ceiling {data['copy_gbps']:.0f} GB/s")
     elif recorded():
-        print(f"{group}: no GPU here, and no figures recorded for this group yet (run `make bench` on a GPU).")
+        print(f"{group}: no GPU here, and no figures recorded for this group yet "
+              f"(run `make bench` on a GPU).")
     else:
         print(f"{group}: no GPU here and {where}.")
     return rows

@@ -30,7 +30,7 @@
 # through Triton's interpreter on the CPU. Everything in this lesson works on both.
 
 # %%
-from helpers import DEVICE, ON_GPU, check, describe, pick
+from helpers import DEVICE, ON_GPU, check, describe
 from helpers.bench import Bench, compare
 from helpers.cards import flashcards, self_check
 from helpers.interpreter import interpreted

@@ -23,13 +23,12 @@
 # Exercises: a fused `relu(x + bias) * scale + residual`, and a fused `GELU(x + bias)`.
 
 # %%
-from helpers import DEVICE, ON_GPU, check, describe, pick
+from helpers import DEVICE, check, describe
 from helpers.bench import Bench, compare
 from helpers.cards import flashcards, self_check
 from helpers.traffic import eager_traffic, triton_traffic
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -137,7 +136,7 @@ check("fused_chain", fused_chain)
 fused = triton_traffic(fused_chain, x, bias, residual, 0.5)
 print("eager:", eager)
 print("fused:", fused)
-print(f"the fused kernel moves {eager.bytes / fused.bytes:.1f}x fewer bytes in {eager.kernels}x fewer launches")
+print(f"fused: {eager.bytes / fused.bytes:.1f}x fewer bytes counted, {eager.kernels}x fewer launches")
 
 # %% [markdown]
 # The meter counts every lane's load, so the bias, read once per element that uses it, adds another

@@ -2,12 +2,18 @@
 
 import pytest
 import torch
-
 import triton
 import triton.language as tl
 
 from helpers import DEVICE, INTERPRET, check, exercises, records
-from helpers.check import CheckFailed, KernelTimeout, NotDone, compare_tensors, poisoned_allocations, unwritten
+from helpers.check import (
+    CheckFailed,
+    KernelTimeout,
+    NotDone,
+    compare_tensors,
+    poisoned_allocations,
+    unwritten,
+)
 from helpers.notebooks import defined_names
 from helpers.solutions import load_solution
 from helpers.traffic import eager_traffic, triton_traffic

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 import triton
 import triton.language as tl
 
