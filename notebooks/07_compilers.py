@@ -172,7 +172,7 @@ def gpu_code(name, fn, make_args):
     """Inductor's output for fn(*make_args()) on this GPU, or the copy recorded on one (or None)."""
     if ON_GPU:
         return "\n\n".join(run_and_get_code(torch.compile(fn), *make_args())[1])
-    path = RECORDED / f"{name}.py"
+    path = RECORDED / f"{name}.txt"
     if not path.exists():
         print(f"No GPU here, and no Triton code recorded yet ({path.name} is not in {RECORDED.name}/).")
         return None

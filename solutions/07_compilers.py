@@ -118,8 +118,9 @@ def attention_naive_jax(q, k, v, cap=None):
 
 
 def record_artifacts(folder):
-    """On a GPU: write the Triton code Inductor generates for the lesson's functions into `folder`,
-    with summary.json: kernel counts, and the compile time of each mode for `block` at full size."""
+    """On a GPU: write the Triton code Inductor generates for the lesson's functions into `folder`
+    (one NAME.txt per function), with summary.json: kernel counts, and the compile time of each
+    mode for `block` at full size. The notebook reads them from helpers/recorded/inductor_gpu/."""
     assert torch.cuda.is_available(), "record_artifacts needs a CUDA GPU"
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -139,7 +140,7 @@ def record_artifacts(folder):
     kernels = {}
     for name, (fn, args) in examples.items():
         codes = compiled_code(fn, *args)
-        (folder / f"{name}.py").write_text("\n\n".join(codes))
+        (folder / f"{name}.txt").write_text("\n\n".join(codes))  # .txt: generated code is not linted
         generated, library = [], []
         for code in codes:
             g, lib = inductor_kernels(code)
