@@ -169,7 +169,7 @@ def add_2d_benches():
                   impls={"triton": lambda: add_2d(xg, yg), "torch": lambda: xg + yg})]
 
 
-rows = compare("add_2d_fp32", add_2d_benches)
+timings = compare("add_2d_fp32", add_2d_benches)
 
 # %% [markdown]
 # ## Compile-time constants, warps and stages
@@ -183,8 +183,8 @@ rows = compare("add_2d_fp32", add_2d_benches)
 # Two launch options shape the compiled code without changing what it computes:
 #
 # - `num_warps`: how many warps (groups of 32 threads) share one program's tile. A 128 x 128 float32
-#   accumulator spread over 8 warps is 64 values per thread; over 4 warps, 128 values per thread,
-#   which may not fit in registers.
+#   accumulator spread over 8 warps is 64 values per thread; over 4 warps it is 128 values per
+#   thread, which leaves fewer registers for everything else.
 # - `num_stages`: how deep the software pipeline of a loop is. With 3 stages the loads of iterations
 #   `k + 1` and `k + 2` are in flight while iteration `k` computes, hiding memory latency at the cost
 #   of shared memory for the tiles in flight.
@@ -343,7 +343,8 @@ for group_m in (1, 8):
 
 # %% [markdown]
 # Fewer distinct strips per wave means more of each wave's loads are served by L2 instead of HBM.
-# On large matmuls that is typically worth a few percent; it costs four lines of integer arithmetic.
+# It costs four lines of integer arithmetic; what it gains depends on the sizes and the cache, so
+# measure it (a config with `GROUP_M = 1` is plain row-major order).
 #
 # ### Exercise 3 · The tiled matmul
 #
@@ -421,7 +422,7 @@ def matmul_benches():
     return benches
 
 
-rows = compare("matmul_fp16", matmul_benches)
+timings = compare("matmul_fp16", matmul_benches)
 
 # %% [markdown]
 # The same kernels on the roofline (measured now on a GPU, else the recorded figures): your tiled
@@ -502,8 +503,9 @@ check("matmul_bias_gelu", matmul_bias_gelu)
 # %% [markdown]
 # On a GPU, the fused kernel against the eager chain (matmul, bias add, GELU), against `torch.addmm`
 # (cuBLAS with the bias folded in) followed by GELU, and against `torch.compile`. The epilogue saves
-# two or three passes over C; how much that is worth depends on how the matmul's time compares with
-# the time to move C, so the shapes include a short K, where C dominates.
+# two passes over C (against addmm) to four (against the eager chain); how much that is worth
+# depends on how the matmul's time compares with the time to move C, so the shapes include a short
+# K, where C dominates.
 
 # %%
 def epilogue_benches():
@@ -522,7 +524,7 @@ def epilogue_benches():
     return benches
 
 
-rows = compare("matmul_bias_gelu_fp16", epilogue_benches)
+timings = compare("matmul_bias_gelu_fp16", epilogue_benches)
 
 # %% [markdown]
 # ## Reading the compiled code
@@ -571,10 +573,10 @@ else:
           "         copies into shared memory, and the registers per thread (spills should be 0).")
 
 # %% [markdown]
-# On an H100 or H200, `tl.dot` on float16 tiles becomes `wgmma` instructions (Hopper's warp-group
-# matrix multiply-accumulate), fed from shared memory that asynchronous copies (`cp.async`) fill
-# `num_stages` iterations ahead. On an A100 you would see `mma.sync` instead. Zero spills means the
-# accumulator fits in registers.
+# What to look for: on an H100 or H200, `tl.dot` on float16 tiles should become `wgmma`
+# instructions (Hopper's warp-group matrix multiply-accumulate), reading tiles from shared memory
+# that asynchronous copies (`cp.async`) fill up to `num_stages` iterations ahead; on an A100,
+# `mma.sync` instead. Zero spills means the accumulator fits in registers.
 #
 # ## Takeaways
 #
