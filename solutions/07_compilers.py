@@ -25,21 +25,11 @@ import triton
 from helpers.bench import Bench, measure
 from helpers.exercises.lesson07 import block, block_inputs, compiled_code, inductor_kernels
 
-# On a GPU, JAX would otherwise reserve 75% of its memory at the first JAX call, leaving too little
-# for PyTorch in the same process.
+# On a GPU, JAX would otherwise reserve 75% of the GPU's memory at its first call, leaving too
+# little for PyTorch in the same process.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 # ---------------------------------------------------------------- exercise 1
-
-
-def gelu_residual_fixed(x, residual, gate):
-    """residual + mean(sigmoid(gate)) * clamp(gelu(x), -10, 10), captured by Dynamo as one graph."""
-    h = F.gelu(x).clamp(-10.0, 10.0)    # the branch only clamped when needed: clamping always is the same
-    scale = torch.sigmoid(gate).mean()  # a 0-d tensor: it stays in the graph (and on the device)
-    return residual + scale * h         # no print: inspect values outside the compiled function
-
-
-# ---------------------------------------------------------------- exercise 2
 
 
 def predicted_kernels():
@@ -47,6 +37,16 @@ def predicted_kernels():
     bias, ReLU, the row reduction and the scaling all follow the matmul row by row, so they fuse
     into one generated kernel that reads the matmul's output once."""
     return {"generated": 1, "library": 1}
+
+
+# ---------------------------------------------------------------- exercise 2
+
+
+def gelu_residual_fixed(x, residual, gate):
+    """residual + mean(sigmoid(gate)) * clamp(gelu(x), -10, 10), captured by Dynamo as one graph."""
+    h = F.gelu(x).clamp(-10.0, 10.0)    # the branch only clamped when needed: clamping always is the same
+    scale = torch.sigmoid(gate).mean()  # a 0-d tensor: it stays in the graph (and on the device)
+    return residual + scale * h         # no print: inspect values outside the compiled function
 
 
 # ---------------------------------------------------------------- exercise 3

@@ -1,6 +1,7 @@
 """Lesson 07: the solutions pass their checks, typical mistakes fail them, and the counters count right."""
 
 import json
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +15,7 @@ from helpers.exercises import lesson07 as spec
 from helpers.solutions import load_solution
 
 lesson07 = load_solution("07")
-RECORDED = spec.__file__.replace("exercises/lesson07.py", "recorded/inductor_gpu/summary.json")
+RECORDED = pathlib.Path(spec.__file__).parents[1] / "recorded" / "inductor_gpu" / "summary.json"
 
 
 def test_solutions_pass():

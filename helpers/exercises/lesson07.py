@@ -1,4 +1,4 @@
-"""Lesson 07 exercises: a function with no graph breaks, Inductor's kernel count, XLA's fusions.
+"""Lesson 07 exercises: Inductor's kernel count, a function with no graph breaks, XLA's fusions.
 
 The second and third exercises are graded against the compilers themselves: the
 spec compiles the function on this machine and counts what Inductor or XLA
@@ -70,7 +70,7 @@ def fusion_count(hlo):
     return len(_FUSION.findall(entry_computation(hlo)))
 
 
-# ---------------------------------------------------------------- exercise 1: no graph breaks
+# ---------------------------------------------------------------- exercise 2: no graph breaks
 
 
 def gelu_residual_reference(x, residual, gate):
@@ -120,7 +120,7 @@ def _run_without_breaks(fn, *args):
     return out
 
 
-# ---------------------------------------------------------------- exercise 2: Inductor's kernels
+# ---------------------------------------------------------------- exercise 1: Inductor's kernels
 
 
 def block(x, w, b, g):
