@@ -1,6 +1,6 @@
 """Lesson 07 exercises: Inductor's kernel count, a function with no graph breaks, XLA's fusions.
 
-The second and third exercises are graded against the compilers themselves: the
+The first and third exercises are graded against the compilers themselves: the
 spec compiles the function on this machine and counts what Inductor or XLA
 produced, with the counters below.
 """
