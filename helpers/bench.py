@@ -9,6 +9,9 @@ Each solutions module may define `benchmarks()`, yielding `Bench` items;
 `python -m helpers.bench` (what `make bench` runs) times them all in one run,
 checks every implementation against the first one before timing it, and writes
 `helpers/recorded/bench.json` plus one plot per group in `notebooks/figures/`.
+A solutions module may also define `record_artifacts(folder)`: after the timings
+it writes into `helpers/recorded/` what its notebook shows of a GPU (compiled
+code, generated code) when run without one.
 """
 
 import dataclasses
@@ -233,6 +236,9 @@ def main(argv=None):
     lessons = [name.strip().zfill(2) for name in args.lesson.split(",")] if args.lesson else None
     ceiling, results = run(lessons)
     save(ceiling, results, lessons)
+    for module in solution_modules(lessons):  # what the notebooks show of a GPU besides timings
+        if hasattr(module, "record_artifacts"):
+            module.record_artifacts(RECORDED.parent)
     print(f"wrote {RECORDED.relative_to(ROOT)} and plots in {FIGURES.relative_to(ROOT)}/")
     return 0
 
