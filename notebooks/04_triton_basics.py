@@ -564,7 +564,8 @@ if ON_GPU:
 elif RECORDED_EXCERPT.exists():
     print(RECORDED_EXCERPT.read_text())
 else:
-    print("No GPU here, and no excerpt recorded yet (`make bench` on a GPU records one).\nWhat to look for in each stage:\n"
+    print("No GPU here, and no excerpt recorded yet (`make bench` on a GPU records one).\n"
+          "What to look for in each stage:\n"
           "  ttir:  tt.load of the A and B tiles, and one tt.dot per step of the K loop;\n"
           "  ttgir: the same, with a layout per tensor, tiles staged in shared memory (local_alloc,\n"
           "         async copies) and, on Hopper, warp-group dots;\n"
