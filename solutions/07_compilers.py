@@ -118,11 +118,11 @@ def attention_naive_jax(q, k, v, cap=None):
 
 
 def record_artifacts(folder):
-    """On a GPU: write the Triton code Inductor generates for the lesson's functions into `folder`
-    (one NAME.txt per function), with summary.json: kernel counts, and the compile time of each
-    mode for `block` at full size. The notebook reads them from helpers/recorded/inductor_gpu/."""
+    """On a GPU (called by `make bench` with helpers/recorded/): write the Triton code Inductor
+    generates for the lesson's functions into folder/inductor_gpu/ (one NAME.txt per function), with
+    summary.json: kernel counts, and the compile time of each mode for `block` at full size."""
     assert torch.cuda.is_available(), "record_artifacts needs a CUDA GPU"
-    folder = pathlib.Path(folder)
+    folder = pathlib.Path(folder) / "inductor_gpu"
     folder.mkdir(parents=True, exist_ok=True)
     cuda = torch.device("cuda")
     fp16 = dict(device=cuda, dtype=torch.float16)
