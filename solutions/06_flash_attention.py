@@ -483,7 +483,7 @@ def benchmarks():
             for name, fn in attention_impls(causal).items():
                 if name.startswith("naive") and 3 * B * H * N * N * 2 > free / 2:
                     continue  # S, P and a temporary: more memory than we want to ask for
-                call = lambda fn=fn, q=q, k=k, v=v: fn(q, k, v, causal)
+                call = lambda fn=fn, q=q, k=k, v=v, causal=causal: fn(q, k, v, causal)
                 if name == "triton (ours)" or _works(call):
                     impls[name] = call
             flops = 4 * B * H * N * N * D // (2 if causal else 1)
@@ -497,7 +497,7 @@ def benchmarks():
         named.update((name, fn) for name, fn in baselines.items() if name.startswith("SDPA"))
         impls = {}
         for name, fn in named.items():
-            call = lambda fn=fn: _fwd_bwd(fn, q, k, v, dout, True)
+            call = lambda fn=fn, q=q, k=k, v=v, dout=dout: _fwd_bwd(fn, q, k, v, dout, True)
             if name == "triton (ours)" or _works(call):
                 impls[name] = call
         flops = int(3.5 * 4 * B * H * N * N * D // 2)  # forward 1x + backward 2.5x, causal halves both

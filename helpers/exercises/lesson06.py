@@ -107,9 +107,11 @@ def _attention_out(q, k, v, causal=False):
 # hands it on as a relative error of the weights; with BIG_SCALE that reaches ~3e-5, over the default 1e-5.
 FP32 = {torch.float32: (1e-4, 1e-4)}
 # float16 gradients on a GPU: P and dS are rounded to float16 (a unit of 2**-11) before the matrix
-# products, as in FlashAttention-2 and PyTorch's flash backend, and dQ, dK sum N such products whose
-# size grows with the scores; errors of a few 1e-3 are normal there, and wrong formulas are off by O(1).
-GRADS = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-2, 1e-2)}
+# products, as in FlashAttention-2, and dQ, dK sum N such products whose size grows with the scores.
+# Measured on an H200: on the large-score case PyTorch's flash backend is off by up to 1.4e-2 (on
+# elements near 0.04), exactly as much as the course's kernels; elsewhere both stay under 1e-3.
+# 3e-2 leaves room for other random draws; a wrong formula is off by the size of the gradient itself.
+GRADS = {torch.float32: (1e-4, 1e-4), torch.float16: (3e-2, 1e-2)}
 
 EXERCISES = [
     Exercise("06", "attention_tiled", "tiled attention, online softmax (PyTorch)", attention_reference,
