@@ -78,7 +78,7 @@ def naive_attention(q, k, v, causal=False, sm_scale=None):
     if causal:                                       # query i may only see keys j <= i
         n = q.shape[-2]
         future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
-        s = s.masked_fill(future, float("-inf"))     # read 2N^2 (+mask), write N^2
+        s = s.masked_fill(future, float("-inf"))     # read N^2 (+ mask), write N^2
     lse = torch.logsumexp(s, dim=-1)                 # read N^2,          write N
     p = torch.exp(s - lse[..., None])                # read N^2 + N, write N^2; read N^2, write N^2
     return p @ v, lse                                # read N^2 + ND,     write ND
@@ -114,9 +114,10 @@ print(f"without the reshapes: {len(real)} kernels, {sum(nbytes for _, nbytes in 
 
 # %% [markdown]
 # (`_unsafe_view` is the reshape of a batched matrix product's result: it moves nothing, but the
-# meter lists it.) The rest agrees with the formula. Each of those six operations is a separate kernel
-# doing almost no arithmetic per byte, so on a GPU naive attention runs at the speed of memory, not of
-# the tensor cores.
+# meter lists it.) The rest agrees with the formula: six kernels, each writing or reading an
+# $N \times N$ matrix. Four of them do a few operations per element they move, and even the two matrix
+# products do only about $D$ per element of $S$, so on a GPU naive attention runs at the speed of
+# memory, far below that of the tensor cores.
 #
 # ### What it holds
 #
@@ -457,8 +458,9 @@ print(f"tiles computed: {counts[1] + counts[2]} of {kinds.numel()} ({counts[1]} 
 #
 # With `BLOCK_M` a multiple of `BLOCK_N` (all our configs), the query block starting at `start_m`
 # sees keys `0 .. start_m - 1` in whole tiles without a mask, and the tiles from `start_m` to
-# `start_m + BLOCK_M - 1` (cut at `n_ctx`) with the causal mask. Those diagonal tiles also contain
-# every key past the end that any valid query could see, so the causal mask hides those too.
+# `start_m + BLOCK_M - 1` (cut at `n_ctx`) with the causal mask. Keys past the end can only turn up in
+# those diagonal tiles, and they come after every valid query, so the causal mask hides them too (their
+# loads still need the `n_ctx` mask).
 #
 # One more detail: the query blocks near the end have the most tiles to visit. Launching them first
 # (numbering the blocks backwards) keeps the GPU from finishing with a few long programs running
@@ -579,8 +581,8 @@ causal_rows = compare("attention_fwd_causal", lambda: attention_benches(causal=T
 #   Triton 3.6, measured for this lesson) the course's kernel ran at 400-470 TFLOP/s full and
 #   320-490 causal, 1.3 to 1.6 times SDPA flash (300-345 and 245-305). That is not because it is
 #   cleverer than FlashAttention-2: FlashAttention-2 was written for the A100, and on a Hopper GPU it
-#   still issues the A100's matrix instructions. Triton compiles `tl.dot` to Hopper's own warpgroup
-#   instructions (`wgmma`);
+#   still issues the A100's matrix instructions (FlashAttention-3 is the Hopper rewrite). Triton
+#   compiles `tl.dot` to Hopper's own warpgroup instructions (`wgmma`);
 # - cuDNN, faster still (535-580 full, 405-525 causal there): besides `wgmma` it uses Hopper's copy
 #   engine (TMA) and warp specialisation, some warps loading the next tiles while others compute,
 #   which this lesson's kernel leaves to the compiler's software pipelining (`num_stages`);
@@ -590,8 +592,9 @@ causal_rows = compare("attention_fwd_causal", lambda: attention_benches(causal=T
 #   and absent where its $N \times N$ matrices would not fit.
 #
 # One thing tried for this lesson did not pay: rescaling `acc` only when the max grows by more than a
-# threshold (5-12% slower here: the branch costs more than the multiplications it saves). Among the
-# configs, 128-query blocks with 8 warps won at every long $N$.
+# threshold (5-12% slower here: the branch costs more than the multiplications it saves). The
+# autotuner chose blocks of 128 queries with 8 warps for full attention at every size, and for causal
+# from $N = 4096$ up.
 #
 # (Recorded rows are labelled "triton (ours)": the course's solution, which is what exercises 2 and
 # 3 ask you to write.)
@@ -617,7 +620,7 @@ causal_rows = compare("attention_fwd_causal", lambda: attention_benches(causal=T
 #    kernel computes it first.
 #
 # The sums then run in two directions: $dV$ and $dK$ sum over queries (for each key), $dQ$ over keys
-# (for each query). FlashAttention-2's layout, used here, gives each its own kernel:
+# (for each query). This lesson gives each its own kernel:
 #
 # - **dK/dV kernel**: one program per block of `BLOCK_N` keys, holding $K_j$, $V_j$ and the two
 #   accumulators; query blocks stream past. Per tile: $S^\top = K Q^\top$, $P^\top$ from the lse,
@@ -628,9 +631,10 @@ causal_rows = compare("attention_fwd_causal", lambda: attention_benches(causal=T
 #   $P$, $dP = dO V^\top$, $dS$, $dQ \mathrel{+}= dS K$.
 #
 # Both recompute $S$ and $P$, and $dP$: 7 tile products where a single kernel would need 5. The
-# single-kernel alternative (the original FlashAttention-2 and SDPA's flash backend) adds each tile's
-# $dQ$ contribution into memory with atomic additions from many programs; two kernels need no atomics
-# and stay simple, at the price of about 40% more backward arithmetic.
+# single-kernel alternative (FlashAttention-2's CUDA code, and so SDPA's flash backend) runs only the
+# dK/dV kernel and adds each tile's $dQ$ contribution into a float32 buffer with atomic additions from
+# many programs. Two kernels need no atomics and stay simple, at the price of about 40% more backward
+# arithmetic.
 #
 # The preprocessing kernel, $\delta = \mathrm{rowsum}(dO \circ O)$ over all $B \cdot H \cdot N$ rows:
 
@@ -755,8 +759,8 @@ def attention(q, k, v, causal=False, sm_scale=None):
 
 # %% [markdown]
 # The check runs forward and backward with a fixed random $dO$ and compares the output and the three
-# gradients with PyTorch's autograd through `naive_attention`'s reference, in float64: float32 on the
-# CPU, float16 on a GPU, both masks.
+# gradients with PyTorch's autograd through the naive reference in float64. Your kernels run in
+# float32 on the CPU and float16 on a GPU, with both masks.
 
 # %%
 check("attention_backward", attention)
@@ -766,12 +770,15 @@ check("attention_backward", attention)
 # side by side with SDPA, land on the same numbers:
 
 # %%
+def sdpa_attention(q, k, v, causal=False):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
 torch.manual_seed(0)
 dtype = pick(cpu=torch.float32, gpu=torch.float16)
 x = torch.randn(2, 4, 48, 32, device=DEVICE, dtype=dtype)
 target = torch.randn_like(x)
-for name, attend in (("yours", attention), ("SDPA", lambda q, k, v, causal: F.scaled_dot_product_attention(
-        q, k, v, is_causal=causal))):
+for name, attend in (("yours", attention), ("SDPA", sdpa_attention)):
     w = torch.eye(32, device=DEVICE, dtype=dtype).requires_grad_()
     for _ in range(3):
         h = x @ w
@@ -852,9 +859,9 @@ training_rows = compare("attention_fwd_bwd_causal", training_benches)
 #   head. It shrinks what a model must keep per generated token, the **KV cache**, by the group size.
 #
 # They are orthogonal and combine: a FlashAttention kernel handles GQA by letting the program of query
-# head $h$ read the K/V head $h \cdot H_{kv} / H$. That is one line of pointer arithmetic (try it: pass
-# `H` and `H_kv` to the kernel and offset `k_ptr`, `v_ptr` by the K/V head). What GQA saves, for a
-# model of 32 layers, 32 query heads of dimension 128, float16:
+# head $h$ read the K/V head $\lfloor h \cdot H_{kv} / H \rfloor$. That is one line of pointer
+# arithmetic (try it: pass `H` and `H_kv` to the kernel and offset `k_ptr`, `v_ptr` by the K/V head).
+# What GQA saves, for a model of 32 layers, 32 query heads of dimension 128, float16:
 
 # %%
 def kv_cache_gib(tokens, kv_heads, layers=32, head_dim=128, bytes_per=2):
@@ -888,7 +895,7 @@ def speedups(rows, ours_names=("your kernel", "triton (ours)")):
         if ours is None:
             continue
         others = ", ".join(f"{name} {ms / ours:.2f}x" for name, ms in times.items() if name not in ours_names)
-        print(f"  {label:>12}: ours is faster than {others}")
+        print(f"  {label:>12}, time relative to ours: {others}")
 
 
 for title, rows in (("forward, full", full_rows), ("forward, causal", causal_rows),
@@ -900,7 +907,8 @@ for title, rows in (("forward, full", full_rows), ("forward, causal", causal_row
         print("  no figures for this yet: run `make bench` on a GPU (or this notebook on one)")
 
 # %% [markdown]
-# Read "faster than X 2.00x" as "X takes twice as long". On the H200 of this lesson's measurements:
+# "X 2.00x" means that X takes twice as long as the course's kernel. On the H200 of this lesson's
+# measurements:
 #
 # - against the naive version the forward speed-up was 8 to 10 times (full) and 18 to 27 times
 #   (causal, where the naive version still computes every masked score). SDPA's FlashAttention-2
