@@ -157,32 +157,27 @@ def _rel_error(out, ref):
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def run(lessons=None):
-    import triton
-
+def run(module, ceiling):
+    """Time every Bench of one solutions module; return the rows."""
     results = []
-    print(f"device: {torch.cuda.get_device_name()} | torch {torch.__version__} | triton {triton.__version__}")
-    ceiling = copy_ceiling()
-    print(f"copy ceiling: {ceiling:.0f} GB/s")
-    for module in solution_modules(lessons):
-        if not hasattr(module, "benchmarks"):
-            continue
-        for b in module.benchmarks():
-            rows = time_bench(b, ceiling)
-            results += rows
-            for row in rows:
-                value = row["gbps"] if b.metric == "GB/s" else row["tflops"]
-                print(f"{b.group:>24} {row['label']:>18} {row['impl']:>26}: {row['ms']:9.4f} ms "
-                      f"{value:8.1f} {b.metric}")
-            torch.cuda.empty_cache()
-    return ceiling, results
+    for b in module.benchmarks():
+        rows = time_bench(b, ceiling)
+        results += rows
+        for row in rows:
+            value = row["gbps"] if b.metric == "GB/s" else row["tflops"]
+            print(f"{b.group:>24} {row['label']:>18} {row['impl']:>26}: {row['ms']:9.4f} ms "
+                  f"{value:8.1f} {b.metric}", flush=True)
+        del b
+        torch.cuda.empty_cache()
+    return results
 
 
-def save(ceiling, results, lessons=None):
+def save(ceiling, results, partial=False):
+    """Write the JSON and the plots; a partial run (some lessons) keeps the other groups' old rows."""
     import triton
 
     old = recorded() or {}
-    if lessons and old.get("results"):  # a partial run replaces only its own lessons' rows
+    if partial and old.get("results"):
         groups = {r["group"] for r in results}
         results = [r for r in old["results"] if r["group"] not in groups] + results
     data = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -233,11 +228,19 @@ def main(argv=None):
         return 0
     import helpers  # noqa: F401  (picks the GPU before the solutions define their kernels)
 
+    import triton
+
     lessons = [name.strip().zfill(2) for name in args.lesson.split(",")] if args.lesson else None
-    ceiling, results = run(lessons)
-    save(ceiling, results, lessons)
-    for module in solution_modules(lessons):  # what the notebooks show of a GPU besides timings
-        if hasattr(module, "record_artifacts"):
+    print(f"device: {torch.cuda.get_device_name()} | torch {torch.__version__} | triton {triton.__version__}")
+    ceiling = copy_ceiling()
+    print(f"copy ceiling: {ceiling:.0f} GB/s", flush=True)
+    results = []
+    for module in solution_modules(lessons):
+        if hasattr(module, "benchmarks"):
+            results += run(module, ceiling)
+        # saved after each lesson, so an interrupted run keeps what it measured
+        save(ceiling, results, partial=lessons is not None)
+        if hasattr(module, "record_artifacts"):  # what the notebook shows of a GPU besides timings
             module.record_artifacts(RECORDED.parent)
     print(f"wrote {RECORDED.relative_to(ROOT)} and plots in {FIGURES.relative_to(ROOT)}/")
     return 0

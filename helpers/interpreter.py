@@ -235,23 +235,25 @@ def interpreted():
 
 
 def _route_jit_through_interpreter():
-    """On a GPU, run compiled kernels through the interpreter for the length of a recording."""
+    """On a GPU, run compiled kernels (and the @triton.jit functions they call) through the interpreter."""
     from triton.runtime import interpreter, jit
 
-    original = jit.JITFunction.run
-    if getattr(original, "_course_routed", False):
+    original_run, original_call = jit.JITFunction.run, jit.JITFunction.__call__
+    if getattr(original_run, "_course_routed", False):
         return lambda: None
 
     def run(self, *args, grid, warmup, **kwargs):
         if warmup:
             return None
-        fn = interpreter.InterpretedFunction(self.fn)
-        return fn.run(*args, grid=grid, warmup=False, **kwargs)
+        return interpreter.InterpretedFunction(self.fn).run(*args, grid=grid, warmup=False, **kwargs)
+
+    def call(self, *args, **kwargs):  # a @triton.jit helper called from inside a kernel
+        return interpreter.InterpretedFunction(self.fn)(*args, **kwargs)
 
     run._course_routed = True
-    jit.JITFunction.run = run
+    jit.JITFunction.run, jit.JITFunction.__call__ = run, call
 
     def undo():
-        jit.JITFunction.run = original
+        jit.JITFunction.run, jit.JITFunction.__call__ = original_run, original_call
 
     return undo

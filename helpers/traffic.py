@@ -24,7 +24,7 @@ from helpers import interpreter
 
 # ops that allocate or relabel memory without reading or writing tensor data
 _FREE = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
-         "lift_fresh", "_local_scalar_dense", "set_", "resize_"}
+         "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_unsafe_view"}
 
 
 @dataclasses.dataclass
