@@ -226,12 +226,10 @@ def main(argv=None):
         print("make bench needs a CUDA GPU, and PyTorch sees none here: nothing to time. "
               "The notebooks show the figures recorded on a GPU instead.")
         return 0
-    import helpers  # noqa: F401  (picks the GPU before the solutions define their kernels)
-
-    import triton
+    import helpers  # picks the GPU before the solutions define their kernels
 
     lessons = [name.strip().zfill(2) for name in args.lesson.split(",")] if args.lesson else None
-    print(f"device: {torch.cuda.get_device_name()} | torch {torch.__version__} | triton {triton.__version__}")
+    print(helpers.describe())
     ceiling = copy_ceiling()
     print(f"copy ceiling: {ceiling:.0f} GB/s", flush=True)
     results = []
