@@ -196,7 +196,20 @@ def install():
 
     interpreter.InterpreterBuilder.set_grid_dim = set_grid_dim
     _wrap_launch(interpreter.GridExecutor)
+    _fix_index_for_new_numpy(interpreter)
     _installed = True
+
+
+def _fix_index_for_new_numpy(interpreter):
+    """Triton 3.6's interpreter turns a 1-element array into an int in a way numpy >= 2.4 refuses
+    (`range(n)` over a runtime `n` fails); Triton 3.9 fixed it. Apply the same fix to older ones."""
+    patch_tensor = interpreter._patch_lang_tensor
+
+    def _patch_lang_tensor(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = _patch_lang_tensor
 
 
 class Recorder:
