@@ -261,7 +261,14 @@ def _route_jit_through_interpreter():
         return interpreter.InterpretedFunction(self.fn).run(*args, grid=grid, warmup=False, **kwargs)
 
     def call(self, *args, **kwargs):  # a @triton.jit helper called from inside a kernel
-        return interpreter.InterpretedFunction(self.fn)(*args, **kwargs)
+        # Like InterpretedFunction.__call__, but undoing its patches of triton.language afterwards:
+        # left in place, they would break every kernel compiled later in the process.
+        fn = interpreter.InterpretedFunction(self.fn)
+        scope = interpreter._patch_lang(self.fn)
+        try:
+            return fn.rewrite()(*args, **kwargs)
+        finally:
+            scope.restore()
 
     run._course_routed = True
     jit.JITFunction.run, jit.JITFunction.__call__ = run, call

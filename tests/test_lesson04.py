@@ -94,7 +94,8 @@ def test_sloppy_matmul_without_mistakes_passes():
 
 
 def test_matmul_without_k_mask_fails():
-    with pytest.raises(CheckFailed, match="out of bounds|off by"):
+    # the interpreter stops the stray loads; on a GPU they read whatever lies there (often NaN)
+    with pytest.raises(CheckFailed, match="out of bounds|off by|NaN"):
         check("matmul", sloppy_matmul(mask_k=False))
 
 
