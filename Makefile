@@ -33,7 +33,7 @@ $(STAMP): requirements.txt constraints-cpu.txt
 	@echo "==> Installed. $$($(BIN)/python -c 'import torch, triton; print("torch", torch.__version__, "| triton", triton.__version__, "| GPU:", torch.cuda.is_available())')"
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/01_what_is_a_kernel.ipynb
+	$(BIN)/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/01_what_is_a_kernel.ipynb
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest tests
