@@ -10,52 +10,98 @@
     front = "..."
     back = "..."
 
-A lesson ends with `self_check("NN")` and `flashcards("NN")`. Both render as
-folded HTML blocks, which any notebook viewer shows; in JupyterLab the
-flashcards are also clickable widgets.
+A lesson ends with `self_check("NN")` and `flashcards("NN")`. In JupyterLab the
+flashcards are widgets: click "show answer", then "knew it" or "didn't", and the
+answer goes into your review schedule (`helpers.review`, `make review`). Where
+widgets cannot run (a static viewer such as GitHub's), the same cards show as
+folded question/answer blocks. `review()` is the review notebook's drill: the
+cards due today from every lesson, one at a time.
 """
 
+import hashlib
 import html
 import pathlib
+import re
 import tomllib
 
 CARDS = pathlib.Path(__file__).resolve().parent / "cards"
 
 
-def card_file(lesson):
-    found = sorted(CARDS.glob(f"{lesson}_*.toml"))
+def card_file(lesson, folder=None):
+    found = sorted(pathlib.Path(folder or CARDS).glob(f"{lesson}_*.toml"))
     if len(found) != 1:
         raise FileNotFoundError(f"expected one helpers/cards/{lesson}_*.toml, found {len(found)}")
     return found[0]
 
 
-def load(lesson):
+def load(lesson, folder=None):
     """{'self_check': [...], 'flashcards': [...]} for lesson "NN"."""
-    data = tomllib.loads(card_file(lesson).read_text(encoding="utf-8"))
+    path = card_file(lesson, folder)
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
     for key, fields in (("self_check", ("question", "answer")), ("flashcards", ("front", "back"))):
         for i, item in enumerate(data.get(key, [])):
             missing = [f for f in fields if not str(item.get(f, "")).strip()]
             if missing:
-                raise ValueError(f"{card_file(lesson).name}: {key}[{i}] lacks {', '.join(missing)}")
+                raise ValueError(f"{path.name}: {key}[{i}] lacks {', '.join(missing)}")
     return data
 
 
-def all_lessons():
-    return sorted(p.name[:2] for p in CARDS.glob("[0-9][0-9]_*.toml"))
+def all_lessons(folder=None):
+    return sorted(p.name[:2] for p in pathlib.Path(folder or CARDS).glob("[0-9][0-9]_*.toml"))
+
+
+def lesson_title(lesson, folder=None):
+    """"What is a kernel" for 01_what_is_a_kernel.toml (or the file's own `title`)."""
+    path = card_file(lesson, folder)
+    title = tomllib.loads(path.read_text(encoding="utf-8")).get("title")
+    return title or path.stem[3:].replace("_", " ").capitalize()
+
+
+def card_id(lesson, front):
+    """A card's name in the review schedule: its lesson and a digest of its question.
+
+    Reordering a lesson's cards keeps their history; rewording a question makes it a new card.
+    """
+    digest = hashlib.sha1(" ".join(front.split()).encode("utf-8")).hexdigest()[:10]
+    return f"{lesson}:{digest}"
+
+
+def flashcard_list(lessons=None, folder=None):
+    """Every flashcard of the given lessons (default: all), in course order, as dicts with
+    lesson, index, id, front and back."""
+    out = []
+    for lesson in lessons if lessons is not None else all_lessons(folder):
+        seen = set()
+        for i, card in enumerate(load(lesson, folder).get("flashcards", [])):
+            cid = card_id(lesson, card["front"])
+            while cid in seen:  # two cards with one question: keep both, apart
+                cid += "+"
+            seen.add(cid)
+            out.append({"lesson": lesson, "index": i, "id": cid,
+                        "front": card["front"], "back": card["back"]})
+    return out
+
+
+def inline_html(text):
+    """Card text as HTML: escaped, with `backticked` spans set as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
 def _folded(summary, body):
-    return (f"<details style='margin:0.3em 0'><summary>{html.escape(summary)}</summary>"
-            f"<div style='margin:0.4em 1.2em'>{html.escape(body)}</div></details>")
+    return (f"<details style='margin:0.3em 0'><summary>{inline_html(summary)}</summary>"
+            f"<div style='margin:0.4em 1.2em'>{inline_html(body)}</div></details>")
 
 
-def self_check_html(lesson):
-    items = load(lesson).get("self_check", [])
+def self_check_html(lesson, folder=None):
+    items = load(lesson, folder).get("self_check", [])
     return "".join(_folded(f"{i}. {q['question']}", q["answer"]) for i, q in enumerate(items, 1))
 
 
-def flashcards_html(lesson):
-    return "".join(_folded(c["front"], c["back"]) for c in load(lesson).get("flashcards", []))
+def flashcards_html(lesson=None, folder=None, cards=None):
+    """The folded question/answer blocks shown where widgets cannot run."""
+    if cards is None:
+        cards = load(lesson, folder).get("flashcards", [])
+    return "".join(_folded(c["front"], c["back"]) for c in cards)
 
 
 def self_check(lesson):
@@ -65,34 +111,162 @@ def self_check(lesson):
     display(HTML(f"<b>Self-check</b> (answer before you unfold){self_check_html(lesson)}"))
 
 
-def flashcards(lesson):
-    """Show the lesson's flashcards: click a card to turn it over."""
+def _widgets():
+    try:
+        import ipywidgets
+    except ImportError:
+        return None
+    return ipywidgets
+
+
+def _show(widget, fallback_html):
+    """Display a widget, with HTML that viewers without widget support show instead.
+
+    JupyterLab ranks the widget view above HTML, so it shows the live widget; a static
+    viewer has no widget renderer and falls back to the HTML in the same output.
+    """
+    from IPython.display import display
+
+    bundle = dict(widget._repr_mimebundle_())
+    bundle["text/html"] = fallback_html
+    display(bundle, raw=True)
+
+
+def flashcards(lesson, folder=None, state_path=None):
+    """Show the lesson's flashcards: click "show answer", then say whether you knew it.
+
+    Your answers go into the review schedule that `make review` and the review notebook drill.
+    """
     from IPython.display import HTML, display
 
-    cards = load(lesson).get("flashcards", [])
-    try:
-        import ipywidgets as widgets
-    except ImportError:
-        widgets = None
+    cards = flashcard_list([lesson], folder)
+    fallback = f"<b>Flashcards</b> (click one to turn it over){flashcards_html(cards=cards)}"
+    widgets = _widgets()
     if widgets is None:
-        display(HTML(flashcards_html(lesson)))
-        return
-    display(widgets.VBox([_card_widget(widgets, c) for c in cards]))
+        display(HTML(fallback))
+        return None
+    title = widgets.HTML("<b>Flashcards</b>: answer in your head, then turn the card over.")
+    box = widgets.VBox([title] + [CardWidget(widgets, c, f"card {c['index'] + 1} of {len(cards)}",
+                                             state_path).widget for c in cards])
+    box.add_class("course-flashcards")
+    _show(box, fallback)
+    return box
 
 
-def _card_widget(widgets, card):
-    button = widgets.Button(description="", layout=widgets.Layout(width="100%", height="auto"),
-                            tooltip="click to turn the card over")
-    faces = [card["front"], card["back"]]
-    state = {"side": 0}
-    label = widgets.HTML(f"<div style='padding:0.5em'>{html.escape(faces[0])}</div>")
+class CardWidget:
+    """One card: the question, a button that turns it over, then "knew it" / "didn't"."""
 
-    def flip(_):
-        state["side"] = 1 - state["side"]
-        tag = "<b>Answer:</b> " if state["side"] else ""
-        label.value = f"<div style='padding:0.5em'>{tag}{html.escape(faces[state['side']])}</div>"
-        button.description = "show question" if state["side"] else "show answer"
+    def __init__(self, widgets, card, caption, state_path=None, on_answer=None):
+        self.card, self.caption, self.state_path, self.on_answer = card, caption, state_path, on_answer
+        self.front = widgets.HTML(self._face(card["front"], self._status()))
+        self.front.add_class("course-card-front")
+        self.back = widgets.HTML("")
+        self.back.add_class("course-card-back")
+        self.flip = widgets.Button(description="show answer", tooltip="turn the card over")
+        self.flip.add_class("course-card-flip")
+        self.knew = widgets.Button(description="✓ knew it", button_style="success")
+        self.knew.add_class("course-card-knew")
+        self.missed = widgets.Button(description="✗ didn't", button_style="warning")
+        self.missed.add_class("course-card-missed")
+        self.verdict = widgets.HTML("")
+        self.verdict.add_class("course-card-verdict")
+        self.flip.on_click(self.turn)
+        self.knew.on_click(lambda _: self.answer(True))
+        self.missed.on_click(lambda _: self.answer(False))
+        self.answers = widgets.HBox([self.knew, self.missed])
+        self.answers.layout.display = "none"
+        self.widget = widgets.VBox([self.front, self.back, widgets.HBox([self.flip, self.answers]),
+                                    self.verdict],
+                                   layout=widgets.Layout(border="1px solid #bbb", padding="4px 8px",
+                                                         margin="4px 0"))
+        self.widget.add_class("course-card")
 
-    button.description = "show answer"
-    button.on_click(flip)
-    return widgets.VBox([label, button], layout=widgets.Layout(border="1px solid #ccc", margin="4px 0"))
+    def _status(self):
+        from helpers import review
+
+        return review.describe_card(self.card["id"], path=self.state_path)
+
+    def _face(self, text, note=""):
+        note = f" · {html.escape(note)}" if note else ""
+        return (f"<div style='font-size:0.85em;color:#777'>{html.escape(self.card['lesson'])} · "
+                f"{html.escape(self.caption)}{note}</div>"
+                f"<div style='padding:0.3em 0;font-size:1.05em'>{inline_html(text)}</div>")
+
+    def turn(self, _=None):
+        if self.back.value:
+            self.back.value = ""
+            self.flip.description = "show answer"
+            self.answers.layout.display = "none"
+        else:
+            self.back.value = (f"<div style='padding:0.3em 0;border-top:1px dashed #bbb'>"
+                               f"<b>Answer:</b> {inline_html(self.card['back'])}</div>")
+            self.flip.description = "hide answer"
+            self.answers.layout.display = "flex"
+
+    def answer(self, knew):
+        from helpers import review
+
+        message = review.record(self.card["id"], knew, path=self.state_path)
+        self.verdict.value = f"<i>{html.escape(message)}</i>"
+        self.answers.layout.display = "none"
+        if self.on_answer:
+            self.on_answer(knew, message)
+
+
+def review(lessons=None, new=None, folder=None, state_path=None):
+    """The review drill: today's due cards from every lesson (or `lessons`), one at a time."""
+    from IPython.display import HTML, display
+
+    from helpers import review as schedule
+
+    cards = flashcard_list(lessons, folder)
+    due = schedule.due(cards, new=schedule.NEW_PER_SESSION if new is None else new, path=state_path)
+    fallback = (f"<b>Due today: {len(due)} card(s)</b> (click one to turn it over)"
+                f"{flashcards_html(cards=due)}")
+    widgets = _widgets()
+    if widgets is None:
+        display(HTML(fallback))
+        return None
+    session = ReviewSession(widgets, due, state_path)
+    _show(session.widget, fallback)
+    return session
+
+
+class ReviewSession:
+    """Shows due cards one after another; a missed card comes back at the end of the session."""
+
+    def __init__(self, widgets, due, state_path=None):
+        self.widgets, self.state_path = widgets, state_path
+        self.queue, self.total = list(due), len(due)
+        self.knew = self.missed = 0
+        self.last = ""
+        self.header = widgets.HTML("")
+        self.slot = widgets.VBox([])
+        self.widget = widgets.VBox([self.header, self.slot])
+        self.widget.add_class("course-review")
+        self.next()
+
+    def next(self):
+        from helpers import review as schedule
+
+        if not self.queue:
+            self.header.value = (f"<b>Done for today.</b> Knew {self.knew}, missed {self.missed}. "
+                                 f"{html.escape(schedule.outlook(path=self.state_path))}")
+            self.header.add_class("course-review-done")
+            self.slot.children = ()
+            return
+        card = self.queue.pop(0)
+        self.header.value = (f"<b>{len(self.queue) + 1} card(s) left</b> "
+                             f"({self.knew} known, {self.missed} missed so far){self.last}")
+        current = CardWidget(self.widgets, card, f"card {card['index'] + 1}", self.state_path,
+                             on_answer=lambda knew, message: self._answered(card, knew, message))
+        self.slot.children = (current.widget,)
+
+    def _answered(self, card, knew, message):
+        self.last = f"<br><i>Last card: {html.escape(message)}</i>"
+        if knew:
+            self.knew += 1
+        else:
+            self.missed += 1
+            self.queue.append(card)
+        self.next()
