@@ -95,7 +95,7 @@ def load_state(path=None):
     p = pathlib.Path(path or state_path())
     try:
         raw = p.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing saved yet (or nowhere it could be)
         return _fresh()
     except OSError as e:
         _set_aside(p, f"could not be read ({e.strerror or e})")
