@@ -5,13 +5,17 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LESSON ?=
 
-.PHONY: help install lab test test-oldest-triton grade bench sync lint clean
+.PHONY: help install lab test test-oldest-triton install-browser-test grade bench review flashcards \
+	progress sync lint clean
 
 help:
 	@echo "make lab      install (first time) and open the course in JupyterLab"
 	@echo "make test     install (first time) and run every test (no GPU needed)"
 	@echo "make grade    re-run your notebooks and print which exercises pass (LESSON=02 for one)"
 	@echo "make bench    time every solution kernel beside its baselines (GPU only)"
+	@echo "make review   drill the flashcards that are due (LESSON=02 for one lesson)"
+	@echo "make progress exercises passed and cards learned, lesson by lesson"
+	@echo "make flashcards  a printable deck in build/flashcards.html (and .pdf)"
 	@echo "make sync     rebuild each .ipynb from its paired .py (after editing a .py)"
 
 install: $(STAMP)
@@ -48,6 +52,19 @@ grade: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m helpers.bench $(if $(LESSON),--lesson $(LESSON))
+
+review: $(STAMP)
+	$(BIN)/python -m helpers.review $(if $(LESSON),--lesson $(LESSON))
+
+flashcards: $(STAMP)
+	$(BIN)/python -m helpers.review --print
+
+progress: $(STAMP)
+	$(BIN)/python -m helpers.review --progress
+
+# Debian's chromium and Playwright's Python package, for tests/test_browser.py
+install-browser-test: $(STAMP)
+	bash .ci/install-browser-test.sh
 
 sync: $(STAMP)
 	$(BIN)/jupytext --to ipynb --update notebooks/[0-9][0-9]_*.py
