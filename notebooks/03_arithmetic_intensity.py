@@ -347,8 +347,7 @@ for p in points:
 # %%
 device_name = torch.cuda.get_device_name() if ON_GPU else (recorded() or {}).get("device", "")
 chip = chip_for(device_name) or CHIPS["H100 SXM"]
-ax = plot(points, chip=chip, title=f"Kernels of lessons 01-03 on the roofline of the {chip.name}",
-          save="03_roofline.png")
+ax = plot(points, chip=chip, title=f"Kernels of lessons 01-03 on the roofline of the {chip.name}")
 
 # %% [markdown]
 # How to read it:

@@ -28,7 +28,7 @@
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe, pick
-from helpers.bench import FIGURES, ROOT, Bench, compare, recorded
+from helpers.bench import ROOT, Bench, compare, recorded
 from helpers.cards import flashcards, self_check
 from helpers.roofline import CHIPS, chip_for, plot, timed_point
 from helpers.traffic import eager_traffic, show_programs, triton_traffic
@@ -328,7 +328,6 @@ def show_order(num_pid_m, num_pid_n, group_m, ax, wave=36):
 fig, axes = plt.subplots(1, 2, figsize=(9, 4.6))
 show_order(12, 12, 1, axes[0])
 show_order(12, 12, 6, axes[1])
-fig.savefig(FIGURES / "04_grouped_order.png", dpi=100, metadata={"Software": None})
 plt.show()
 
 # %% [markdown]
@@ -442,7 +441,7 @@ if not ON_GPU:  # lesson 03's kernel is only in the recording here
                               ("rowwise_matmul_fp16", "row-at-a-time (Triton)", n)))
 device_name = torch.cuda.get_device_name() if ON_GPU else (recorded() or {}).get("device", "")
 chip = chip_for(device_name) or CHIPS["H100 SXM"]
-ax = plot(points, chip=chip, precisions=("fp16",), save="04_matmul_roofline.png")
+ax = plot(points, chip=chip, precisions=("fp16",))
 
 # %% [markdown]
 # ## Exercise 4 · A fused epilogue: matmul + bias + GELU

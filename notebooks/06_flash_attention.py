@@ -37,7 +37,7 @@
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe, pick
-from helpers.bench import FIGURES, Bench, compare
+from helpers.bench import Bench, compare
 from helpers.cards import flashcards, self_check
 from helpers.traffic import eager_traffic, triton_traffic
 
@@ -447,7 +447,6 @@ ax.set_xlabel("key tile (64 keys each)")
 ax.set_ylabel("query block (128 queries each)")
 ax.set_title("causal attention, N = 1024: green full, orange masked, grey skipped", fontsize=9)
 fig.tight_layout()
-fig.savefig(FIGURES / "06_causal_tiles.png", dpi=110, metadata={"Software": None})
 counts = torch.bincount(kinds.flatten(), minlength=3).tolist()
 print(f"tiles computed: {counts[1] + counts[2]} of {kinds.numel()} ({counts[1]} of them masked)")
 
