@@ -256,10 +256,12 @@ def drill(cards, new=NEW_PER_SESSION, path=None, today=None, ask=input, say=prin
         say("Nothing is due today. " + outlook(path, today, cards))
         return 0, 0
     fresh = sum(describe_card(c["id"], path, today) == "new" for c in queue)
-    say(f"{len(queue)} card(s) due today ({fresh} new). Answer in your head, press Enter to see the "
-        "answer, then y if you knew it, n if not. q stops (your answers are saved as you go).")
+    say(textwrap.fill(f"{len(queue)} card(s) due today ({fresh} new). Answer in your head, press Enter to "
+                      "see the answer, then y if you knew it, n if not. q stops (your answers are saved "
+                      "as you go).", width=88))
     knew = missed = 0
     wrap = textwrap.TextWrapper(width=88, initial_indent="  ", subsequent_indent="  ")
+    wrap_answer = textwrap.TextWrapper(width=88, initial_indent="  → ", subsequent_indent="    ")
     while queue:
         card = queue.pop(0)
         say(f"\n[{card['lesson']} · {describe_card(card['id'], path, today)} · {len(queue)} left after this]")
@@ -267,7 +269,7 @@ def drill(cards, new=NEW_PER_SESSION, path=None, today=None, ask=input, say=prin
         try:
             if ask("  (Enter: show answer, q: stop) ").strip().lower() == "q":
                 break
-            say(wrap.fill("→ " + card["back"]))
+            say(wrap_answer.fill(card["back"]))
             reply = ""
             while reply not in ("y", "n", "q"):
                 reply = ask("  Did you know it? [y/n, q: stop] ").strip().lower()[:1]
