@@ -156,6 +156,7 @@ def test_lesson_runs_in_jupyterlab_and_a_flashcard_turns_over(lab):
     notebook = _target(folder)
     rel = notebook.relative_to(ROOT).as_posix()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "browser-timeout.png").unlink(missing_ok=True)  # from an earlier run
     shot = ARTIFACTS / f"browser-{notebook.stem}.png"
     try:
         with sync_playwright() as pw:
