@@ -13,11 +13,15 @@ def pytest_report_header(config):
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_results_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("results") / "results.jsonl"
-    old = os.environ.get("COURSE_RESULTS")
+    """check() results and the review schedule go to temporary files, never the learner's."""
+    folder = tmp_path_factory.mktemp("course")
+    path = folder / "results.jsonl"
+    old = {name: os.environ.get(name) for name in ("COURSE_RESULTS", "COURSE_STATE")}
     os.environ["COURSE_RESULTS"] = str(path)
+    os.environ["COURSE_STATE"] = str(folder / "review.json")
     yield path
-    if old is None:
-        os.environ.pop("COURSE_RESULTS", None)
-    else:
-        os.environ["COURSE_RESULTS"] = old
+    for name, value in old.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
