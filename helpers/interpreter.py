@@ -1,14 +1,20 @@
-"""Watching Triton's interpreter: bounds checks and a record of every load and store.
+"""Watching Triton's interpreter: bounds checks, launch counts and a record of every load and store.
 
 Under the interpreter a Triton kernel is plain Python over NumPy arrays, and
-each `tl.load` / `tl.store` ends in two methods of its builder. We wrap those
-two methods (and the launch that runs the grid), which gives us:
+each `tl.load` / `tl.store` ends in a method of its builder. We wrap those
+methods (and the launch that runs the grid), which gives us:
 
-* bounds checks: a masked-in lane whose address lies outside every tensor the
-  kernel was given raises `OutOfBounds`, naming the kernel, the argument and the
-  offending offsets, instead of reading garbage or corrupting memory;
+* bounds checks: every tensor argument's pointer carries a tag naming the
+  argument (in address bits no real address uses), and pointer arithmetic keeps
+  it. A masked-in lane outside the tensor its own pointer came from raises
+  `OutOfBounds`, naming the kernel, the argument and the offending offsets,
+  before any memory is touched: even when the stray lane would land inside
+  another argument's memory;
 * a traffic record: bytes loaded and stored by each launch, masked lanes
-  excluded, and, when asked, which elements each program touched.
+  excluded, and, when asked, which elements each program touched;
+* a launch count (on a GPU too), so `check` can tell whether a Triton kernel ran,
+  and the progress of the running launch, so a time-out can tell a slow kernel
+  from an endless one.
 
 `install()` is called once by `helpers`; nothing here changes what a correct
 kernel computes.
@@ -22,6 +28,13 @@ import numpy as np
 
 class OutOfBounds(IndexError):
     """A kernel loaded or stored outside the tensors it was given."""
+
+
+# A tensor argument's pointer enters the kernel as its address with the argument's number
+# (1, 2, ...) in the top byte, which no real address uses. `x_ptr + offs` keeps the tag, so
+# each lane says which argument it came from; the tag is removed before memory is touched.
+_TAG_SHIFT = np.uint64(56)
+_ADDRESS = np.uint64((1 << 56) - 1)
 
 
 @dataclasses.dataclass
@@ -52,12 +65,28 @@ class Launch:
 
 
 class _State:
-    spans: list = []          # spans of the launch that is running
-    kernel: str = "?"
+    spans: list = []          # spans of the launch that is running, in tag order (tag i+1 is spans[i])
+    tags: dict = {}           # id(host tensor) -> tag, for the launch being set up
+    kernel: str | None = None  # the kernel that is running, None between launches
     grid_idx = None           # the program that is running
     grid_dims = (1, 1, 1)
+    programs_run = 0          # programs started in the running launch
     launch: Launch | None = None
     recorders: list = []      # open `record()` contexts, innermost last
+    launches = 0              # every Triton launch in this process (interpreter or GPU)
+
+
+def launch_count():
+    """How many Triton kernels this process has launched so far (interpreted or compiled)."""
+    return _State.launches
+
+
+def progress():
+    """(kernel name, programs started, programs in the grid) of the running launch, or None."""
+    if _State.kernel is None:
+        return None
+    total = int(np.prod(_State.grid_dims))
+    return _State.kernel, _State.programs_run, total
 
 
 def _tensor_span(name, t):
@@ -89,26 +118,43 @@ def _nearest(address, spans):
 
 
 def _active(ptrs, mask):
-    addresses = np.asarray(ptrs.data)
+    addresses = np.asarray(ptrs.data, dtype=np.uint64)
     if mask is not None:
-        m = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
+        m = np.broadcast_to(np.asarray(getattr(mask, "data", mask), dtype=bool), addresses.shape)
         addresses = addresses[m]
     return addresses.reshape(-1)
 
 
+def _untagged(ptrs):
+    """The same pointers with the argument tags removed: real addresses."""
+    return type(ptrs)(np.asarray(ptrs.data, dtype=np.uint64) & _ADDRESS, ptrs.dtype)
+
+
 def _check_and_count(ptrs, mask, verb, arg_store):
-    addresses = _active(ptrs, mask)
+    """Check each masked-in lane against the tensor its pointer came from; count the bytes."""
+    tagged = _active(ptrs, mask)
+    tags = (tagged >> _TAG_SHIFT).astype(np.int64)
+    addresses = (tagged & _ADDRESS).astype(np.int64)
     itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
     spans = _State.spans
+    owner = np.full(addresses.shape, -1)  # index into spans of the tensor each lane is inside
     if spans and addresses.size:
-        # One load or store goes through one pointer argument, so every lane must
-        # land in the same tensor: the one most lanes land in.
-        inside = [(addresses >= s.lo) & (addresses + itemsize <= s.hi) for s in spans]
-        best = max(range(len(spans)), key=lambda i: int(inside[i].sum()))
-        ok = inside[best]
-        if not ok.all():
-            span = spans[best] if ok.any() else _nearest(int(addresses[0]), spans)
-            raise OutOfBounds(_describe(addresses[~ok], span, verb))
+        for tag in np.unique(tags):
+            lanes = tags == tag
+            if 0 < tag <= len(spans):  # derived from argument `tag`: it must stay inside that tensor
+                span = spans[tag - 1]
+                ok = (addresses[lanes] >= span.lo) & (addresses[lanes] + itemsize <= span.hi)
+                if not ok.all():
+                    raise OutOfBounds(_describe(addresses[lanes][~ok], span, verb))
+                owner[lanes] = tag - 1
+            else:  # a pointer the tags do not know (built from an integer): any tensor will do
+                for i, span in enumerate(spans):
+                    inside = lanes & (addresses >= span.lo) & (addresses + itemsize <= span.hi)
+                    owner[inside] = i
+                stray = lanes & (owner < 0)
+                if stray.any():
+                    raise OutOfBounds(_describe(addresses[stray], _nearest(int(addresses[stray][0]), spans),
+                                                verb))
     launch = _State.launch
     if launch is not None:
         nbytes = int(addresses.size) * itemsize
@@ -117,48 +163,84 @@ def _check_and_count(ptrs, mask, verb, arg_store):
         else:
             launch.bytes_loaded += nbytes
         if any(r.touches for r in _State.recorders) and addresses.size:
-            for s in spans:
-                inside = addresses[(addresses >= s.lo) & (addresses < s.hi)]
-                if inside.size:
-                    offs = ((inside - s.lo) // s.itemsize).astype(np.int64)
-                    pid = tuple(int(i) for i in _State.grid_idx)
-                    launch.touches.append((pid, s.name, "store" if arg_store else "load", offs))
+            pid = tuple(int(i) for i in _State.grid_idx)
+            for i in np.unique(owner[owner >= 0]):
+                s = spans[i]
+                offs = (addresses[owner == i] - s.lo) // s.itemsize
+                launch.touches.append((pid, s.name, "store" if arg_store else "load", offs))
 
 
 def _wrap_builder(builder_cls):
     load, store = builder_cls.create_masked_load, builder_cls.create_masked_store
+    cas, rmw = builder_cls.create_atomic_cas, builder_cls.create_atomic_rmw
 
-    def create_masked_load(self, ptrs, mask, *rest):
+    # Every load and store, plain, atomic or through a tensor descriptor, ends in one of these.
+    def create_masked_load(self, ptrs, mask, *args, **kwargs):
         _check_and_count(ptrs, mask, "loaded", arg_store=False)
-        return load(self, ptrs, mask, *rest)
+        return load(self, _untagged(ptrs), mask, *args, **kwargs)
 
-    def create_masked_store(self, ptrs, value, mask, *rest):
+    def create_masked_store(self, ptrs, value, mask, *args, **kwargs):
         _check_and_count(ptrs, mask, "stored", arg_store=True)
-        return store(self, ptrs, value, mask, *rest)
+        return store(self, _untagged(ptrs), value, mask, *args, **kwargs)
+
+    def create_atomic_cas(self, ptr, *args, **kwargs):
+        _check_and_count(ptr, None, "updated (atomic_cas)", arg_store=True)
+        return cas(self, _untagged(ptr), *args, **kwargs)
+
+    def create_atomic_rmw(self, op, ptr, val, mask, *args, **kwargs):
+        _check_and_count(ptr, mask, "updated (atomic)", arg_store=True)
+        return rmw(self, op, _untagged(ptr), val, mask, *args, **kwargs)
 
     def set_grid_idx(self, *idx):
         _State.grid_idx = idx
+        _State.programs_run += 1
         return set_idx(self, *idx)
 
     set_idx = builder_cls.set_grid_idx
     builder_cls.create_masked_load = create_masked_load
     builder_cls.create_masked_store = create_masked_store
+    builder_cls.create_atomic_cas = create_atomic_cas
+    builder_cls.create_atomic_rmw = create_atomic_rmw
     builder_cls.set_grid_idx = set_grid_idx
 
 
-def _wrap_launch(executor_cls):
+def _tensor_args(named):
+    """(name, host tensor) for every tensor argument, a tensor descriptor's base included."""
+    for name, a in named:
+        a = _unwrap(a)
+        if hasattr(a, "data_ptr"):
+            yield name, a
+        elif hasattr(a, "base") and hasattr(a, "block_shape"):  # a host-side TensorDescriptor
+            yield f"{name}.base", _unwrap(a.base)
+
+
+def _wrap_launch(interpreter):
+    executor_cls = interpreter.GridExecutor
     init_args, call = executor_cls._init_args_hst, executor_cls.__call__
+    implicit_cvt = interpreter._implicit_cvt
 
     def _init_args_hst(self, args_dev, kwargs):
         args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
         named = list(zip(self.arg_names, args_hst)) + list(kwargs_hst.items())
-        _State.spans = [_tensor_span(name, _unwrap(a)) for name, a in named if hasattr(a, "data_ptr")]
+        tensors = list(_tensor_args(named))
+        _State.spans = [_tensor_span(name, t) for name, t in tensors]
+        _State.tags = {id(t): i + 1 for i, (_, t) in enumerate(tensors)}
         return args_hst, kwargs_hst
 
+    def _implicit_cvt(arg):
+        converted = implicit_cvt(arg)
+        tag = _State.tags.get(id(_unwrap(arg))) if hasattr(arg, "data_ptr") else None
+        if tag is not None:
+            handle = converted.handle
+            handle.data = handle.data | (np.uint64(tag) << _TAG_SHIFT)
+        return converted
+
     def __call__(self, *args, **kwargs):
-        previous = (_State.spans, _State.kernel, _State.launch)
+        previous = (_State.spans, _State.tags, _State.kernel, _State.launch, _State.programs_run)
         _State.kernel = getattr(self.fn, "__name__", "kernel")
         _State.launch = Launch(_State.kernel, ()) if _State.recorders else None
+        _State.programs_run = 0
+        _State.launches += 1
         try:
             call(self, *args, **kwargs)
             if _State.launch is not None:
@@ -166,10 +248,25 @@ def _wrap_launch(executor_cls):
                 for r in _State.recorders:
                     r.launches.append(_State.launch)
         finally:
-            _State.spans, _State.kernel, _State.launch = previous
+            _State.spans, _State.tags, _State.kernel, _State.launch, _State.programs_run = previous
 
     executor_cls._init_args_hst = _init_args_hst
     executor_cls.__call__ = __call__
+    interpreter._implicit_cvt = _implicit_cvt
+
+
+def _count_compiled_launches():
+    """Count launches of compiled kernels too (on a GPU, `kernel[grid](...)` ends in JITFunction.run)."""
+    from triton.runtime import jit
+
+    run = jit.JITFunction.run
+
+    def counted_run(self, *args, grid, warmup, **kwargs):
+        if not warmup:
+            _State.launches += 1
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    jit.JITFunction.run = counted_run
 
 
 def _unwrap(a):
@@ -181,7 +278,7 @@ _installed = False
 
 
 def install():
-    """Wrap the interpreter's loads, stores and launches (once per process)."""
+    """Wrap the interpreter's loads, stores and launches, and count compiled launches (once per process)."""
     global _installed
     if _installed:
         return
@@ -195,7 +292,8 @@ def install():
         return set_dim(self, *dims)
 
     interpreter.InterpreterBuilder.set_grid_dim = set_grid_dim
-    _wrap_launch(interpreter.GridExecutor)
+    _wrap_launch(interpreter)
+    _count_compiled_launches()
     _fix_index_for_new_numpy(interpreter)
     _installed = True
 

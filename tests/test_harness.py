@@ -162,8 +162,9 @@ def test_poison_marks_fresh_allocations_only():
 def test_tolerance_follows_the_dtype(dtype):
     ref = torch.randn(1000, dtype=torch.float64)
     assert compare_tensors(ref.to(dtype), ref, (1e-3, 1e-3) if dtype == torch.float16 else
-                           (8e-3, 8e-3) if dtype == torch.bfloat16 else (1e-5, 1e-5)) is None
-    assert compare_tensors((ref + 0.1).to(dtype), ref, (1e-3, 1e-3)) is not None
+                           (8e-3, 8e-3) if dtype == torch.bfloat16 else (1e-5, 1e-5), dtype=dtype) is None
+    assert compare_tensors((ref + 0.1).to(dtype), ref, (1e-3, 1e-3), dtype=dtype) is not None
+    assert "dtype" in compare_tensors(ref.to(dtype), ref, (1, 1), dtype=torch.float64)
 
 
 def test_traffic_meter_counts_eager_ops_and_kernel_bytes():

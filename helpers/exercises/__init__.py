@@ -8,7 +8,7 @@ awkward on purpose). `helpers.check(name, fn)` looks the exercise up here.
 import dataclasses
 import importlib
 import pkgutil
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 
 @dataclasses.dataclass
@@ -22,6 +22,8 @@ class Case:
 
 @dataclasses.dataclass
 class Exercise:
+    """The spec of one exercise. `check` reads every field; a new kind of check is a new field."""
+
     lesson: str                      # "01"
     name: str                        # "vector_add": the name given to check()
     title: str                       # a few words for the grade table
@@ -29,11 +31,23 @@ class Exercise:
     cases: Callable[[], list]        # -> [Case]: fresh random inputs at every call
     # How to call the learner's function (or the reference) on a case's inputs.
     run: Callable[..., Any] = lambda fn, *args, **kwargs: fn(*args, **kwargs)
-    # (atol, rtol) per output dtype where the default table is wrong for this
+    # (atol, rtol) per expected output dtype where the default table is wrong for this
     # exercise; say why next to it.
     tol: dict = dataclasses.field(default_factory=dict)
-    reference_in_float64: bool = True  # upcast floating inputs for the reference
+    reference_in_float64: bool = True  # upcast floating inputs for the reference's values
     timeout_s: float = 120.0
+    # The exercise asks for a Triton kernel: a case passes only if one was launched.
+    kernel: bool = False
+    # What the lesson teaches about structure, measured once all cases pass:
+    # structure(fn) -> None, or a message saying what is missing (two reads, tile skipping, ...).
+    structure: Optional[Callable[[Callable], Optional[str]]] = None
+    # Compare an output with the expected one in the exercise's own words (instead of the
+    # element-wise comparison): explain(out, expected) -> None, or a message that gives no answer away.
+    explain: Optional[Callable[[Any, Any], Optional[str]]] = None
+    # Added to a message about NaNs: the exercise's own rule (e.g. fully masked rows give 0).
+    nan_hint: str = ""
+    # The output may be (a view of) one of the inputs (an in-place exercise).
+    may_alias_input: bool = False
 
 
 _registry = {}

@@ -35,6 +35,6 @@ def _axpy_cases():
 
 
 EXERCISES = [
-    Exercise("01", "vector_add", "vector add", add_reference, lambda: vectors(2)),
-    Exercise("01", "axpy", "alpha * x + y", axpy_reference, _axpy_cases),
+    Exercise("01", "vector_add", "vector add", add_reference, lambda: vectors(2), kernel=True),
+    Exercise("01", "axpy", "alpha * x + y", axpy_reference, _axpy_cases, kernel=True),
 ]

@@ -1,0 +1,60 @@
+"""Lesson 01: vector_add and axpy."""
+
+import torch
+import triton
+import triton.language as tl
+
+from mutants import Right, Wrong, edit
+
+WRONG = [
+    Wrong("vector_add", "pure PyTorch, no kernel", lambda x, y: x + y),
+    Wrong("vector_add", "no mask on the loads and the store", edit(
+        "01", "add",
+        ("    x = tl.load(x_ptr + offs, mask=mask)\n    y = tl.load(y_ptr + offs, mask=mask)\n"
+         "    tl.store(out_ptr + offs, x + y, mask=mask)",
+         "    x = tl.load(x_ptr + offs)\n    y = tl.load(y_ptr + offs)\n    tl.store(out_ptr + offs, x + y)"))),
+    Wrong("vector_add", "mask off by one (offs <= n)", edit(
+        "01", "add", ("mask = offs < n  # the last", "mask = offs <= n  # the last"))),
+    Wrong("vector_add", "one block too few (n // 1024 programs)", edit(
+        "01", "add", ("grid = (triton.cdiv(n, 1024),)", "grid = (n // 1024,)"))),
+    Wrong("vector_add", "strided inputs used without .contiguous()", edit(
+        "01", "add", ("    x, y = x.contiguous(), y.contiguous()  # the kernel walks", "    # the kernel walks"))),
+    Wrong("vector_add", "output in bfloat16", edit(
+        "01", "add", ("    out = torch.empty_like(x)\n    n = out.numel()\n    grid",
+                      "    out = torch.empty_like(x, dtype=torch.bfloat16)\n    n = out.numel()\n    grid"))),
+    Wrong("vector_add", "forgets `return out`", edit(
+        "01", "add", ("    add_kernel[grid](x, y, out, n, BLOCK=1024)\n    return out",
+                      "    add_kernel[grid](x, y, out, n, BLOCK=1024)"))),
+    Wrong("axpy", "pure PyTorch, no kernel", lambda alpha, x, y: alpha * x + y),
+    Wrong("axpy", "alpha hard-coded to 2", edit("01", "axpy", ("alpha * x + y, mask=mask)", "2.0 * x + y, mask=mask)"))),
+    Wrong("axpy", "x and y swapped (alpha * y + x)", edit(
+        "01", "axpy", ("alpha * x + y, mask=mask)", "alpha * y + x, mask=mask)"))),
+    Wrong("axpy", "no mask on the store", edit(
+        "01", "axpy", ("tl.store(out_ptr + offs, alpha * x + y, mask=mask)", "tl.store(out_ptr + offs, alpha * x + y)"))),
+    Wrong("axpy", "strided inputs used without .contiguous()", edit(
+        "01", "axpy", ("    x, y = x.contiguous(), y.contiguous()\n    out = torch.empty_like(x)\n    n = out.numel()\n"
+                       "    BLOCK", "    out = torch.empty_like(x)\n    n = out.numel()\n    BLOCK"))),
+]
+
+
+@triton.jit
+def _add_strided_kernel(x_ptr, y_ptr, out_ptr, n, stride_x, stride_y, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs * stride_x, mask=mask)
+    y = tl.load(y_ptr + offs * stride_y, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+def add_strided(x, y):
+    """Reads strided inputs in place (no copies), 128 elements per program."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    n = x.numel()
+    _add_strided_kernel[(triton.cdiv(n, 128),)](x, y, out, n, x.stride(0), y.stride(0), BLOCK=128)
+    return out
+
+
+RIGHT = [
+    Right("vector_add", "strides passed to the kernel, BLOCK=128", add_strided),
+    Right("axpy", "BLOCK=256", edit("01", "axpy", ("    BLOCK = 1024\n", "    BLOCK = 256\n"))),
+]

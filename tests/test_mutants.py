@@ -1,0 +1,41 @@
+"""The mutation suite (tests/mutants/): every check rejects each wrong answer and accepts each right one."""
+
+import importlib
+import pkgutil
+
+import mutants
+import pytest
+
+from helpers import check, exercises
+from helpers.check import CheckFailed, NotDone
+
+MODULES = [importlib.import_module(f"mutants.{m.name}") for m in pkgutil.iter_modules(mutants.__path__)]
+WRONG = [w for m in MODULES for w in m.WRONG]
+RIGHT = [r for m in MODULES for r in m.RIGHT]
+
+
+@pytest.fixture(autouse=True)
+def _first_failure_is_enough(monkeypatch):
+    monkeypatch.setattr(importlib.import_module("helpers.check"), "MORE_CASES_S", 0.0)
+
+
+@pytest.mark.parametrize("wrong", WRONG, ids=lambda w: f"{w.exercise}: {w.why}")
+def test_check_rejects(wrong):
+    with pytest.raises(CheckFailed) as caught:
+        check(wrong.exercise, wrong.fn)
+    assert not isinstance(caught.value, NotDone), f"a wrong answer was called 'not done': {caught.value}"
+
+
+@pytest.mark.parametrize("right", RIGHT, ids=lambda r: f"{r.exercise}: {r.why}")
+def test_check_accepts(right):
+    check(right.exercise, right.fn)
+
+
+def test_every_exercise_has_its_mutants():
+    short = []
+    for name in exercises.all_exercises():
+        wrong = sum(w.exercise == name for w in WRONG)
+        right = sum(r.exercise == name for r in RIGHT)
+        if wrong < 4 or right < 1:
+            short.append(f"{name}: {wrong} wrong, {right} right")
+    assert not short, "the mutation suite needs 4 wrong and 1 right answer per exercise: " + "; ".join(short)
