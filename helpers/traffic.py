@@ -6,6 +6,7 @@
 * `triton_traffic(fn, *args)` runs a function that launches Triton kernels
   through the interpreter and counts the bytes those kernels really load and
   store, lane by lane, masked-off lanes excluded.
+* `largest_tensor()` watches a block and keeps the largest tensor any op made in it.
 * `show_programs(fn, *args, arg=...)` draws which elements of one argument each
   program of the (last) launch touched.
 
@@ -14,6 +15,7 @@ on a GPU); caches can make real traffic lower, never the count of a correct
 kernel higher.
 """
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -71,6 +73,42 @@ def _tensors(tree):
     elif isinstance(tree, dict):
         for item in tree.values():
             yield from _tensors(item)
+
+
+class Largest:
+    """The largest tensor any ATen op produced inside a `largest_tensor()` block."""
+
+    def __init__(self):
+        self.numel, self.op, self.shape = 0, None, None
+
+    def __str__(self):
+        return f"{self.op} made a tensor of shape {self.shape}" if self.op else "no tensor was made"
+
+
+class _Largest(TorchDispatchMode):
+    def __init__(self, record):
+        super().__init__()
+        self.record = record
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in _tensors(out):
+            if t.numel() > self.record.numel:
+                self.record.numel = t.numel()
+                self.record.op, self.record.shape = func.overloadpacket.__name__, tuple(t.shape)
+        return out
+
+
+@contextlib.contextmanager
+def largest_tensor():
+    """Watch every ATen op in the block (autograd included) and keep the largest tensor it made.
+
+    Whatever the device, this tells whether a function ever held an N x N matrix, or a whole row
+    where it promised a chunk: the memory a lesson's structure is meant to save.
+    """
+    record = Largest()
+    with _Largest(record):
+        yield record
 
 
 class _Counter(TorchDispatchMode):

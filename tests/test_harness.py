@@ -180,3 +180,12 @@ def test_traffic_meter_counts_eager_ops_and_kernel_bytes():
 def test_defined_names_reads_top_level_definitions():
     src = "import x\n@dec\ndef f():\n    y = 1\nclass C: pass\nA, B = 1, 2\nZ = 3\n"
     assert defined_names(src) == ["f", "C", "Z"]
+
+
+def test_largest_tensor_sees_every_op_including_backward():
+    from helpers.traffic import largest_tensor
+
+    x = torch.randn(30, 40, device=DEVICE, requires_grad=True)
+    with largest_tensor() as seen:
+        (x @ x.t()).sum().backward()
+    assert seen.numel == 30 * 30 and seen.shape == (30, 30)
