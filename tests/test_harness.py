@@ -185,7 +185,7 @@ def test_defined_names_reads_top_level_definitions():
 def test_largest_tensor_sees_every_op_including_backward():
     from helpers.traffic import largest_tensor
 
-    x = torch.randn(30, 40, device=DEVICE, requires_grad=True)
+    x = torch.randn(30, 20, device=DEVICE, requires_grad=True)
     with largest_tensor() as seen:
         (x @ x.t()).sum().backward()
     assert seen.numel == 30 * 30 and seen.shape == (30, 30)
