@@ -12,10 +12,10 @@
 
 A lesson ends with `self_check("NN")` and `flashcards("NN")`. In JupyterLab the
 flashcards are widgets: click "show answer", then "knew it" or "didn't", and the
-answer goes into your review schedule (`helpers.review`, `make review`). Where
-widgets cannot run (a static viewer such as GitHub's), the same cards show as
-folded question/answer blocks. `review()` is the review notebook's drill: the
-cards due today from every lesson, one at a time.
+answer goes into your review schedule (`helpers.review`, `make review`); "undo"
+takes it back. Where widgets cannot run (a static viewer such as GitHub's), the
+same cards show as folded question/answer blocks. `review()` is the review
+notebook's drill: today's cards from every lesson, one at a time.
 """
 
 import hashlib
@@ -168,15 +168,19 @@ class CardWidget:
         self.knew.add_class("course-card-knew")
         self.missed = widgets.Button(description="✗ didn't", button_style="warning")
         self.missed.add_class("course-card-missed")
+        self.undo = widgets.Button(description="↶ undo", tooltip="take this answer back")
+        self.undo.add_class("course-card-undo")
+        self.undo.layout.display = "none"
         self.verdict = widgets.HTML("")
         self.verdict.add_class("course-card-verdict")
         self.flip.on_click(self.turn)
         self.knew.on_click(lambda _: self.answer(True))
         self.missed.on_click(lambda _: self.answer(False))
+        self.undo.on_click(self.take_back)
         self.answers = widgets.HBox([self.knew, self.missed])
         self.answers.layout.display = "none"
-        self.widget = widgets.VBox([self.front, self.back, widgets.HBox([self.flip, self.answers]),
-                                    self.verdict],
+        self.widget = widgets.VBox([self.front, self.back,
+                                    widgets.HBox([self.flip, self.answers, self.undo]), self.verdict],
                                    layout=widgets.Layout(border="1px solid #bbb", padding="4px 8px",
                                                          margin="4px 0"))
         self.widget.add_class("course-card")
@@ -209,19 +213,33 @@ class CardWidget:
         message = review.record(self.card["id"], knew, path=self.state_path)
         self.verdict.value = f"<i>{html.escape(message)}</i>"
         self.answers.layout.display = "none"
+        self.undo.layout.display = "flex"
         if self.on_answer:
             self.on_answer(knew, message)
 
+    def take_back(self, _=None):
+        """Undo this card's answer (only if no other answer was saved since), and ask again."""
+        from helpers import review
+
+        message = review.undo(self.card["id"], path=self.state_path)
+        self.verdict.value = f"<i>{html.escape(message or 'nothing to undo: another answer came since')}</i>"
+        self.undo.layout.display = "none"
+        if message and self.back.value:
+            self.answers.layout.display = "flex"
+
 
 def review(lessons=None, new=None, folder=None, state_path=None):
-    """The review drill: today's due cards from every lesson (or `lessons`), one at a time."""
+    """The review drill: today's cards from every lesson (or `lessons`), one at a time.
+
+    Cards due again, then new cards from the lessons you have started (`new` a day, at most).
+    """
     from IPython.display import HTML, display
 
     from helpers import review as schedule
 
     cards = flashcard_list(lessons, folder)
-    due = schedule.due(cards, new=schedule.NEW_PER_SESSION if new is None else new, path=state_path)
-    fallback = (f"<b>Due today: {len(due)} card(s)</b> (click one to turn it over)"
+    due = schedule.due(cards, new=schedule.NEW_PER_DAY if new is None else new, path=state_path)
+    fallback = (f"<b>Today: {len(due)} card(s)</b> (click one to turn it over)"
                 f"{flashcards_html(cards=due)}")
     widgets = _widgets()
     if widgets is None:
@@ -233,40 +251,83 @@ def review(lessons=None, new=None, folder=None, state_path=None):
 
 
 class ReviewSession:
-    """Shows due cards one after another; a missed card comes back at the end of the session."""
+    """Shows cards one after another; a missed card comes back at the end of the session.
+
+    "undo" takes the last answer back and shows that card again.
+    """
 
     def __init__(self, widgets, due, state_path=None):
+        from helpers import review as schedule
+
         self.widgets, self.state_path = widgets, state_path
         self.queue, self.total = list(due), len(due)
         self.knew = self.missed = 0
+        self.current = None  # the card on show
+        self.answered = None  # the last answer, (card, knew), while it can be taken back
         self.last = ""
         self.header = widgets.HTML("")
+        self.undo = widgets.Button(description="↶ undo last answer", tooltip="take your last answer back")
+        self.undo.add_class("course-review-undo")
+        self.undo.on_click(self.take_back)
         self.slot = widgets.VBox([])
-        self.widget = widgets.VBox([self.header, self.slot])
+        note = ("<i>Read-only: your schedule could not be used (see the warning above), so answers "
+                "are not saved.</i>" if schedule.read_only(state_path) else "")
+        self.widget = widgets.VBox([widgets.HTML(note), self.header, self.undo, self.slot])
         self.widget.add_class("course-review")
         self.next()
 
     def next(self):
         from helpers import review as schedule
 
+        self.undo.layout.display = "flex" if self.answered else "none"
         if not self.queue:
-            self.header.value = (f"<b>Done for today.</b> Knew {self.knew}, missed {self.missed}. "
-                                 f"{html.escape(schedule.outlook(path=self.state_path))}")
+            self.current = None
+            outlook = html.escape(schedule.outlook(path=self.state_path))
+            if self.total == 0:
+                self.header.value = (f"<b>Nothing is due today.</b> {outlook} New cards come from the "
+                                     "lessons you have started (run a check, or answer a card).")
+            else:
+                self.header.value = (f"<b>Done for today.</b> Knew {self.knew}, missed {self.missed}. "
+                                     f"{outlook}{self.last}")
             self.header.add_class("course-review-done")
             self.slot.children = ()
             return
-        card = self.queue.pop(0)
+        self.header.remove_class("course-review-done")
+        card = self.current = self.queue.pop(0)
         self.header.value = (f"<b>{len(self.queue) + 1} card(s) left</b> "
                              f"({self.knew} known, {self.missed} missed so far){self.last}")
-        current = CardWidget(self.widgets, card, f"card {card['index'] + 1}", self.state_path,
-                             on_answer=lambda knew, message: self._answered(card, knew, message))
-        self.slot.children = (current.widget,)
+        shown = CardWidget(self.widgets, card, f"card {card['index'] + 1}", self.state_path,
+                           on_answer=lambda knew, message: self._answered(card, knew, message))
+        self.slot.children = (shown.widget,)
 
     def _answered(self, card, knew, message):
         self.last = f"<br><i>Last card: {html.escape(message)}</i>"
+        self.answered = (card, knew)
         if knew:
             self.knew += 1
         else:
             self.missed += 1
             self.queue.append(card)
+        self.next()
+
+    def take_back(self, _=None):
+        from helpers import review as schedule
+
+        if self.answered is None:
+            return
+        card, knew = self.answered
+        self.answered = None
+        message = schedule.undo(card["id"], path=self.state_path)
+        if self.current is not None:
+            self.queue.insert(0, self.current)  # next() shows it again
+        if message is None:
+            self.last = "<br><i>Nothing to undo: another answer was saved since.</i>"
+        else:
+            self.last = f"<br><i>Last card: {html.escape(message)}</i>"
+            if knew:
+                self.knew -= 1
+            else:
+                self.missed -= 1
+                self.queue.pop()  # its second go at the end of the session
+            self.queue.insert(0, card)
         self.next()

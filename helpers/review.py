@@ -1,6 +1,6 @@
 """Spaced review of the flashcards (Leitner boxes), the printable deck, and `make progress`.
 
-    python -m helpers.review                 # `make review`: drill today's due cards in the terminal
+    python -m helpers.review                 # `make review`: drill today's cards in the terminal
     python -m helpers.review --lesson 02     # only lesson 02's cards
     python -m helpers.review --print         # `make flashcards`: build/flashcards.html (+ .pdf)
     python -m helpers.review --progress      # `make progress`: exercises and cards, lesson by lesson
@@ -12,14 +12,39 @@ three weeks. A card you miss drops to box 1 and is due again today. A card in
 box 4 or 5 counts as learned. Knowing a card before it is due (say, in the
 lesson's own flashcards) does not move it up: only spaced recall counts.
 
+Today's cards are the ones you have answered before that are due, then new ones
+(never answered). New cards come only from lessons you have started: a lesson
+where a `check(...)` has recorded a result, or where you have answered a card.
+At most 20 new cards a day, counted across all of the day's sessions (the
+lessons' own flashcards count too). A new card is not "due": `make progress`
+counts new, due and learned cards apart.
+
+The last answer can be undone: `u` in the terminal, "undo" in a notebook, or
+`undo()`. The card gets back exactly the box and due date it had.
+
 Your schedule is one small JSON file, `.course/review.json` in the repository
-(ignored by git), or wherever COURSE_STATE points. It is rewritten atomically
-after every answer; a damaged file is set aside (kept as `review.json.corrupt-*`)
-with a warning, and the schedule starts afresh.
+(ignored by git), or wherever COURSE_STATE points. It is your work, so:
+
+- Each answer is saved under a lock (`review.json.lock` beside the file): the
+  file is read afresh, changed, and replaced atomically (a temporary file in the
+  same folder, flushed to disk, then renamed over it). The notebook and the
+  terminal can answer at the same time; neither loses the other's answers.
+- A schedule that cannot be read, is not valid JSON, has damaged entries, or
+  comes from a newer version of the course is never moved, replaced or reset.
+  A warning says what is wrong and how to fix it, and the session goes on
+  read-only: the drill works, but answers are not saved.
+- A schedule from an older version is read as it is and saved in the current
+  format at your next answer.
+
+The format (version 2): {"version": 2, "cards": {card id: {"box", "due",
+"reviews", "lapses", "last", "first"}}, "undo": the last answer or null}, where
+"first" is the day of the card's first answer and "undo" is {"card", "before",
+"after"}: the card's entry before and after the last answer.
 """
 
 import argparse
 import contextlib
+import copy
 import datetime
 import html
 import json
@@ -30,33 +55,40 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 import warnings
 
 from helpers import cards as card_data
 
+try:
+    import fcntl
+except ImportError:  # Windows: lock with msvcrt instead
+    fcntl = None
+    import msvcrt
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-VERSION = 1
+VERSION = 2  # of the schedule's format; _migrate() reads older ones
 BOXES = 5
 INTERVAL_DAYS = {1: 0, 2: 1, 3: 3, 4: 7, 5: 21}  # how long a card waits once it reaches each box
 LEARNED_BOX = 4
-NEW_PER_SESSION = 20  # new cards introduced per session, at most (reviews are never capped)
+NEW_PER_DAY = 20  # new cards a day, at most (reviews are never capped)
+
+_read_only = {}  # schedule path -> what this session knows of it, for schedules it must not write
 
 
 class ReviewStateWarning(UserWarning):
-    """The review schedule could not be read or saved; the review goes on regardless."""
+    """The review schedule could not be read or saved; it is left alone and the review goes on."""
 
 
 def state_path():
     return pathlib.Path(os.environ.get("COURSE_STATE") or ROOT / ".course" / "review.json")
 
 
+def _path(path):
+    return pathlib.Path(path or state_path()).absolute()
+
+
 def _fresh():
-    return {"version": VERSION, "cards": {}}
-
-
-def _warn(message):
-    warnings.warn(message, ReviewStateWarning, stacklevel=3)
+    return {"version": VERSION, "cards": {}, "undo": None}
 
 
 def _parse_date(value):
@@ -72,73 +104,147 @@ def _valid_entry(entry):
             and _parse_date(entry.get("due")) is not None)
 
 
-def _set_aside(p, why):
-    """Move a damaged state file out of the way (kept for inspection) and warn."""
-    backup = p.with_name(f"{p.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
-    n = 1
-    while backup.exists():
-        n += 1
-        backup = backup.with_name(f"{p.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
-    try:
-        os.replace(p, backup)
-        kept = f"it is kept as {backup.name}"
-    except OSError as e:
-        kept = f"it could not be moved aside ({e})"
-    _warn(f"Your review schedule {p} {why}; {kept}. Starting a fresh schedule.")
+# ---------------------------------------------------------------- reading and saving the schedule
 
 
-def load_state(path=None):
-    """The schedule: {"version": 1, "cards": {card id: {"box", "due", "reviews", "lapses", "last"}}}.
-
-    A missing file is a fresh start; a damaged one is set aside with a warning. Never raises.
-    """
-    p = pathlib.Path(path or state_path())
-    try:
-        raw = p.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):  # nothing saved yet (or nowhere it could be)
-        return _fresh()
-    except OSError as e:
-        _set_aside(p, f"could not be read ({e.strerror or e})")
-        return _fresh()
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except ValueError:
-        _set_aside(p, "is not valid JSON")
-        return _fresh()
-    if not (isinstance(data, dict) and data.get("version") == VERSION
-            and isinstance(data.get("cards"), dict)):
-        _set_aside(p, f"is not a version-{VERSION} review schedule")
-        return _fresh()
-    good = {k: v for k, v in data["cards"].items() if isinstance(k, str) and _valid_entry(v)}
-    if len(good) != len(data["cards"]):
-        bad = len(data["cards"]) - len(good)
-        _set_aside(p, f"has {bad} damaged card entr{'y' if bad == 1 else 'ies'}")
-        data["cards"] = good
-        save_state(data, p)
+def _migrate(data):
+    """A schedule of an older format, in the current one (the file is rewritten at the next answer)."""
+    if data["version"] == 1:  # version 2 added each card's "first" day and the "undo" record
+        for entry in data["cards"].values():
+            if isinstance(entry, dict):  # a card answered once was first answered on its last day
+                entry.setdefault("first", entry.get("last") if entry.get("reviews") == 1 else None)
+        data["version"], data["undo"] = 2, None
     return data
 
 
-def save_state(state, path=None):
-    """Write the schedule atomically (a temporary file, then a rename). False, with a warning, on failure."""
-    p = pathlib.Path(path or state_path())
-    tmp = None
+def _usable(data):
+    """What can be used of a schedule that must not be written: its valid card entries."""
+    return {"version": VERSION, "undo": None,
+            "cards": {k: v for k, v in data["cards"].items() if _valid_entry(v)}}
+
+
+def _read(p):
+    """(the schedule in file p, None), or where it cannot be used as it is:
+    (what can be used of it, (what is wrong, what to do))."""
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+        raw = p.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):  # nothing saved yet
+        return _fresh(), None
+    except IsADirectoryError:
+        return _fresh(), ("is a folder, not a file", "Move the folder away, or set COURSE_STATE to a file.")
+    except OSError as e:
+        return _fresh(), (f"could not be read ({e.strerror or e})", "Check the file and its permissions.")
+    fix = f"Repair it in an editor, or delete it to start a fresh schedule (rm {p})."
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as e:
+        return _fresh(), (f"is not valid JSON ({e})", fix)
+    version = data.get("version") if isinstance(data, dict) else None
+    if type(version) is not int or version < 1 or not isinstance(data.get("cards"), dict):
+        return _fresh(), ('is not a review schedule (no "version" and "cards")', fix)
+    if version > VERSION:
+        return _usable(data), (f"comes from a newer version of the course (format {version}; this one "
+                               f"reads up to {VERSION})", "Update the course (git pull) to save again.")
+    data = _migrate(data)
+    bad = sorted(k for k, v in data["cards"].items() if not _valid_entry(v))
+    if bad:
+        return _usable(data), (f"has {len(bad)} damaged card entr{'y' if len(bad) == 1 else 'ies'} "
+                               f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})",
+                               "Repair or delete those entries in an editor.")
+    return data, None
+
+
+def _go_read_only(p, state, what, todo):
+    """Stop writing schedule p for the rest of this session, and say so once."""
+    _read_only[p] = state
+    warnings.warn(f"Your review schedule {p} {what}. It is left as it is, and until you restart, "
+                  f"answers are not saved (the drill still works). {todo}", ReviewStateWarning, stacklevel=4)
+
+
+def read_only(path=None):
+    """Whether this session has stopped saving to the schedule (see the warning it gave)."""
+    return _path(path) in _read_only
+
+
+def load_state(path=None):
+    """The schedule (its format is in this module's docstring). Never raises, never writes.
+
+    A missing file is an empty schedule. One that cannot be used as it is makes the session
+    read-only, with a warning; then this is what could be read of it, plus this session's answers.
+    """
+    p = _path(path)
+    if p not in _read_only:
+        state, problem = _read(p)
+        if problem is None:
+            return state
+        _go_read_only(p, state, *problem)
+    return copy.deepcopy(_read_only[p])
+
+
+@contextlib.contextmanager
+def _locked(p):
+    """Hold the schedule's lock, the file `review.json.lock` beside it: one writer at a time."""
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(p.with_name(p.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits while another process holds it
+        else:
+            msvcrt.locking(fd, msvcrt.LK_LOCK, 1)  # waits up to 10 s, then raises OSError
+        try:
+            yield
+        finally:
+            if fcntl is None:
+                msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+    finally:
+        os.close(fd)  # releases an flock
+
+
+def _write(p, state):
+    """Replace file p by `state` atomically: a temporary file in its folder, flushed to disk, renamed."""
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(state, f, indent=1, sort_keys=True)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)
-        return True
-    except OSError as e:
-        if tmp:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        _warn(f"Could not save your review schedule to {p} ({e.strerror or e}); "
-              "this answer is not kept. Set COURSE_STATE to a writable file.")
-        return False
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if hasattr(os, "O_DIRECTORY"):  # make the rename itself durable too
+        with contextlib.suppress(OSError):
+            folder = os.open(p.parent, os.O_DIRECTORY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+
+
+def _update(path, change):
+    """Apply change(state) to the schedule and save it: (what change returned, whether it was saved).
+
+    Under the lock, the file is read afresh, so that answers saved by another process since this
+    one last read it are kept. In a read-only session the change is made in memory only.
+    """
+    p = _path(path)
+    if p not in _read_only:
+        try:
+            with _locked(p):
+                state = load_state(p)
+                if p not in _read_only:
+                    result = change(state)
+                    _write(p, state)
+                    return result, True
+        except OSError as e:
+            _go_read_only(p, _read(p)[0], f"could not be saved ({e.strerror or e})",
+                          "Set COURSE_STATE to a file you can write, or fix the folder's permissions.")
+    return change(_read_only[p]), False
+
+
+# ---------------------------------------------------------------- the Leitner schedule
 
 
 def _today(today):
@@ -152,7 +258,8 @@ def _days(n):
 def schedule(entry, knew, today):
     """The card's next entry after an answer (a pure function of the old entry, the answer and the date)."""
     new = not entry
-    entry = dict(entry or {"box": 1, "due": today.isoformat(), "reviews": 0, "lapses": 0})
+    entry = dict(entry or {"box": 1, "due": today.isoformat(), "reviews": 0, "lapses": 0,
+                           "first": today.isoformat()})
     entry["reviews"] = entry.get("reviews", 0) + 1
     entry["last"] = today.isoformat()
     box, due = entry["box"], _parse_date(entry["due"])
@@ -167,13 +274,19 @@ def schedule(entry, knew, today):
 
 
 def record(card_id, knew, path=None, today=None):
-    """Record one answer and save; returns a sentence saying what happens to the card next."""
+    """Record one answer and save it; returns a sentence saying what happens to the card next.
+
+    undo() takes the answer back.
+    """
     today = _today(today)
-    state = load_state(path)
-    old = state["cards"].get(card_id)
-    entry = schedule(old, knew, today)
-    state["cards"][card_id] = entry
-    saved = save_state(state, path)
+
+    def answer(state):
+        old = state["cards"].get(card_id)
+        state["cards"][card_id] = entry = schedule(old, knew, today)
+        state["undo"] = {"card": card_id, "before": old, "after": entry}
+        return old, entry
+
+    (old, entry), saved = _update(path, answer)
     due_in = (_parse_date(entry["due"]) - today).days
     if not knew:
         message = "missed: back to box 1, due again today"
@@ -184,46 +297,100 @@ def record(card_id, knew, path=None, today=None):
     return message if saved else message + " (not saved)"
 
 
-def describe_card(card_id, path=None, today=None, state=None):
-    """"new", or the card's box and when it is due."""
-    entry = (state or load_state(path))["cards"].get(card_id)
+def undo(card_id=None, path=None, today=None):
+    """Take back the last answer saved: its card gets back exactly the entry it had (or is new again).
+
+    With card_id, only if the last answer was to that card (the drill and the widgets pass theirs,
+    so as never to take back an answer given elsewhere since). Returns a sentence saying what the
+    card is back to, or None when there is nothing to undo.
+    """
+    def take_back(state):
+        last = state.get("undo")
+        if not isinstance(last, dict) or last.get("card") not in state["cards"] or (
+                card_id is not None and last["card"] != card_id):
+            return False, None
+        if last.get("before") is None:
+            del state["cards"][last["card"]]
+        else:
+            state["cards"][last["card"]] = last["before"]
+        state["undo"] = None
+        return True, last.get("before")
+
+    (done, before), saved = _update(path, take_back)
+    if not done:
+        return None
+    message = "undone: " + ("the card is new again" if before is None else _describe(before, today))
+    return message if saved else message + " (not saved)"
+
+
+# ---------------------------------------------------------------- what is due, and what is new
+
+
+def _describe(entry, today=None):
     if entry is None:
         return "new"
     due_in = (_parse_date(entry["due"]) - _today(today)).days
     return f"box {entry['box']} of {BOXES}, " + ("due now" if due_in <= 0 else f"due {_days(due_in)}")
 
 
-def due(cards, new=None, path=None, today=None, state=None):
-    """The cards to review today, in order.
+def describe_card(card_id, path=None, today=None, state=None):
+    """"new", or the card's box and when it is due."""
+    return _describe((state or load_state(path))["cards"].get(card_id), today)
 
-    Cards seen before and due come first: lowest box first (the shakiest), then the longest
-    overdue, then course order. New cards follow in course order, at most `new` of them.
+
+def started_lessons(cards, state, results_path=None):
+    """The lessons you have started: a check(...) recorded a result there, or you answered a card of it."""
+    from helpers import records
+
+    try:
+        checked = {rec.get("lesson") for rec in records.latest(results_path).values()}
+    except OSError:  # an unreadable results file: go by the schedule alone
+        checked = set()
+    return checked | {card["lesson"] for card in cards if card["id"] in state["cards"]}
+
+
+def new_today(state, today=None):
+    """How many cards were answered for the first time today."""
+    day = _today(today).isoformat()
+    return sum(entry.get("first") == day for entry in state["cards"].values())
+
+
+def due(cards, new=NEW_PER_DAY, path=None, today=None, state=None, started=None):
+    """Today's cards, in order.
+
+    Cards answered before and due come first: lowest box first (the shakiest), then the longest
+    overdue, then course order. New cards follow in course order, only from the `started` lessons
+    (default: started_lessons()), and only as many as the day's allowance of `new` leaves
+    (None: no limit).
     """
     today = _today(today)
-    entries = (state or load_state(path))["cards"]
+    state = state or load_state(path)
+    if started is None:
+        started = started_lessons(cards, state)
     reviews, fresh = [], []
     for position, card in enumerate(cards):
-        entry = entries.get(card["id"])
+        entry = state["cards"].get(card["id"])
         if entry is None:
-            fresh.append(card)
+            if card["lesson"] in started:
+                fresh.append(card)
         elif _parse_date(entry["due"]) <= today:
             reviews.append((entry["box"], entry["due"], position, card))
     reviews.sort(key=lambda r: r[:3])
-    return [r[3] for r in reviews] + (fresh if new is None else fresh[:max(new, 0)])
+    allowance = len(fresh) if new is None else max(new - new_today(state, today), 0)
+    return [r[3] for r in reviews] + fresh[:allowance]
 
 
 def counts(cards, state, today=None):
-    """{"total", "new", "due", "learned"} for a list of cards (new cards count as due)."""
+    """{"total", "new", "due", "learned"} for a list of cards: new ones (never answered) are not due."""
     today = _today(today)
     out = {"total": len(cards), "new": 0, "due": 0, "learned": 0}
     for card in cards:
         entry = state["cards"].get(card["id"])
         if entry is None:
             out["new"] += 1
-            out["due"] += 1
-            continue
-        out["due"] += _parse_date(entry["due"]) <= today
-        out["learned"] += entry["box"] >= LEARNED_BOX
+        else:
+            out["due"] += _parse_date(entry["due"]) <= today
+            out["learned"] += entry["box"] >= LEARNED_BOX
     return out
 
 
@@ -245,39 +412,70 @@ def outlook(path=None, today=None, cards=None, state=None):
 # ---------------------------------------------------------------- the terminal drill
 
 
-def drill(cards, new=NEW_PER_SESSION, path=None, today=None, ask=input, say=print):
-    """Ask today's due cards one by one: Enter shows the answer, then y (knew it) or n (didn't).
+def drill(cards, new=NEW_PER_DAY, path=None, today=None, ask=input, say=print, started=None):
+    """Ask today's cards one by one: Enter shows the answer, then y (knew it) or n (didn't).
 
-    A missed card comes back at the end of the session. q or end of input stops; every answer
-    given so far is already saved. Returns (knew, missed).
+    A missed card comes back at the end of the session. u takes the last answer back and asks
+    that card again. q or end of input stops; every answer given so far is already saved.
+    Returns (knew, missed).
     """
-    queue = due(cards, new=new, path=path, today=today)
+    state = load_state(path)
+    started = started_lessons(cards, state) if started is None else started
+    queue = due(cards, new=new, today=today, state=state, started=started)
     if not queue:
-        say("Nothing is due today. " + outlook(path, today, cards))
+        hint = "" if started & {c["lesson"] for c in cards} else (
+            "New cards come from the lessons you have started (run a check, or answer a card).")
+        say(" ".join(filter(None, ["Nothing is due today.", outlook(today=today, cards=cards, state=state),
+                                   hint])))
         return 0, 0
-    fresh = sum(describe_card(c["id"], path, today) == "new" for c in queue)
-    say(textwrap.fill(f"{len(queue)} card(s) due today ({fresh} new). Answer in your head, press Enter to "
-                      "see the answer, then y if you knew it, n if not. q stops (your answers are saved "
-                      "as you go).", width=88))
+    fresh = sum(c["id"] not in state["cards"] for c in queue)
+    say(textwrap.fill(f"{len(queue)} card(s) for today ({fresh} new). Answer in your head, press Enter "
+                      "to see the answer, then y if you knew it, n if not. u takes your last answer back; "
+                      "q stops (your answers are saved as you go).", width=88))
+    if read_only(path):
+        say("Read-only: this session's answers are not saved (see the warning above).")
     knew = missed = 0
+    last = None  # the last answer, (card, knew), while it can still be taken back
     wrap = textwrap.TextWrapper(width=88, initial_indent="  ", subsequent_indent="  ")
     wrap_answer = textwrap.TextWrapper(width=88, initial_indent="  → ", subsequent_indent="    ")
-    while queue:
-        card = queue.pop(0)
-        say(f"\n[{card['lesson']} · {describe_card(card['id'], path, today)} · {len(queue)} left after this]")
-        say(wrap.fill(card["front"]))
+    while queue or last:
         try:
-            if ask("  (Enter: show answer, q: stop) ").strip().lower() == "q":
-                break
-            say(wrap_answer.fill(card["back"]))
-            reply = ""
-            while reply not in ("y", "n", "q"):
-                reply = ask("  Did you know it? [y/n, q: stop] ").strip().lower()[:1]
+            if not queue:  # the last chance to take the last answer back
+                reply = ask("  (Enter: finish, u: undo the last answer) ").strip().lower()
+                reply = "u" if reply == "u" else "q"
+            else:
+                card = queue[0]
+                say(f"\n[{card['lesson']} · {describe_card(card['id'], path, today)} · "
+                    f"{len(queue) - 1} left after this]")
+                say(wrap.fill(card["front"]))
+                reply = ask("  (Enter: show answer, u: undo the last answer, q: stop) ").strip().lower()[:1]
+                if reply not in ("q", "u"):
+                    say(wrap_answer.fill(card["back"]))
+                    reply = ""
+                    while reply not in ("y", "n", "q"):
+                        reply = ask("  Did you know it? [y/n, q: stop] ").strip().lower()[:1]
         except EOFError:
             break
         if reply == "q":
             break
+        if reply == "u":
+            message = undo(last[0]["id"], path, today) if last else None
+            if message is None:
+                say("  Nothing to undo.")
+                continue
+            card, was_known = last
+            if was_known:
+                knew -= 1
+            else:
+                missed -= 1
+                queue.pop()  # its second go at the end of the session
+            queue.insert(0, card)
+            last = None
+            say("  " + message)
+            continue
+        queue.pop(0)
         say("  " + record(card["id"], reply == "y", path, today))
+        last = (card, reply == "y")
         if reply == "y":
             knew += 1
         else:
@@ -321,15 +519,17 @@ def progress_rows(results_path=None, path=None, folder=None, today=None, exercis
 
 
 def progress_text(rows):
-    """The progress table as text."""
+    """The progress table as text: each lesson's exercises, and its cards new, due today and learned."""
     title_w = max([len(r["title"]) for r in rows] + [5])
     name_w = max([len(n) for r in rows for n, _ in r["exercises"]] + [8])
     head = f"{'lesson':<7}{'title':<{title_w + 2}}{'exercise':<{name_w + 2}}{'result':<12}"
-    lines = [head + "cards: due  learned  total", "-" * (len(head) + 26)]
+    cards_head = "cards: new  due  learned  total"
+    lines = [head + cards_head, "-" * (len(head) + len(cards_head))]
     tally = {"pass": 0, "fail": 0, "not done": 0}
     for r in rows:
         c = r["cards"]
-        card_cols = (f"{c['due']:>11}{c['learned']:>9}{c['total']:>7}" if c["total"] else f"{'-':>11}")
+        card_cols = (f"{c['new']:>10}{c['due']:>5}{c['learned']:>9}{c['total']:>7}" if c["total"]
+                     else f"{'-':>10}")
         exs = r["exercises"] or [("-", "")]
         for i, (name, status) in enumerate(exs):
             tally[status] = tally.get(status, 0) + bool(status)
@@ -337,12 +537,13 @@ def progress_text(rows):
             line = f"{left}{name:<{name_w + 2}}{_MARKS.get(status, status):<12}"
             lines.append((line + card_cols) if i == 0 else line.rstrip())
     total = sum(len(r["exercises"]) for r in rows)
-    c_due = sum(r["cards"]["due"] for r in rows)
-    c_learned = sum(r["cards"]["learned"] for r in rows)
-    c_total = sum(r["cards"]["total"] for r in rows)
+    c_new, c_due, c_learned, c_total = (sum(r["cards"][k] for r in rows)
+                                        for k in ("new", "due", "learned", "total"))
     lines += ["", f"Exercises: {tally['pass']} of {total} pass, {tally['fail']} fail, {tally['not done']} "
-                  f"not done.   Cards: {c_due} due today, {c_learned} of {c_total} learned.",
-              "`make grade` re-runs your notebooks; `make review` drills the cards due today."]
+                  f"not done.   Cards: {c_due} due today, {c_learned} of {c_total} learned, "
+                  f"{c_new} new (not seen yet).",
+              "`make grade` re-runs your notebooks; `make review` drills today's cards (new ones come "
+              "from the lessons you have started)."]
     return "\n".join(lines)
 
 
@@ -445,15 +646,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lesson", action="append", help="only this lesson's cards (repeatable), e.g. 02")
-    parser.add_argument("--new", type=int, default=NEW_PER_SESSION,
-                        help=f"new cards to introduce this session, at most (default {NEW_PER_SESSION})")
+    parser.add_argument("--new", type=int, default=NEW_PER_DAY,
+                        help=f"new cards a day, at most (default {NEW_PER_DAY})")
     parser.add_argument("--print", dest="deck", action="store_true", help="write the printable deck")
     parser.add_argument("--out", default=str(ROOT / "build" / "flashcards.html"), help="where --print writes")
     parser.add_argument("--layout", choices=("sheet", "page"), default="sheet",
                         help="--print: five cards a sheet, or one a page")
     parser.add_argument("--no-pdf", action="store_true", help="--print: HTML only")
     parser.add_argument("--progress", action="store_true", help="print the progress table")
-    parser.add_argument("--results", help="the results file --progress reads (default: the course's)")
+    parser.add_argument("--results", help="the results file of check() (default: the course's)")
     parser.add_argument("--state", help="the schedule file (default: COURSE_STATE or .course/review.json)")
     parser.add_argument("--cards", help=argparse.SUPPRESS)  # a folder of card files, for tests
     args = parser.parse_args(argv)
@@ -471,7 +672,9 @@ def main(argv=None):
         print(f"wrote {html_path}" + (f" and {pdf_path}" if pdf_path else
                                       "" if args.no_pdf else " (no PDF: Chromium was not found to print it)"))
         return 0
-    drill(card_data.flashcard_list(lessons, args.cards), new=args.new, path=args.state)
+    cards = card_data.flashcard_list(lessons, args.cards)
+    started = started_lessons(cards, load_state(args.state), args.results)
+    drill(cards, new=args.new, path=args.state, started=started)
     return 0
 
 

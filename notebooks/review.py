@@ -14,9 +14,9 @@
 # Come back whenever you like; it remembers where you are.
 #
 # **You will:**
-# - answer today's due cards, one at a time: think of the answer, turn the card over, say whether you
-#   knew it;
-# - see where you stand: every lesson's exercises (pass, fail, not done) and cards (due, learned).
+# - answer today's cards, one at a time: think of the answer, turn the card over, say whether you
+#   knew it (a mis-click? "undo last answer" takes it back);
+# - see where you stand: every lesson's exercises (pass, fail, not done) and cards (new, due, learned).
 #
 # ## How the spacing works
 #
@@ -35,15 +35,19 @@
 # say) does not move it up: only recall after a gap counts.
 #
 # Your schedule is one small file, `.course/review.json` in the course folder (git ignores it). The
-# same schedule drives `make review` in a terminal, and the lessons' flashcards write into it too.
+# same schedule drives `make review` in a terminal, and the lessons' flashcards write into it too;
+# answers from here and from a terminal at the same time are all kept. If the file cannot be used
+# (unreadable, damaged, or from a newer version of the course), it is never moved or replaced: a
+# warning says how to fix it, and the drill goes on without saving.
 
 # %%
 from helpers.cards import review
 from helpers.review import progress_rows, progress_text
 
 # %% [markdown]
-# Today's cards: at most 20 new ones per session, and every card that is due. Run the cell again to
-# start over with what is still due.
+# Today's cards: every card that is due again, then new ones, only from lessons you have started (a
+# `check(...)` run in the lesson, or one of its cards answered), at most 20 new cards a day. Run the
+# cell again to start over with what is still due.
 
 # %%
 session = review()
@@ -52,7 +56,8 @@ session = review()
 # ## Where you stand
 #
 # Exercise results are the latest from a `check(...)` in a notebook or from `make grade`; cards are
-# from your schedule (new cards count as due). The same table is `make progress` in a terminal.
+# from your schedule: new (not seen yet), due today, and learned (box 4 or 5). The same table is
+# `make progress` in a terminal.
 
 # %%
 print(progress_text(progress_rows()))
