@@ -555,11 +555,10 @@ def _run_case(ex, fn, case, tol_for):
     stray = [g.problem() for g in allocations]
     stray += [_halo_problem(i, halo) for i, (_, halo) in enumerate(guarded) if halo]
     stray = next((p for p in stray if p), None)
+    aliased = None if ex.may_alias_input else _aliased(out, args)
     if ex.explain is not None:
         problem = ex.explain(out, expected)
     else:
         problem = compare(out, expected, tol_for, form=form, nan_hint=ex.nan_hint)
-    nothing_written = bool(problem) and "none of its" in problem and not stray
-    problem = (stray or problem or (None if ex.may_alias_input else _aliased(out, args))
-               or _changed_inputs(before, args))
-    return problem, not nothing_written
+    nothing_written = bool(problem) and "none of its" in problem and not (stray or aliased)
+    return stray or aliased or problem or _changed_inputs(before, args), not nothing_written

@@ -111,15 +111,16 @@ def test_nan_is_reported_as_nan_not_as_unwritten():
 
 def test_wrong_shape_and_none_are_reported():
     with pytest.raises(CheckFailed, match="shape"):
-        check("vector_add", lambda x, y: (x + y)[:-1] if x.numel() > 1 else torch.zeros(2, device=DEVICE))
+        check("vector_add", lambda x, y: torch.cat([lesson01.add(x, y)] * 2))
     with pytest.raises(NotDone, match="returned None"):
         check("vector_add", lambda x, y: None)
 
 
 def test_modifying_an_input_is_reported():
     def sneaky(x, y):
-        x += y
-        return x.clone()
+        out = lesson01.add(x, y)
+        x += 1
+        return out
     with pytest.raises(CheckFailed, match="changed its input"):
         check("vector_add", sneaky)
 
@@ -189,3 +190,147 @@ def test_largest_tensor_sees_every_op_including_backward():
     with largest_tensor() as seen:
         (x @ x.t()).sum().backward()
     assert seen.numel == 30 * 30 and seen.shape == (30, 30)
+
+
+# ---------------------------------------------------------------- the hardened contract
+
+
+def _add_with(kernel, block=256):
+    """A vector-add launcher around `kernel`, with its own output."""
+    def run(x, y):
+        x, y = x.contiguous(), y.contiguous()
+        out = torch.empty_like(x)
+        kernel[(triton.cdiv(out.numel(), block),)](x, y, out, out.numel(), BLOCK=block)
+        return out
+    return run
+
+
+def test_pure_pytorch_is_not_a_kernel():
+    with pytest.raises(CheckFailed, match="no Triton kernel ran"):
+        check("vector_add", lambda x, y: x + y)
+
+
+def test_output_dtype_comes_from_the_reference():
+    with pytest.raises(CheckFailed, match="dtype torch.bfloat16, expected torch.float32"):
+        check("vector_add", lambda x, y: lesson01.add(x, y).to(torch.bfloat16))
+    with pytest.raises(CheckFailed, match="dtype torch.int32, expected torch.float32"):
+        check("vector_add", lambda x, y: lesson01.add(x, y).to(torch.int32))
+
+
+def test_forgotten_return_after_a_launch_is_a_failure_not_a_stub():
+    def no_return(x, y):
+        lesson01.add(x, y)
+    with pytest.raises(CheckFailed, match="returned None: `return` the output") as caught:
+        check("vector_add", no_return)
+    assert not isinstance(caught.value, NotDone)
+
+
+def test_returning_an_input_is_aliasing():
+    def in_place(x, y):
+        lesson01.add(x, y)
+        return y
+    with pytest.raises(CheckFailed, match="shares memory with input #1"):
+        check("vector_add", in_place)
+
+
+def test_a_write_past_the_end_of_an_output_is_caught_without_the_interpreter():
+    def overrun(x, y):
+        out = lesson01.add(x, y)
+        past = torch.empty_like(x)  # guarded: writing one element past it lands in its guard band
+        past.copy_(out)
+        past.as_strided((past.numel() + 1,), (1,))[-1] = 0.0
+        return past
+    with pytest.raises(CheckFailed, match=r"wrote 1 element\(s\) past the end of a tensor of shape"):
+        check("vector_add", overrun)
+
+
+def test_a_write_around_an_input_is_caught():
+    def scribble(x, y):
+        x.as_strided((x.numel() + 1,), (1,), x.storage_offset())[-1] = 1.0  # just past x's end
+        return lesson01.add(x, y)
+    with pytest.raises(CheckFailed, match="memory around its input #0"):
+        check("vector_add", scribble)
+
+
+def test_every_failing_case_is_listed():
+    with pytest.raises(CheckFailed) as caught:
+        check("vector_add", _add_with(subtract_kernel))
+    assert "Also failing:" in str(caught.value) and "(5 of 5 cases)" in str(caught.value)
+
+
+def test_an_exception_names_the_case_and_the_line():
+    def launcher_with_assert(x, y):
+        assert x.numel() % 2 == 0, "only even lengths"
+        return lesson01.add(x, y)
+    with pytest.raises(CheckFailed) as caught:
+        check("vector_add", launcher_with_assert)
+    text = str(caught.value)
+    assert "case 'n=1 (a single element)'" in text and "AssertionError: only even lengths" in text
+    assert "test_harness.py: `assert x.numel() % 2 == 0" in text
+
+
+@pytest.mark.skipif(not INTERPRET, reason="only the interpreter can stop a stray load before it happens")
+def test_stray_lanes_are_blamed_on_their_own_pointer():
+    # x is 10 elements and y follows it in the same buffer: 1014 of the 1024 unmasked lanes of the
+    # x load land inside y. Each lane is checked against the tensor its pointer came from: x.
+    def run(x, y):
+        both = torch.cat([x[:10], y]).contiguous()
+        small_x, big_y = both[:10], both[10:]
+        out = torch.empty_like(big_y)
+        no_mask_kernel[(1,)](small_x, big_y, out, 10, BLOCK=1024)
+        return out
+    x, y = torch.randn(10), torch.randn(1024)
+    with pytest.raises(Exception) as caught:
+        run(x, y)
+    assert "no_mask_kernel loaded out of bounds" in str(caught.value.__cause__) or \
+        "no_mask_kernel loaded out of bounds" in str(caught.value)
+    assert "x_ptr has 10 element(s)" in str(caught.value.__cause__ or caught.value)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="counts the interpreter's programs")
+def test_a_slow_kernel_is_told_apart_from_an_endless_one(monkeypatch):
+    monkeypatch.setattr(exercises.get("vector_add"), "timeout_s", 1.0)
+
+    @triton.jit
+    def one_per_program(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0)
+        tl.store(out_ptr + i, tl.load(x_ptr + i) + tl.load(y_ptr + i))
+
+    def slow(x, y):
+        x, y = x.contiguous(), y.contiguous()
+        out = torch.empty_like(x)
+        for _ in range(50):  # a thousand-fold slower than it should be
+            one_per_program[(x.numel(),)](x, y, out, x.numel(), BLOCK=1)
+        return out
+    with pytest.raises(KernelTimeout, match="slow, not stuck"):
+        check("vector_add", slow)
+
+
+def test_a_python_loop_that_never_ends_keeps_its_timeout_type(monkeypatch):
+    monkeypatch.setattr(exercises.get("vector_add"), "timeout_s", 0.5)
+
+    def spin(x, y):
+        while True:
+            pass
+    with pytest.raises(KernelTimeout, match="outside any kernel"):
+        check("vector_add", spin)
+
+
+def test_a_kernel_that_loads_through_a_tensor_descriptor_runs():
+    if not hasattr(tl, "make_tensor_descriptor"):
+        pytest.skip("this Triton has no tensor descriptors")
+
+    @triton.jit
+    def desc_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        start = tl.program_id(0) * BLOCK
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[n], strides=[1], block_shape=[BLOCK])
+        y_desc = tl.make_tensor_descriptor(y_ptr, shape=[n], strides=[1], block_shape=[BLOCK])
+        o_desc = tl.make_tensor_descriptor(out_ptr, shape=[n], strides=[1], block_shape=[BLOCK])
+        o_desc.store([start], x_desc.load([start]) + y_desc.load([start]))
+
+    if not INTERPRET:
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=DEVICE))
+    x, y = torch.randn(1000, device=DEVICE), torch.randn(1000, device=DEVICE)
+    out = torch.empty_like(x)
+    desc_add_kernel[(triton.cdiv(1000, 128),)](x, y, out, 1000, BLOCK=128)
+    torch.testing.assert_close(out, x + y)
