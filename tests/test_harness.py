@@ -334,3 +334,9 @@ def test_a_kernel_that_loads_through_a_tensor_descriptor_runs():
     out = torch.empty_like(x)
     desc_add_kernel[(triton.cdiv(1000, 128),)](x, y, out, 1000, BLOCK=128)
     torch.testing.assert_close(out, x + y)
+
+
+@pytest.mark.skipif(INTERPRET, reason="on the CPU the interpreter stops the store before it happens")
+def test_a_kernel_writing_past_the_end_is_caught_on_a_gpu():
+    with pytest.raises(CheckFailed, match="past the end of a tensor of shape"):
+        check("vector_add", launcher(no_mask_kernel))
