@@ -171,9 +171,10 @@ def add(x, y):
 
 
 # %% [markdown]
-# `check` runs your `add` on fresh random vectors of awkward lengths (1, 1000, a large prime, a
-# strided view) and compares with `x + y`. It fills the output with a poison value first, so an
-# element your kernel forgets to write is reported, not hidden.
+# `check` runs your `add` on fresh random vectors of awkward lengths (1, 1001, 4097, a large prime,
+# a strided view: all odd, so no block size divides them) and compares with `x + y`. It fills the
+# output with a poison value first, so an element your kernel forgets to write is reported, not
+# hidden.
 
 # %%
 check("vector_add", add)
@@ -242,8 +243,8 @@ else:
 # ## Exercise 2 · `alpha * x + y`
 #
 # This time write both the kernel and the launcher. `alpha` is a Python float: pass it to the kernel
-# like any other argument and it arrives as a scalar. The reference reads `2n` elements and writes
-# `n`, exactly like the add.
+# like any other argument and it arrives as a scalar (`check` draws a new one, positive or negative,
+# for every case). The reference reads `2n` elements and writes `n`, exactly like the add.
 
 # %% tags=["exercise"]
 @triton.jit

@@ -106,6 +106,9 @@ print("fused:", triton_traffic(scale_shift, v, 3.0, 1.0))
 # pass. The launcher makes `x` and `residual` contiguous, so you can treat them as flat vectors of
 # `M * N` elements, as in lesson 01. The one new thing is the bias: element `(i, j)` of the matrix
 # sits at flat offset `i * N + j` and needs `bias[j]`, that is `bias[offset % N]`.
+#
+# `check` draws a new `scale`, positive or negative, for every case, and once the values match it
+# makes sure the whole chain ran in your one kernel, with nothing left to PyTorch.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -179,6 +182,10 @@ compare("fused_chain", chain_benches)
 # Triton has `tl.sigmoid`, and `0.5 * (1 + tanh(u))` equals `sigmoid(2u)`. Compute in float32:
 # convert after loading (`.to(tl.float32)`) and back before storing
 # (`.to(out_ptr.dtype.element_ty)`), so the kernel also works for float16 and bfloat16 inputs.
+#
+# `check` tries float16 inputs too (and bfloat16 on a GPU) and expects an output of the same dtype,
+# as close to the exact answer as one rounding allows: the float32 result, converted once at the
+# store. An add or multiply done in float16 before the conversion rounds once too often, and fails.
 
 # %% tags=["exercise"]
 @triton.jit

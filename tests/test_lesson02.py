@@ -1,12 +1,14 @@
-"""Lesson 02: the fused kernels pass their checks, and typical mistakes fail them."""
+"""Lesson 02: the fused kernels pass their checks, and what the checks hold them to."""
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from mutants import edit
 
-from helpers import check
+from helpers import check, exercises
 from helpers.check import CheckFailed
+from helpers.device import DEVICE, ON_GPU
 from helpers.solutions import load_solution
 
 lesson02 = load_solution("02")
@@ -15,6 +17,26 @@ lesson02 = load_solution("02")
 def test_solutions_pass():
     check("fused_chain", lesson02.fused_chain)
     check("bias_gelu", lesson02.bias_gelu)
+
+
+@pytest.mark.parametrize("name", ["fused_chain", "bias_gelu"])
+def test_every_size_is_awkward_against_every_block(name):
+    # odd sizes: no power-of-two block divides a row, a column or the whole matrix
+    for case in exercises.get(name).cases():
+        assert all(size % 2 == 1 for size in case.args[0].shape), case.label
+
+
+def test_scale_is_random_with_both_signs():
+    # a hard-coded scale fails, and so does relu((x + b) * s), which differs from relu(x + b) * s when s < 0
+    scales = [[case.args[3] for case in exercises.get("fused_chain").cases()] for _ in range(3)]
+    assert all(min(s) < 0 < max(s) for s in scales)
+    assert len({s for run in scales for s in run}) > 5
+
+
+def test_bias_gelu_has_low_precision_cases():
+    dtypes = {case.args[0].dtype for case in exercises.get("bias_gelu").cases()}
+    low = {torch.float16, torch.bfloat16} if ON_GPU else {torch.float16}  # no bfloat16 in the interpreter
+    assert dtypes == {torch.float32} | low
 
 
 @triton.jit
@@ -37,9 +59,18 @@ def test_bias_indexed_by_row_fails():
         check("fused_chain", wrong)
 
 
+def test_scale_before_relu_fails_on_a_negative_scale():
+    wrong = edit("02", "fused_chain", ("    y = tl.maximum(x + bias, 0.0) * scale + res",
+                                       "    y = tl.maximum((x + bias) * scale, 0.0) + res"))
+    with pytest.raises(CheckFailed, match=r"scale=-"):
+        check("fused_chain", wrong)
+
+
 def test_exact_gelu_is_not_the_tanh_approximation():
+    exact = edit("02", "bias_gelu", ("return x * tl.sigmoid(2.0 * u)",
+                                     "return 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))"))
     with pytest.raises(CheckFailed, match="off by more than"):
-        check("bias_gelu", lambda x, b: torch.nn.functional.gelu(x + b))
+        check("bias_gelu", exact)
 
 
 def test_strided_input_without_contiguous_fails():
@@ -50,3 +81,39 @@ def test_strided_input_without_contiguous_fails():
         return out
     with pytest.raises(CheckFailed, match="transposed"):
         check("bias_gelu", no_contiguous)
+
+
+def test_a_low_precision_add_before_the_upcast_fails():
+    # x + bias rounded to float16 (or bfloat16) before the upcast: one rounding too many
+    loads = ("    x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)\n"
+             "    bias = tl.load(bias_ptr + offs % n_cols, mask=mask).to(tl.float32)\n")
+    late = edit("02", "bias_gelu", (loads, loads.replace(".to(tl.float32)", "")),
+                ("y = gelu_tanh(x + bias)", "y = gelu_tanh((x + bias).to(tl.float32))"))
+    with pytest.raises(CheckFailed, match=r"float16 inputs':\noutput: \d+ of \d+ elements are off"):
+        check("bias_gelu", late)
+
+
+def test_the_float32_result_rounded_once_is_within_half_an_ulp():
+    x = torch.randn(257, 129, dtype=torch.float16, device=DEVICE)
+    bias = torch.randn(129, dtype=torch.float16, device=DEVICE)
+    exact = torch.nn.functional.gelu(x.double() + bias.double(), approximate="tanh")
+    err = (lesson02.bias_gelu(x, bias).double() - exact).abs()
+    atol, rtol = exercises.get("bias_gelu").tol[torch.float16]
+    assert (err <= 2.0**-11 * 1.001 * exact.abs() + 1e-7).all()  # half a unit in the last place
+    assert (err <= 0.85 * (atol + rtol * exact.abs())).all()  # with room to spare in the tolerance
+
+
+def test_half_fused_chain_is_named():
+    half = edit("02", "fused_chain", ("    y = tl.maximum(x + bias, 0.0) * scale + res",
+                                      "    y = tl.maximum(x + bias, 0.0) * scale"),
+                ("scale, BLOCK=BLOCK)\n    return out", "scale, BLOCK=BLOCK)\n    return out + residual"))
+    with pytest.raises(CheckFailed, match="every case gives the right values, but PyTorch ran add"):
+        check("fused_chain", half)
+
+
+def test_two_launches_are_not_fused():
+    def twice(x, bias, residual, scale):
+        lesson02.fused_chain(x, bias, residual, scale)
+        return lesson02.fused_chain(x, bias, residual, scale)
+    with pytest.raises(CheckFailed, match="launched 2 Triton kernels"):
+        check("fused_chain", twice)

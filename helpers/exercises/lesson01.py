@@ -7,11 +7,14 @@ from helpers.exercises import Case, Exercise
 
 
 def vectors(count):
-    """Cases of `count` fresh random vectors each: awkward lengths, then a strided view."""
+    """Cases of `count` fresh random vectors each: awkward lengths, then a strided view.
+
+    Every length is odd, so no power-of-two block divides it: the last program always has a ragged tail.
+    """
     cases = [Case(f"n={n} ({why})", tuple(torch.randn(n, device=DEVICE) for _ in range(count)))
              for n, why in [(1, "a single element"),
-                            (1000, "not a multiple of the block"),
-                            (4096, "an exact multiple of the block"),
+                            (1001, "not a multiple of any block"),
+                            (4097, "one element past a multiple of every block up to 4096"),
                             (pick(100_003, 10_000_019), "large and prime")]]
     cases.append(Case("n=1501, strided views (every other element of a longer vector)",
                       tuple(torch.randn(3002, device=DEVICE)[::2] for _ in range(count))))
@@ -27,9 +30,11 @@ def axpy_reference(alpha, x, y):
 
 
 def _axpy_cases():
+    """Each case gets a random alpha, the signs alternating: a hard-coded or dropped alpha fails."""
+    sign = 1.0 if torch.rand(()) < 0.5 else -1.0
     cases = []
-    for case in vectors(2):
-        alpha = round(float(torch.randn(())), 3)
+    for i, case in enumerate(vectors(2)):
+        alpha = round(sign * (-1) ** i * float(torch.empty(()).uniform_(0.25, 2.5)), 3)
         cases.append(Case(f"{case.label}, alpha={alpha}", (alpha, *case.args)))
     return cases
 

@@ -3,26 +3,54 @@
 import torch
 import torch.nn.functional as F
 
+from helpers import interpreter
 from helpers.device import DEVICE, pick
 from helpers.exercises import Case, Exercise
+from helpers.traffic import eager_traffic
 
+# Every size is odd, so no block of any power-of-two size divides a row or the whole matrix.
 SHAPES = [((1, 1), "a single element"),
-          ((3, 1000), "rows not a multiple of the block"),
+          ((3, 1001), "a few long rows"),
           ((257, 129), "odd sizes everywhere"),
-          ((pick(96, 4096), pick(512, 4096)), "large")]
+          ((pick(97, 4099), pick(515, 4097)), "large")]
+TRANSPOSED = (301, 203)
+# Lesson 02 loads low precision and computes in float32. bfloat16 arithmetic is wrong in the
+# interpreter, so on the CPU only float16 is tried.
+LOW_PRECISION = pick([torch.float16], [torch.float16, torch.bfloat16])
 
 
-def matrices_and_bias(with_residual):
-    """Fresh (x, bias[, residual]) cases, then one where x is a strided (transposed) view."""
-    def make(m, n, x=None):
-        x = torch.randn(m, n, device=DEVICE) if x is None else x
-        bias = torch.randn(n, device=DEVICE)
-        return (x, bias, torch.randn(m, n, device=DEVICE)) if with_residual else (x, bias)
+def matrices_and_bias(with_residual, low_precision=()):
+    """Fresh (x, bias[, residual]) cases: float32, a transposed (strided) x, then each low-precision dtype."""
+    def make(m, n, dtype=torch.float32, x=None):
+        x = torch.randn(m, n, device=DEVICE, dtype=dtype) if x is None else x
+        bias = torch.randn(n, device=DEVICE, dtype=dtype)
+        return (x, bias, torch.randn(m, n, device=DEVICE, dtype=dtype)) if with_residual else (x, bias)
 
     cases = [Case(f"{m}x{n} ({why})", make(m, n)) for (m, n), why in SHAPES]
-    cases.append(Case("300x200, x a transposed view (not contiguous)",
-                      make(300, 200, torch.randn(200, 300, device=DEVICE).t())))
+    m, n = TRANSPOSED
+    cases.append(Case(f"{m}x{n}, x a transposed view (not contiguous)",
+                      make(m, n, x=torch.randn(n, m, device=DEVICE).t())))
+    for dtype in low_precision:
+        for (m, n), why in SHAPES[2:]:
+            cases.append(Case(f"{m}x{n} ({why}), {str(dtype).removeprefix('torch.')} inputs",
+                              make(m, n, dtype)))
     return cases
+
+
+def fused(fn, *args):
+    """None if `fn` did its whole job in one Triton launch, else what ran besides it."""
+    before = interpreter.launch_count()
+    # copy_ is the interpreter moving arguments (and a launcher's .contiguous()); fill_ and zero_
+    # only clear an output.
+    ops = sorted({op for op, _ in eager_traffic(fn, *args).ops} - {"copy_", "fill_", "zero_"})
+    launched = interpreter.launch_count() - before
+    if launched > 1:
+        return (f"it launched {launched} Triton kernels for one call: fusion means one kernel that "
+                f"loads each input once, does every step in registers, and stores once.")
+    if ops:
+        return (f"PyTorch ran {', '.join(ops)} beside your kernel: each of those is another trip "
+                f"through memory. Do every step of the chain inside the kernel.")
+    return None
 
 
 def chain_reference(x, bias, residual, scale):
@@ -33,15 +61,37 @@ def chain_reference(x, bias, residual, scale):
 
 
 def _chain_cases():
-    return [Case(c.label, (*c.args, 0.5)) for c in matrices_and_bias(with_residual=True)]
+    """Each case gets a random scale; the signs alternate, so relu((x + b) * s) differs somewhere."""
+    sign = 1.0 if torch.rand(()) < 0.5 else -1.0
+    cases = []
+    for i, case in enumerate(matrices_and_bias(with_residual=True)):
+        scale = round(sign * (-1) ** i * float(torch.empty(()).uniform_(0.25, 2.0)), 3)
+        cases.append(Case(f"{case.label}, scale={scale}", (*case.args, scale)))
+    return cases
+
+
+def _chain_fused(fn):
+    x, residual = torch.randn(33, 65, device=DEVICE), torch.randn(33, 65, device=DEVICE)
+    return fused(fn, x, torch.randn(65, device=DEVICE), residual, -0.75)
 
 
 def bias_gelu_reference(x, bias):
     return F.gelu(x + bias, approximate="tanh")  # two kernels: read MN + N, write MN; read MN, write MN
 
 
+def _bias_gelu_fused(fn):
+    return fused(fn, torch.randn(33, 65, device=DEVICE), torch.randn(65, device=DEVICE))
+
+
 EXERCISES = [
-    Exercise("02", "fused_chain", "relu(x + bias) * scale + residual", chain_reference, _chain_cases),
+    Exercise("02", "fused_chain", "relu(x + bias) * scale + residual", chain_reference, _chain_cases,
+             kernel=True, structure=_chain_fused),
     Exercise("02", "bias_gelu", "GELU(x + bias) epilogue", bias_gelu_reference,
-             lambda: matrices_and_bias(with_residual=False)),
+             lambda: matrices_and_bias(with_residual=False, low_precision=LOW_PRECISION),
+             kernel=True, structure=_bias_gelu_fused,
+             # Computed in float32 and rounded once at the store, a low-precision result is within
+             # half a unit in the last place of the exact one: 2**-11 of it in float16, 2**-9 in
+             # bfloat16 (atol covers float16's tiny subnormals). An add or multiply done in low
+             # precision first rounds once more, and lands outside.
+             tol={torch.float16: (1e-5, 6e-4), torch.bfloat16: (1e-5, 2.5e-3)}),
 ]

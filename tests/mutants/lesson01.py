@@ -31,6 +31,8 @@ WRONG = [
         "01", "axpy", ("alpha * x + y, mask=mask)", "alpha * y + x, mask=mask)"))),
     Wrong("axpy", "no mask on the store", edit(
         "01", "axpy", ("tl.store(out_ptr + offs, alpha * x + y, mask=mask)", "tl.store(out_ptr + offs, alpha * x + y)"))),
+    Wrong("axpy", "a single program (grid of 1)", edit(
+        "01", "axpy", ("axpy_kernel[(triton.cdiv(n, BLOCK),)]", "axpy_kernel[(1,)]"))),
     Wrong("axpy", "strided inputs used without .contiguous()", edit(
         "01", "axpy", ("    x, y = x.contiguous(), y.contiguous()\n    out = torch.empty_like(x)\n    n = out.numel()\n"
                        "    BLOCK", "    out = torch.empty_like(x)\n    n = out.numel()\n    BLOCK"))),
