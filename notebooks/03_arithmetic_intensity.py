@@ -169,7 +169,8 @@ for chip in CHIPS.values():
 # Predict, for each operation below, whether it is memory- or compute-bound on an H100 SXM. Work out
 # its FLOPs and the fewest bytes it must move, and compare the intensity with the ridge of the units
 # it runs on: the fp16 tensor-core ridge (about 295) for float16 matmuls, the fp32 ridge (about 20)
-# for float32 elementwise work. Some answers are surprising; that is the point.
+# for float32 elementwise work. Some answers are surprising; that is the point. The check says how
+# many of your ten are wrong, not which.
 
 # %%
 for key, description in OPERATIONS.items():

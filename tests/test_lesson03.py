@@ -46,23 +46,37 @@ def test_roofline_with_the_ridge_upside_down_fails():
         check("roofline", upside_down)
 
 
-def test_ridge_predictions_all_memory_fails():
-    with pytest.raises(CheckFailed, match="expected 'compute'"):
+def test_ridge_predictions_all_memory_says_how_many_not_which():
+    with pytest.raises(CheckFailed, match="3 of the 10 predictions are wrong") as caught:
         check("ridge_predictions", lambda: {name: "memory" for name in OPERATIONS})
+    assert not any(name in str(caught.value) for name in OPERATIONS)  # naming one would give it away
 
 
-def timer(sync=True, rotate=True, aggregate=statistics.median, per_run=True):
+@pytest.mark.parametrize("answers, message", [
+    ({**{name: "memory" for name in OPERATIONS}, "matmul_4k": "compute"}, "'matmul_4k' is not a key"),
+    ({name: "memory" for name in list(OPERATIONS)[:-1]}, "no prediction for 'polynomial_degree_100'"),
+    ({name: "Memory" for name in OPERATIONS}, "the string 'memory' or 'compute'"),
+    ({name: True for name in OPERATIONS}, "the string 'memory' or 'compute'"),
+    (["memory"] * 10, "return a dict"),
+])
+def test_ridge_predictions_badly_formed(answers, message):
+    with pytest.raises(CheckFailed, match=message):
+        check("ridge_predictions", lambda: answers)
+
+
+def timer(warmup=True, sync=True, rotate=True, per_run=True, aggregate=statistics.median, scale=1e3):
     """A timer with one of the usual mistakes switched on."""
-    def time_ms(launch, inputs, clock, synchronize, warmup=5, reps=50):
-        for i in range(warmup):
-            launch(inputs[i % len(inputs)])
-        synchronize()
-        if not per_run:  # one total over all runs
+    def time_ms(launch, inputs, clock, synchronize, warmup_runs=5, reps=50):
+        if warmup:
+            for i in range(warmup_runs):
+                launch(inputs[i % len(inputs)])
+            synchronize()
+        if not per_run:  # one reading before and after all runs
             start = clock()
             for i in range(reps):
                 launch(inputs[i % len(inputs)])
             synchronize()
-            return (clock() - start) / reps * 1e3
+            return (clock() - start) / reps * scale
         times = []
         for i in range(reps):
             start = clock()
@@ -70,29 +84,34 @@ def timer(sync=True, rotate=True, aggregate=statistics.median, per_run=True):
             if sync:
                 synchronize()
             times.append(clock() - start)
-        return aggregate(times) * 1e3
+        return aggregate(times) * scale
     return time_ms
 
 
+def one_shot(launch, inputs, clock, synchronize, warmup=5, reps=50):
+    start = clock()
+    launch(inputs[0])
+    synchronize()
+    return (clock() - start) * 1e3
+
+
 @pytest.mark.parametrize("mistake, message", [
-    (timer(sync=False), "synchronize"),
-    (timer(rotate=False), "cache"),
-    (timer(aggregate=statistics.mean), "median"),
-    (timer(per_run=False), "reading"),
-])
-def test_timing_mistakes_fail(mistake, message):
-    with pytest.raises(CheckFailed, match=message):
+    (timer(warmup=False), "first launch compiles"),  # the median alone would hide it
+    (one_shot, "first launch compiles"),
+    (timer(sync=False), r"Call synchronize\(\) after each launch"),
+    (timer(rotate=False), "still in the cache"),
+    (timer(aggregate=statistics.mean), "the mean of its runs"),
+    (timer(aggregate=sum), "the total of its 50 runs"),
+    (timer(scale=1), "a time in seconds"),
+    (timer(scale=1e6), "a time in microseconds"),
+    (timer(per_run=False), "timed together"),
+], ids=["no warm-up", "one shot", "no sync", "one buffer", "mean", "sum", "seconds", "microseconds",
+        "one reading around all runs"])
+def test_each_timing_mistake_gets_its_own_message(mistake, message):
+    with pytest.raises(CheckFailed, match=message) as caught:
         check("time_ms", mistake)
-
-
-def test_one_shot_timer_fails():
-    def one_shot(launch, inputs, clock, synchronize, warmup=5, reps=50):
-        start = clock()
-        launch(inputs[0])
-        synchronize()
-        return (clock() - start) * 1e3
-    with pytest.raises(CheckFailed, match="compiles|reading"):
-        check("time_ms", one_shot)
+    told_to_warm_up = "warm-up" in str(caught.value)
+    assert told_to_warm_up == (message == "first launch compiles"), str(caught.value)
 
 
 def test_simulated_gpu_is_asynchronous_and_caches():
@@ -110,6 +129,16 @@ def test_simulated_gpu_is_asynchronous_and_caches():
     gpu.synchronize()
     hot = gpu.clock() - start
     assert 0.85e-3 < cold < 1.2e-3 and hot < cold / 2
+    assert not gpu.compiled_after_clock and gpu.busy_reads == 1  # the reading right after a launch
+    assert len(gpu.runs_ms) == 2 and gpu.run_hit_cache == [False, True]
+
+
+def test_simulated_gpu_notes_a_compile_inside_the_timing():
+    gpu = SimulatedGPU(kernel_ms=1.0, seed=0)
+    start = gpu.clock()
+    gpu.launch(gpu.buffers(1)[0])
+    gpu.synchronize()
+    assert gpu.clock() - start > 0.4 and gpu.compiled_after_clock
 
 
 def test_rowwise_matmul_is_right_and_moves_what_the_formula_says():

@@ -3,8 +3,8 @@
 Timing cannot be graded on a CPU with a real GPU clock, so `time_ms` is graded against
 `SimulatedGPU`: a pretend device that behaves as a real one does where timing goes wrong
 (launches return at once, the first launch compiles, a buffer used twice in a row is served
-from cache, now and then a run is slowed by other work). A timer that forgets any of the four
-precautions gets a figure far from the kernel's real time, and the check says which one.
+from cache, now and then a run is slowed by other work), and which records what the timer did, so
+the check can say which precaution a timer forgot.
 """
 
 import math
@@ -107,6 +107,32 @@ def ridge_predictions_reference():
             for name, (flops, nbytes, precision) in _COSTS.items()}
 
 
+def _explain_predictions(out, expected):
+    """How many predictions are wrong, never which: with two labels, naming one would give it away."""
+    if not isinstance(out, dict):
+        return f"return a dict with one answer per key of OPERATIONS, not a {type(out).__name__}."
+    unknown = [key for key in out if key not in expected]
+    if unknown:
+        names = ", ".join(map(repr, unknown))
+        return (f"{names} {'is not a key' if len(unknown) == 1 else 'are not keys'} of OPERATIONS: use its "
+                f"ten keys, spelled as `print(list(OPERATIONS))` shows them.")
+    missing = [key for key in expected if key not in out]
+    if missing:
+        return (f"no prediction for {', '.join(map(repr, missing))}: the dict needs all ten keys of "
+                f"OPERATIONS.")
+    for key, value in out.items():
+        if value not in ("memory", "compute"):
+            return f"the answer for {key!r} is {value!r}: each answer is the string 'memory' or 'compute'."
+    wrong = sum(out[key] != expected[key] for key in expected)
+    if not wrong:
+        return None
+    return (f"{wrong} of the {len(expected)} predictions {'is' if wrong == 1 else 'are'} wrong (the check "
+            f"does not say which). For each operation, count its FLOPs and the fewest bytes it must move "
+            f"(every input read once, every output written once, at its element size), divide, and "
+            f"compare that intensity with the ridge of the units it runs on: about 295 FLOP/byte for "
+            f"float16 matmuls, 20 for float32 elementwise work. matmul_cost and roofline do the arithmetic.")
+
+
 # ---------------------------------------------------------------- time_ms
 
 
@@ -128,6 +154,10 @@ class SimulatedGPU:
     buffer the previous launch used (it is still in the L2 cache). About one run in ten is slowed
     4x by other work on the device. The first launch compiles the kernel (`compile_ms` of host
     time). `clock()` reads the host clock in seconds; `synchronize()` waits until the device is idle.
+
+    It also notes what a grader needs to name a timer's mistake: whether the clock had been read
+    before the kernel compiled, how many readings were taken while work was still queued, and what
+    each launch after the first reading cost the device (`runs_ms`, `run_hit_cache`).
     """
 
     def __init__(self, kernel_ms=1.0, seed=None, launch_us=2.0, sync_us=3.0, compile_ms=400.0,
@@ -142,11 +172,15 @@ class SimulatedGPU:
         self.launches = 0
         self.syncs = 0
         self.clock_reads = 0
-        self.cache_hits = 0
-        self.buffers_used = set()
+        self.busy_reads = 0                 # clock readings taken while work was still queued
+        self.compiled_after_clock = False   # the compiling launch came after a clock reading
+        self.runs_ms = []                   # device time of each launch after the first clock reading
+        self.run_hit_cache = []             # ... and whether its input was still in the cache
 
     def clock(self):
         self.clock_reads += 1
+        if self.now < self.busy_until:
+            self.busy_reads += 1
         return self.now
 
     def synchronize(self):
@@ -157,17 +191,20 @@ class SimulatedGPU:
         if not self.compiled:
             self.now += self.compile_ms * 1e-3
             self.compiled = True
+            self.compiled_after_clock = self.clock_reads > 0
         self.now += self.launch_us * 1e-6
         ms = self.kernel_ms * math.exp(self.rng.uniform(-0.1, 0.1))
-        if x is self.in_cache:
+        hit = x is self.in_cache
+        if hit:
             ms /= self.cache_speedup
-            self.cache_hits += 1
         if self.rng.random() < self.slow_fraction:
             ms *= 4
         self.busy_until = max(self.now, self.busy_until) + ms * 1e-3
         self.in_cache = x
         self.launches += 1
-        self.buffers_used.add(id(x))
+        if self.clock_reads:
+            self.runs_ms.append(ms)
+            self.run_hit_cache.append(hit)
 
     def buffers(self, count):
         return [Buffer(i) for i in range(count)]
@@ -186,46 +223,86 @@ def _honest_timer(launch, inputs, clock, synchronize, warmup=5, reps=50):
     return statistics.median(times) * 1e3
 
 
+def _near(value, target, within):
+    return target > 0 and abs(value / target - 1) <= within
+
+
 def _grade_timer(fn, kernel_ms, n_buffers, seed):
-    """Run a timer on a simulated GPU; return a verdict string, or raise CheckFailed saying what is off."""
+    """Run a timer on a simulated GPU; return a verdict string, or raise CheckFailed naming its mistake.
+
+    The simulator records what the timer did (when it read the clock, what each timed launch cost),
+    so a wrong figure is traced to its cause: compilation timed, no synchronize, runs timed together,
+    a mean or a total instead of the median, the wrong unit, or the cache serving a reused input.
+    """
     from helpers.check import CheckFailed  # not at the top: helpers.check imports this package
 
     gpu = SimulatedGPU(kernel_ms, seed)
     got = fn(gpu.launch, gpu.buffers(n_buffers), gpu.clock, gpu.synchronize)
+    if got is None and gpu.launches == 0:
+        return None  # the stub: not done yet
     if got is None:
-        return None
-    what = f"On a simulated kernel that takes {kernel_ms:.3f} ms, your time_ms returned {float(got):.4g}"
-    ratio = float(got) / kernel_ms
-    if 0.9 <= ratio <= 1.1:
-        return "within 10% of the kernel's time"
+        raise CheckFailed("your time_ms launched the kernel but returned None: return the median time of "
+                          "one run, in milliseconds.")
+    try:
+        got = float(got)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"time_ms should return one number of milliseconds, not a "
+                          f"{type(got).__name__}.") from None
+    what = f"On a simulated kernel that takes {kernel_ms:.3f} ms, your time_ms returned {got:.4g}"
     if gpu.launches == 0:
         raise CheckFailed(f"{what} without launching anything: call launch(x) for the runs you time.")
-    if gpu.syncs == 0:
-        raise CheckFailed(f"{what}. It never called synchronize(): a launch returns before the device has "
-                          f"done the work, so the clock only saw the launch. Synchronize after each launch, "
-                          f"before reading the clock.")
-    if gpu.clock_reads < 10:
-        raise CheckFailed(f"{what} from {gpu.clock_reads} reading(s) of the clock. Runs differ by up to 10% "
-                          f"and some are slowed by other work, so one measurement is one noisy sample: time "
-                          f"`reps` runs one by one (a clock reading before and after each) and return "
-                          f"the median.")
-    if 0.9e-3 <= ratio <= 1.1e-3:
-        raise CheckFailed(f"{what}: that is the time in seconds. Return milliseconds.")
-    if ratio < 0.9 and gpu.cache_hits > gpu.launches // 2:
-        raise CheckFailed(f"{what}. Most launches used the input the launch before them had just used, "
-                          f"which was still in the cache ({gpu.cache_speedup:g}x faster than memory). Rotate "
-                          f"through `inputs`: run i uses inputs[i % len(inputs)].")
-    if ratio > 10:
-        raise CheckFailed(f"{what}, far more than the kernel's time: the first launch compiles the kernel "
-                          f"({gpu.compile_ms:g} ms here). Make a few warm-up launches, then synchronize, "
-                          f"before timing.")
-    if ratio < 0.9:
-        raise CheckFailed(f"{what}, less than the kernel takes. Was the clock read before the device "
-                          f"finished (synchronize after the launch, then read the clock), or did a timed "
-                          f"run reuse the buffer the previous one left in cache?")
-    raise CheckFailed(f"{what}, {ratio:.2f}x the kernel's time. About one run in ten is slowed by other "
-                      f"work on the device: time each run on its own and return the median, which "
-                      f"ignores such outliers (a mean or one total over all runs does not).")
+    if gpu.clock_reads == 0:
+        raise CheckFailed(f"{what} without reading the clock: read clock() before and after each run.")
+    if gpu.compiled_after_clock:
+        raise CheckFailed(f"{what}. The first launch compiles the kernel ({gpu.compile_ms:g} ms here), and "
+                          f"your timer had already read the clock by then, so a timed run included the "
+                          f"compilation (a median can hide one such run; a mean or a single run cannot). "
+                          f"Make a few warm-up launches, then synchronize, before the first reading of the "
+                          f"clock.")
+    runs = [ms + (gpu.launch_us + gpu.sync_us) * 1e-3 for ms in gpu.runs_ms]  # what timing each alone reads
+    if gpu.clock_reads <= len(runs):
+        raise CheckFailed(f"{what} from {gpu.clock_reads} reading(s) of the clock for {len(runs)} timed "
+                          f"runs: the runs were timed together, which gives their total or their mean, and "
+                          f"one run slowed by other work moves both. Read the clock before and after each "
+                          f"run and return the median of those times.")
+    if len(runs) < 3:
+        raise CheckFailed(f"{what} from {len(runs)} timed run(s). Runs differ by up to 10% and about one "
+                          f"in ten is slowed by other work, so one run is one noisy sample: time `reps` runs "
+                          f"one by one and return the median.")
+    median, mean, total = statistics.median(runs), statistics.mean(runs), sum(runs)
+    if _near(got, mean, 0.02) and mean > 1.04 * median:
+        raise CheckFailed(f"{what}: the mean of its runs. About one run in ten is slowed 4x by other work "
+                          f"on the device, and a mean takes in every such outlier; the median of the per-run "
+                          f"times ignores them.")
+    if _near(got, kernel_ms, 0.1):
+        return "within 10% of the kernel's time"
+    if gpu.busy_reads:
+        raise CheckFailed(f"{what}. It read the clock {gpu.busy_reads} time(s) while work was still queued: "
+                          f"launch(x) returns as soon as the work is queued, so such a reading misses the "
+                          f"work. Call synchronize() after each launch, before reading the clock.")
+    for unit, factor in (("seconds", 1e-3), ("microseconds", 1e3)):
+        if any(_near(got, stat * factor, 0.1) for stat in (median, mean, total, kernel_ms)):
+            raise CheckFailed(f"{what}: that is a time in {unit} (clock() reads seconds). Return "
+                              f"milliseconds.")
+    hits = sum(gpu.run_hit_cache)
+    if hits > len(runs) // 2:
+        raise CheckFailed(f"{what}, less than the kernel takes: {hits} of its {len(runs)} timed launches "
+                          f"used the input the launch before had just used, still in the cache "
+                          f"({gpu.cache_speedup:g}x faster than memory). Rotate through `inputs`: run i uses "
+                          f"inputs[i % len(inputs)].")
+    if _near(got, total, 0.1):
+        raise CheckFailed(f"{what}: the total of its {len(runs)} runs, not the time of one. Return the "
+                          f"median of the per-run times.")
+    if _near(got, min(runs), 0.02):
+        raise CheckFailed(f"{what}: the time of its fastest run, which may be one the cache served or one "
+                          f"luckier than the rest. Return the median of the per-run times: the typical run.")
+    if _near(got, mean, 0.05):
+        raise CheckFailed(f"{what}: about the mean of its runs. About one run in ten is slowed 4x by other "
+                          f"work on the device, and a mean takes in every such outlier; the median of the "
+                          f"per-run times ignores them.")
+    raise CheckFailed(f"{what}, {got / kernel_ms:.3g}x the kernel's time. Time each run on its own (read the "
+                      f"clock, launch, synchronize, read the clock), each on the next input in turn, and "
+                      f"return the median of those times in milliseconds.")
 
 
 def _timer_cases():
@@ -242,7 +319,8 @@ EXERCISES = [
     Exercise("03", "matmul_cost", "FLOPs and bytes of a matmul", matmul_cost_reference, _matmul_cost_cases),
     Exercise("03", "roofline", "intensity, bound and roof", roofline_reference, _roofline_cases),
     Exercise("03", "ridge_predictions", "which side of the ridge?", ridge_predictions_reference,
-             lambda: [Case("the ten operations of OPERATIONS, on an H100 SXM", ())]),
+             lambda: [Case("the ten operations of OPERATIONS, on an H100 SXM", ())],
+             explain=_explain_predictions),
     Exercise("03", "time_ms", "an honest timer", _honest_timer, _timer_cases,
              run=lambda fn, *args: _grade_timer(fn, *args)),
 ]

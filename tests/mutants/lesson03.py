@@ -1,0 +1,157 @@
+"""Lesson 03: matmul_cost, roofline, ridge_predictions and time_ms."""
+
+import statistics
+
+import torch
+
+from helpers.roofline import CHIPS
+from mutants import Right, Wrong, edit
+
+# ---------------------------------------------------------------- matmul_cost
+
+
+def _itemsize(dtype):
+    return torch.finfo(dtype).bits // 8
+
+
+WRONG = [
+    Wrong("matmul_cost", "bytes counted as elements (no itemsize)", edit(
+        "03", "matmul_cost", ('"bytes": (M * K + K * N + M * N) * itemsize}', '"bytes": M * K + K * N + M * N}'))),
+    Wrong("matmul_cost", "a multiply-add counted as one FLOP", edit(
+        "03", "matmul_cost", ('"flops": 2 * M * N * K,', '"flops": M * N * K,'))),
+    Wrong("matmul_cost", "the output C left out of the bytes", edit(
+        "03", "matmul_cost", ("(M * K + K * N + M * N) * itemsize", "(M * K + K * N) * itemsize"))),
+    Wrong("matmul_cost", "itemsize hard-coded to 2 (float16)", edit(
+        "03", "matmul_cost", ("itemsize = torch.empty((), dtype=dtype).element_size()", "itemsize = 2"))),
+    Wrong("matmul_cost", "bytes of B counted as M*N instead of K*N", edit(
+        "03", "matmul_cost", ("(M * K + K * N + M * N) * itemsize", "(M * K + M * N + M * N) * itemsize"))),
+]
+
+# ---------------------------------------------------------------- roofline
+
+WRONG += [
+    Wrong("roofline", "ridge compared the wrong way round", edit(
+        "03", "roofline", ('"bound": "memory" if intensity < ridge else "compute"',
+                           '"bound": "compute" if intensity < ridge else "memory"'))),
+    Wrong("roofline", "intensity inverted (bytes / FLOPs)", edit(
+        "03", "roofline", ("intensity = flops / nbytes", "intensity = nbytes / flops"))),
+    Wrong("roofline", "the roof not capped at the peak", edit(
+        "03", "roofline", ('"tflops": min(peak_tflops, intensity * bandwidth_tbs)}',
+                           '"tflops": intensity * bandwidth_tbs}'))),
+    Wrong("roofline", "the roof always the peak", edit(
+        "03", "roofline", ('"tflops": min(peak_tflops, intensity * bandwidth_tbs)}', '"tflops": peak_tflops}'))),
+    Wrong("roofline", "ridge taken as bandwidth / peak", edit(
+        "03", "roofline", ("ridge = peak_tflops / bandwidth_tbs", "ridge = bandwidth_tbs / peak_tflops"))),
+]
+
+
+def roofline_by_time(flops, nbytes, peak_tflops, bandwidth_tbs):
+    """The roof as FLOPs over the longer of the two times: the same answer, reached another way."""
+    compute_s, memory_s = flops / (peak_tflops * 1e12), nbytes / (bandwidth_tbs * 1e12)
+    return {"intensity": flops / nbytes, "bound": "memory" if memory_s > compute_s else "compute",
+            "tflops": flops / max(compute_s, memory_s) / 1e12}
+
+
+# ---------------------------------------------------------------- ridge_predictions
+
+_KEYS = ["vector_add_fp32", "softmax_fp32", "matmul_4096", "matmul_512", "gemv_8192", "matmul_16_tokens",
+         "matmul_k64", "projection_16384_tokens", "attention_scores", "polynomial_degree_100"]
+
+
+def _mm(M, N, K, with_output=True):
+    return 2 * M * N * K, 2 * (M * K + K * N + (M * N if with_output else 0))
+
+
+def _predict(with_output=True, matmul_ridge="fp16", elementwise_ridge="fp32"):
+    """Predictions worked out from counted FLOPs and bytes, with the chosen slips."""
+    chip = CHIPS["H100 SXM"]
+    n = 2**24
+    costs = {"vector_add_fp32": (n, 12 * n, elementwise_ridge),
+             "softmax_fp32": (5 * 4096**2, 8 * 4096**2, elementwise_ridge),
+             "polynomial_degree_100": (200 * n, 8 * n, elementwise_ridge)}
+    for key, (M, N, K) in {"matmul_4096": (4096, 4096, 4096), "matmul_512": (512, 512, 512),
+                           "gemv_8192": (8192, 1, 8192), "matmul_16_tokens": (16, 8192, 8192),
+                           "matmul_k64": (8192, 8192, 64), "projection_16384_tokens": (16384, 4096, 4096),
+                           "attention_scores": (4096, 4096, 128)}.items():
+        costs[key] = (*_mm(M, N, K, with_output), matmul_ridge)
+    return lambda: {key: "memory" if f / b < chip.ridge(p) else "compute" for key, (f, b, p) in costs.items()}
+
+
+WRONG += [
+    Wrong("ridge_predictions", "memory everywhere", lambda: {key: "memory" for key in _KEYS}),
+    Wrong("ridge_predictions", "compute everywhere", lambda: {key: "compute" for key in _KEYS}),
+    Wrong("ridge_predictions", "the outputs left out of the bytes", _predict(with_output=False)),
+    Wrong("ridge_predictions", "the fp32 ridge used for the matmuls", _predict(matmul_ridge="fp32")),
+    Wrong("ridge_predictions", "the fp16 ridge used for elementwise work", _predict(elementwise_ridge="fp16")),
+    Wrong("ridge_predictions", "one key missing", lambda: {key: "memory" for key in _KEYS[1:]}),
+    Wrong("ridge_predictions", "answers spelled 'memory-bound'", lambda: {key: "memory-bound" for key in _KEYS}),
+]
+
+# ---------------------------------------------------------------- time_ms
+
+
+def timer(warmup=True, sync=True, rotate=True, per_run=True, combine=statistics.median, scale=1e3):
+    """A timer with one of the usual mistakes switched on."""
+    def time_ms(launch, inputs, clock, synchronize, warmup_runs=5, reps=50):
+        if warmup:
+            for i in range(warmup_runs):
+                launch(inputs[i % len(inputs)])
+            synchronize()
+        if not per_run:  # one reading before and after all runs
+            start = clock()
+            for i in range(reps):
+                launch(inputs[i % len(inputs)])
+            synchronize()
+            return (clock() - start) / reps * scale
+        times = []
+        for i in range(warmup_runs, warmup_runs + reps):
+            start = clock()
+            launch(inputs[i % len(inputs)] if rotate else inputs[0])
+            if sync:
+                synchronize()
+            times.append(clock() - start)
+        return combine(times) * scale
+    return time_ms
+
+
+def one_shot(launch, inputs, clock, synchronize, warmup=5, reps=50):
+    """The timer everyone writes first: one run, no warm-up."""
+    start = clock()
+    launch(inputs[0])
+    synchronize()
+    return (clock() - start) * 1e3
+
+
+def boundary_timer(launch, inputs, clock, synchronize, warmup=3, reps=31):
+    """One clock reading per run boundary, the middle element of the sorted times."""
+    for x in inputs[:warmup]:
+        launch(x)
+    synchronize()
+    marks = [clock()]
+    for i in range(reps):
+        launch(inputs[(warmup + i) % len(inputs)])
+        synchronize()
+        marks.append(clock())
+    times = sorted(b - a for a, b in zip(marks, marks[1:]))
+    return times[len(times) // 2] * 1000
+
+
+WRONG += [
+    Wrong("time_ms", "no warm-up (the median hides the compile)", timer(warmup=False)),
+    Wrong("time_ms", "no synchronize", timer(sync=False)),
+    Wrong("time_ms", "the sum of the runs", timer(combine=sum)),
+    Wrong("time_ms", "the mean of the runs", timer(combine=statistics.mean)),
+    Wrong("time_ms", "seconds", timer(scale=1)),
+    Wrong("time_ms", "microseconds", timer(scale=1e6)),
+    Wrong("time_ms", "one buffer reused (the cache serves it)", timer(rotate=False)),
+    Wrong("time_ms", "the clock read once around all runs", timer(per_run=False)),
+    Wrong("time_ms", "one run, no warm-up", one_shot),
+]
+
+RIGHT = [
+    Right("matmul_cost", "itemsize from finfo bits", lambda M, N, K, dtype: {
+        "flops": M * N * K * 2, "bytes": _itemsize(dtype) * (M * K + N * K + M * N)}),
+    Right("roofline", "the roof from the longer of the two times", roofline_by_time),
+    Right("ridge_predictions", "worked out from counted FLOPs and bytes", _predict()),
+    Right("time_ms", "one reading per run boundary, middle of the sorted times", boundary_timer),
+]
