@@ -14,7 +14,8 @@ lesson's own flashcards) does not move it up: only spaced recall counts.
 
 Today's cards are the ones you have answered before that are due, then new ones
 (never answered). New cards come only from lessons you have started: a lesson
-where a `check(...)` has recorded a result, or where you have answered a card.
+where an exercise has passed or failed a `check(...)` (an untouched stub does
+not count), or where you have answered a card.
 At most 20 new cards a day, counted across all of the day's sessions (the
 lessons' own flashcards count too). A new card is not "due": `make progress`
 counts new, due and learned cards apart.
@@ -339,11 +340,13 @@ def describe_card(card_id, path=None, today=None, state=None):
 
 
 def started_lessons(cards, state, results_path=None):
-    """The lessons you have started: a check(...) recorded a result there, or you answered a card of it."""
+    """The lessons you have started: an exercise of it passed or failed a check (a stub that is
+    "not done", as `make grade` finds every untouched one, does not count), or you answered a card of it."""
     from helpers import records
 
     try:
-        checked = {rec.get("lesson") for rec in records.latest(results_path).values()}
+        checked = {rec.get("lesson") for rec in records.latest(results_path).values()
+                   if rec.get("status") in ("pass", "fail")}
     except OSError:  # an unreadable results file: go by the schedule alone
         checked = set()
     return checked | {card["lesson"] for card in cards if card["id"] in state["cards"]}
