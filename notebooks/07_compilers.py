@@ -256,7 +256,8 @@ print(inspect.getsource(block))
 # **Before you compile anything**, predict: how many kernels will Inductor *generate*, and how many
 # *library calls* will it make? Think about which operations Inductor writes itself and which it
 # hands to a library, and which of the rest share a parallel structure. Write your prediction, run
-# the check, and only then compile `block` yourself to see why (next cell).
+# the check (it says which way a count is off, never the count), and only then compile `block`
+# yourself to see why (next cell).
 
 # %% tags=["exercise"]
 def predicted_kernels():
@@ -533,9 +534,11 @@ print(f"jax.jit           {ms_per_call(jax.jit(chain_jax), *big_jax, 0.5):7.2f} 
 # Write `xla_fusion_count(fn, *args)`: compile `jax.jit(fn)` for `args`, take the optimized HLO's
 # ENTRY computation, and return how many of its instructions have the opcode `fusion`. Only the
 # opcode counts: the word "fusion" also appears in names (`%ynn_fusion`) and attributes, and a
-# line's name and attributes must not be mistaken for its opcode. The check compares your count
-# with its own on several functions (a chain, a softmax, a matmul, a normalisation, a function with
-# two outputs) and fresh random shapes.
+# line's name and attributes must not be mistaken for its opcode. The other computations of the
+# module (each fusion's body, each branch of a `jax.lax.cond`) are called from ENTRY: their
+# instructions are not ENTRY's. The check compares your count with its own on several functions (a
+# chain, a softmax, a matmul, a normalisation, two outputs, a row's maximum and its position, a
+# `jax.lax.cond`) and fresh random shapes.
 
 # %% tags=["exercise"]
 def xla_fusion_count(fn, *args):

@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -50,16 +51,32 @@ def test_dropping_the_clamp_fails():
         check("no_graph_breaks", lambda x, r, g: r + torch.sigmoid(g).mean() * F.gelu(x))
 
 
-def test_a_wrong_prediction_fails():
-    with pytest.raises(CheckFailed, match="generated"):
+def test_a_wrong_prediction_says_which_way_not_the_counts():
+    with pytest.raises(CheckFailed, match="fewer kernels than you predicted") as caught:
         check("inductor_kernels", lambda: {"generated": 3, "library": 1})  # one kernel per operation
+    assert "library" not in str(caught.value)  # the library count was right: nothing said about it
+    said = str(caught.value).split("':", 1)[1].replace("lesson 02", "")
+    assert not re.search(r"\d", said), "the message gives a count away"
+
+
+def test_a_prediction_must_hold_whole_numbers():
+    with pytest.raises(CheckFailed, match="whole number"):
+        check("inductor_kernels", lambda: {"generated": True, "library": True})  # True == 1 in Python
 
 
 def test_counting_the_word_fusion_fails():
     def count_word(fn, *args):
         return jax.jit(fn).lower(*args).compile().as_text().count("fusion")
-    with pytest.raises(CheckFailed):
+    with pytest.raises(CheckFailed, match="where ENTRY has"):
         check("xla_fusions", count_word)
+
+
+def test_cases_hold_a_tuple_shaped_root_fusion_and_fusions_outside_entry():
+    hlo = {c.args[0].__name__: spec.optimized_hlo(*c.args) for c in spec._jax_cases()}
+    root = [line for line in spec.entry_computation(hlo["top1_jax"]).splitlines() if "ROOT" in line]
+    assert re.search(r"ROOT %\S+ = \(.*\) fusion\(", root[0])
+    everywhere = len(re.findall(r" fusion\(", hlo["branch_jax"]))
+    assert everywhere > spec.fusion_count(hlo["branch_jax"]) > 0
 
 
 def test_fusion_count_reads_only_opcodes():

@@ -6,6 +6,7 @@ produced, with the counters below.
 """
 
 import functools
+import numbers
 import re
 
 import numpy as np
@@ -79,14 +80,20 @@ def gelu_residual_reference(x, residual, gate):
 
 
 def _residual_cases():
-    def make(m, n, x=None):
-        x = 6 * torch.randn(m, n, device=DEVICE) if x is None else x  # some entries above 10: clamped
-        return (x, torch.randn(m, n, device=DEVICE), torch.randn(n, device=DEVICE))
+    def randn(*shape):
+        return torch.randn(*shape, device=DEVICE)
+
+    def make(m, n, x=None, gate_rows=None):
+        x = 6 * randn(m, n) if x is None else x                 # about 5% of gelu(x) above 10: clamped
+        residual = (3 + 3 * float(torch.rand(()))) * randn(m, n)  # some outputs beyond +-10 too
+        gate = randn(*((n,) if gate_rows is None else (gate_rows, n))) + 2 * float(torch.rand(())) - 1
+        return (x, residual, gate)
 
     cases = [Case(f"{m}x{n} ({why})", make(m, n))
              for (m, n), why in [((1, 1), "a single element"), ((7, 33), "odd sizes"),
                                  ((pick(64, 1024), pick(300, 4096)), "large")]]
-    cases.append(Case("40x50, x a transposed view", make(40, 50, 6 * torch.randn(50, 40, device=DEVICE).t())))
+    cases.append(Case("40x50, x a transposed view", make(40, 50, 6 * randn(50, 40).t())))
+    cases.append(Case("30x20, gate of shape (3, 20): its mean is one number", make(30, 20, gate_rows=3)))
     return cases
 
 
@@ -108,6 +115,9 @@ def _run_without_breaks(fn, *args):
 
     out = fn(*args)  # first, eagerly: an unfinished stub stops here with NotImplementedError
     report = graph_breaks(fn, *args)
+    if report.graph_count == 0:
+        raise CheckFailed("Dynamo captured no graph at all: none of your function's work went into a "
+                          "graph (is it wrapped in torch.compiler.disable, or done outside PyTorch?).")
     if report.graph_break_count or report.break_reasons or report.graph_count != 1:
         lines = [f"Dynamo split your function into {report.graph_count} graph(s) with "
                  f"{report.graph_break_count} graph break(s):"]
@@ -147,6 +157,47 @@ def block_kernels_reference():
     return _block_counts(DEVICE.type)
 
 
+_KEYS = ("generated", "library")
+# What to reconsider when a count is off, by (key, direction): no count is given away.
+_RECONSIDER = {
+    ("generated", "high"): "Inductor generates fewer kernels than you predicted: which operations share "
+                           "a parallel structure (lesson 02's condition for fusing them)?",
+    ("generated", "low"): "Inductor generates more kernels than you predicted: which operations of block "
+                          "does it write code for itself?",
+    ("library", "high"): "Inductor makes fewer library calls than you predicted: it writes pointwise "
+                         "operations and reductions itself.",
+    ("library", "low"): "Inductor makes more library calls than you predicted: is there an operation in "
+                        "block that it hands to a library rather than writing itself?",
+}
+
+
+def _judge_prediction(out, expected):
+    """What is wrong with a prediction, in words that do not give the counts away."""
+    if not isinstance(out, dict):
+        return f'return a dict {{"generated": ..., "library": ...}}, got a {type(out).__name__}'
+    if set(out) != set(_KEYS):
+        return f'the dict should have exactly the keys "generated" and "library", got {sorted(map(str, out))}'
+    for key in _KEYS:
+        value = out[key]
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            return f'out["{key}"] should be a whole number (an int), got {type(value).__name__} {value!r}'
+    wrong = [_RECONSIDER[key, "high" if out[key] > expected[key] else "low"]
+             for key in _KEYS if out[key] != expected[key]]
+    if not wrong:
+        return None
+    return "\n".join(["your prediction does not match what Inductor made on this device."] + wrong)
+
+
+def _predicted_not_counted(fn):
+    """A prediction is made before compiling: fn must not run Dynamo (torch.compile) to find it."""
+    frames = torch._dynamo.utils.counters["frames"]["total"]
+    fn()
+    if torch._dynamo.utils.counters["frames"]["total"] != frames:
+        return ("your function compiled something to find the counts. Predict them by reading "
+                "block, return the numbers, and count afterwards (the cell after the check).")
+    return None
+
+
 # ---------------------------------------------------------------- exercise 3: XLA's fusions
 
 
@@ -181,6 +232,20 @@ def two_outputs_jax(x):
     return jnp.tanh(x).sum(axis=0), jnp.exp(x).T
 
 
+def top1_jax(x):
+    import jax.numpy as jnp
+
+    return x.max(axis=-1), jnp.argmax(x, axis=-1)  # one fusion with two outputs: a tuple-shaped one
+
+
+def branch_jax(x):
+    import jax
+    import jax.numpy as jnp
+
+    # each branch is a computation of its own, called from ENTRY by a `conditional` instruction
+    return jax.lax.cond(x.sum() > 0, lambda y: jnp.exp(y) + 1, lambda y: jnp.tanh(y) * 2, x)
+
+
 def _jax_cases():
     import jax
 
@@ -195,17 +260,40 @@ def _jax_cases():
             Case(f"softmax_jax on {m}x{n}", (softmax_jax, arr(m, n))),
             Case(f"mlp_jax on {m}x{n} @ {n}x33", (mlp_jax, arr(m, n), arr(n, 33), arr(33))),
             Case(f"rms_norm_jax on {m}x{n}", (rms_norm_jax, arr(m, n), arr(n))),
-            Case(f"two_outputs_jax on {m}x{n}", (two_outputs_jax, arr(m, n)))]
+            Case(f"two_outputs_jax on {m}x{n}", (two_outputs_jax, arr(m, n))),
+            Case(f"top1_jax on {m}x{n} (a fusion with two outputs)", (top1_jax, arr(m, n))),
+            Case(f"branch_jax on {m}x{n} (a jax.lax.cond)", (branch_jax, arr(m, n)))]
 
 
 def xla_fusions_reference(fn, *args):
     return fusion_count(optimized_hlo(fn, *args))
 
 
+def _judge_fusion_count(out, expected):
+    if isinstance(out, bool) or not isinstance(out, numbers.Integral):
+        return f"return the count as a whole number (an int), got {type(out).__name__} {_short(out)}"
+    if out > expected:
+        return (f"you counted {out} fusions where ENTRY has {expected}. Count only the instructions of "
+                f"ENTRY (not the computations above it: a fusion's body, a branch) whose opcode is "
+                f"`fusion`, not every line where the word appears in a name, an operand or an attribute.")
+    if out < expected:
+        return (f"you counted {out} fusions where ENTRY has {expected}. Are you reading the optimized HLO "
+                f"(after `.compile()`)? Does your pattern match the ROOT line, and a fusion whose shape is "
+                f"a tuple, such as `(f32[8]{{0}}, s32[8]{{0}}) fusion(...)`?")
+    return None
+
+
+def _short(x):
+    text = repr(x)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
 EXERCISES = [
     Exercise("07", "inductor_kernels", "predict Inductor's kernels", block_kernels_reference,
-             lambda: [Case("block(x, w, b, g) compiled by Inductor on this device", ())]),
+             lambda: [Case("block(x, w, b, g) compiled by Inductor on this device", ())],
+             explain=_judge_prediction, structure=_predicted_not_counted),
     Exercise("07", "no_graph_breaks", "one graph, no breaks", gelu_residual_reference, _residual_cases,
              run=_run_without_breaks),
-    Exercise("07", "xla_fusions", "count XLA's fusions", xla_fusions_reference, _jax_cases),
+    Exercise("07", "xla_fusions", "count XLA's fusions", xla_fusions_reference, _jax_cases,
+             explain=_judge_fusion_count),
 ]
