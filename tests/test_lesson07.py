@@ -41,6 +41,11 @@ def _with_breaks(x, residual, gate):  # the lesson's function: a data-dependent 
     return residual + scale * h
 
 
+def test_the_reference_is_one_graph():
+    report = spec.graph_breaks(spec.gelu_residual_reference, *spec._residual_cases()[1].args)
+    assert report.graph_count == 1 and report.graph_break_count == 0
+
+
 def test_graph_breaks_fail_with_their_lines():
     with pytest.raises(CheckFailed, match=r"(?s)graph break.*\.item\(\)"):
         check("no_graph_breaks", _with_breaks)

@@ -86,7 +86,8 @@ def _residual_cases():
     def make(m, n, x=None, gate_rows=None):
         x = 6 * randn(m, n) if x is None else x                 # about 5% of gelu(x) above 10: clamped
         residual = (3 + 3 * float(torch.rand(()))) * randn(m, n)  # some outputs beyond +-10 too
-        gate = randn(*((n,) if gate_rows is None else (gate_rows, n))) + 2 * float(torch.rand(())) - 1
+        gate = randn(*((n,) if gate_rows is None else (gate_rows, n)))
+        gate += 2 * float(torch.rand(())) - 1                     # shifted: the scale is not always 0.5
         return (x, residual, gate)
 
     cases = [Case(f"{m}x{n} ({why})", make(m, n))
@@ -114,6 +115,8 @@ def _run_without_breaks(fn, *args):
     from helpers.check import CheckFailed
 
     out = fn(*args)  # first, eagerly: an unfinished stub stops here with NotImplementedError
+    if fn is gelu_residual_reference:
+        return out  # one graph: tests/test_lesson07.py proves it once
     report = graph_breaks(fn, *args)
     if report.graph_count == 0:
         raise CheckFailed("Dynamo captured no graph at all: none of your function's work went into a "
