@@ -219,7 +219,9 @@ for n in sizes:
 # `block_n` rows, with the recurrence above. Return `(out, lse)` like `naive_attention`. With
 # `causal=True`, mask scores where the key comes after the query (`-inf`, as in `naive_attention`);
 # you may also stop the inner loop at the diagonal, since the tiles right of it are fully masked.
-# Keep the running `m`, `l` and `acc` in the dtype of `q` (the check runs float32 and float64).
+# Keep the running `m`, `l` and `acc` in the dtype of `q` (the check runs float32 and float64). Use the
+# `sm_scale`, `block_m` and `block_n` you are given: the check draws random scales and measures with
+# tiles of its own.
 
 # %% tags=["exercise"]
 def attention_tiled(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16):
@@ -238,8 +240,10 @@ check("attention_tiled", attention_tiled)
 
 # %% [markdown]
 # The check uses sequence lengths that are not multiples of the tiles, both masks, float32 and
-# float64, strided inputs, and scores up to about 100, where $e^{S}$ overflows float32: only the
-# running max keeps those finite.
+# float64, strided inputs, random `sm_scale`s, and scores up to about 100, where $e^{S}$ overflows
+# float32: only the running max keeps those finite. Once the values are right, it runs your function
+# at $N = 256$ with `block_m=32, block_n=64` and watches every tensor PyTorch makes: none may be larger
+# than `q`, as a whole row of $N$ scores per query block would be.
 #
 # ### How much memory does it need?
 #
@@ -380,8 +384,10 @@ def flash_forward(q, k, v, sm_scale=None):
 
 # %% [markdown]
 # The check covers head dimensions 16 to 128, a single token, sequence lengths that are not
-# multiples of any block, strided inputs, and scores large enough to overflow without the running max.
-# On the CPU the kernel runs in float32; on a GPU in float16.
+# multiples of any block, strided inputs, random `sm_scale`s, and scores large enough to overflow
+# without the running max. On the CPU the kernel runs in float32 (and once in float16); on a GPU in
+# float16. Whatever the inputs, the lse comes back in float32, as the launcher allocates it: it is a sum
+# of $N$ exponentials, and the backward pass exponentiates it again.
 
 # %%
 check("flash_forward", flash_forward)
@@ -473,6 +479,10 @@ print(f"tiles computed: {counts[1] + counts[2]} of {kinds.numel()} ({counts[1]} 
 # `flash_fwd_kernel`, except that `start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M`
 # and the two calls are `fwd_tile_loop(..., 0, start_m, ..., "none")` and
 # `fwd_tile_loop(..., start_m, min(start_m + BLOCK_M, n_ctx), ..., "causal")`.
+#
+# Besides the values, the check counts what your kernel loads at $N = 512$ (the traffic meter, through
+# the interpreter): a kernel that loads every K/V tile and masks those right of the diagonal gives the
+# right answer, and fails.
 
 # %% tags=["exercise"]
 @triton.autotune(configs=FWD_CONFIGS, key=["n_ctx", "HEAD_DIM"], prune_configs_by=PRUNE)
@@ -759,7 +769,9 @@ def attention(q, k, v, causal=False, sm_scale=None):
 # %% [markdown]
 # The check runs forward and backward with a fixed random $dO$ and compares the output and the three
 # gradients with PyTorch's autograd through the naive reference in float64. Your kernels run in
-# float32 on the CPU and float16 on a GPU, with both masks.
+# float32 on the CPU and float16 on a GPU, with both masks and random `sm_scale`s. Then it makes sure
+# the backward is yours: Triton kernels must run in it, and no tensor of $N \times N$ may appear,
+# forward or backward.
 
 # %%
 check("attention_backward", attention)

@@ -9,6 +9,7 @@ import triton.language as tl
 
 from helpers import INTERPRET, check
 from helpers.check import CheckFailed, NotDone
+from helpers.exercises.lesson06 import attention_reference
 from helpers.solutions import load_solution
 
 lesson06 = load_solution("06")
@@ -53,11 +54,34 @@ def test_tiled_without_rescaling_fails():
 
 
 def test_lse_in_base_two_fails():
-    def log2_lse(q, k, v, causal=False):
-        out, lse = lesson06.attention_tiled(q, k, v, causal)
+    def log2_lse(q, k, v, causal=False, **kwargs):
+        out, lse = lesson06.attention_tiled(q, k, v, causal, **kwargs)
         return out, lse * 1.4426950408889634
     with pytest.raises(CheckFailed, match=r"output\[1\]"):
         check("attention_tiled", log2_lse)
+
+
+@pytest.mark.parametrize("dtype, lse_dtype", [(torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                                              (torch.float32, torch.float32), (torch.float64, torch.float64)])
+def test_reference_keeps_lse_in_float32_at_least(dtype, lse_dtype):
+    q = torch.empty(2, 3, 5, 16, dtype=dtype, device="meta")
+    out, lse = attention_reference(q, q, q, causal=True)
+    assert (out.dtype, lse.dtype) == (dtype, lse_dtype)
+
+
+@pytest.mark.parametrize("exercise, why, message", [
+    ("attention_tiled", "a whole row of scores per query block (no key tiles)", "larger than q"),
+    ("flash_forward", "lse stored in the inputs' dtype", "dtype torch.float16, expected torch.float32"),
+    ("flash_forward_causal", "no tile skipping: every tile loaded, then masked", "should not be loaded"),
+    ("attention_backward", "Triton forward, autograd over the naive graph backward", "ran no Triton kernel"),
+])
+def test_mistake_is_named(exercise, why, message):
+    """What the lesson teaches beyond the values (tiles, lse dtype, skipping, own backward) is checked."""
+    from mutants import lesson06 as mutants06
+
+    (wrong,) = [w for w in mutants06.WRONG if (w.exercise, w.why) == (exercise, why)]
+    with pytest.raises(CheckFailed, match=message):
+        check(exercise, wrong.fn)
 
 
 def _forward_with(kernel_body):

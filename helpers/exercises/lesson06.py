@@ -1,20 +1,35 @@
 """Lesson 06 exercises: FlashAttention, tiled in PyTorch, then forward, causal and backward in Triton.
 
-Inputs are (B, H, N, D). On the CPU the kernels run in float32 through the
-interpreter on tiny sizes; on a GPU in float16 at sizes that span several
-blocks. Every set of cases has a sequence length that is not a multiple of any
-block, a strided (B, N, H, D) layout seen through a transpose, and scores large
-enough that exp() overflows unless the running maximum is subtracted.
+Inputs are (B, H, N, D). On the CPU the kernels run through the interpreter on
+tiny sizes, in float32 and in one float16 case; on a GPU in float16 at sizes
+that span several blocks. Every sequence length is odd, so no block divides it;
+every set of cases has a strided (B, N, H, D) layout seen through a transpose,
+scores large enough that exp() overflows unless the running maximum is
+subtracted, and random scales sm_scale besides the default 1/sqrt(D).
+
+Once the values are right, each check measures what the lesson teaches: the
+tiled PyTorch version never makes a tensor larger than q (a whole row of scores
+per query block is), the causal kernel skips the tiles right of the diagonal
+(counted in K/V bytes loaded), and the backward runs Triton kernels and holds no
+N x N tensor.
 """
+
+import math
 
 import torch
 
+from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import Case, Exercise
+from helpers.traffic import largest_tensor, triton_traffic
 
 
 def attention_reference(q, k, v, causal=False, sm_scale=None):
-    """softmax(q k^T * sm_scale) v with the N x N scores materialized; returns (out, lse)."""
+    """softmax(q k^T * sm_scale) v with the N x N scores materialized; returns (out, lse).
+
+    The lse is kept in float32 at least (float64 stays float64): it is summed over N
+    exponentials and the backward pass exponentiates it again, so float16 is too coarse.
+    """
     sm_scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
     s = (q @ k.transpose(-2, -1)) * sm_scale
     if causal:
@@ -22,7 +37,8 @@ def attention_reference(q, k, v, causal=False, sm_scale=None):
         future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
         s = s.masked_fill(future, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
-    return torch.exp(s - lse[..., None]) @ v, lse
+    out = torch.exp(s - lse[..., None]) @ v
+    return out, lse.to(torch.promote_types(lse.dtype, torch.float32))
 
 
 def qkv(B, H, N, D, dtype, scale=1.0, strided=False, count=3):
@@ -36,58 +52,75 @@ def qkv(B, H, N, D, dtype, scale=1.0, strided=False, count=3):
     return tuple(one(i) for i in range(count))
 
 
-# (B, H, N, D, why): N is never a multiple of the kernels' blocks except where the label says so.
-KERNEL_SHAPES = pick(
-    cpu=[(1, 1, 64, 16, "whole blocks only"),
-         (2, 2, 100, 64, "N not a multiple of the blocks"),
-         (1, 2, 17, 32, "fewer keys than one block"),
-         (1, 1, 40, 128, "head dimension 128")],
-    gpu=[(1, 1, 1, 64, "a single query and key"),
-         (2, 3, 1000, 64, "N not a multiple of the blocks"),
-         (4, 2, 129, 16, "head dimension 16, one key past a block"),
-         (1, 4, 257, 128, "head dimension 128"),
-         (2, 8, 1024, 128, "whole blocks only")])
-BIG = pick(cpu=(1, 2, 90, 64), gpu=(1, 4, 700, 128))
-STRIDED = pick(cpu=(2, 2, 50, 32), gpu=(2, 2, 333, 64))
+def random_sm_scale(D):
+    """A score scale 0.3 to 0.7 times the default 1/sqrt(D): a hard-coded default is far off."""
+    return round(float(torch.empty(()).uniform_(0.3, 0.7)) * D ** -0.5, 4)
+
+
 KERNEL_DTYPE = pick(cpu=torch.float32, gpu=torch.float16)
 BIG_SCALE = 5.0  # scores = 25 * N(0, 1): the largest pass 88, where exp() overflows float32
+# (B, H, N, D, dtype, scale of q and k, strided, why). Every N is odd: no block of 16 or more divides it.
+KERNEL_SPECS = pick(
+    cpu=[(1, 1, 1, 16, KERNEL_DTYPE, 1.0, False, "a single query and key"),
+         (2, 2, 99, 64, KERNEL_DTYPE, 1.0, False, "N not a multiple of the blocks"),
+         (1, 2, 17, 32, KERNEL_DTYPE, 1.0, False, "fewer keys than one block"),
+         (1, 1, 41, 128, KERNEL_DTYPE, 1.0, False, "head dimension 128"),
+         (1, 2, 77, 32, torch.float16, 1.0, False, "float16 inputs, float32 arithmetic"),
+         (1, 2, 91, 64, KERNEL_DTYPE, BIG_SCALE, False, "scores up to ~100: exp overflows without the max"),
+         (2, 2, 51, 32, KERNEL_DTYPE, 1.0, True, "strided views of a (B, N, H, D) tensor")],
+    gpu=[(1, 1, 1, 64, KERNEL_DTYPE, 1.0, False, "a single query and key"),
+         (2, 3, 1001, 64, KERNEL_DTYPE, 1.0, False, "N not a multiple of the blocks"),
+         (4, 2, 129, 16, KERNEL_DTYPE, 1.0, False, "head dimension 16, one key past a block"),
+         (1, 4, 257, 128, KERNEL_DTYPE, 1.0, False, "head dimension 128"),
+         (2, 8, 999, 128, KERNEL_DTYPE, 1.0, False, "16 heads, one key short of whole blocks"),
+         (1, 4, 701, 128, KERNEL_DTYPE, BIG_SCALE, False, "scores up to ~100: exp overflows without the max"),
+         (2, 2, 333, 64, KERNEL_DTYPE, 1.0, True, "strided views of a (B, N, H, D) tensor")])
 
 
-def _kernel_cases(causal_kwarg=None):
-    """Cases for the Triton exercises; `causal_kwarg` adds causal=... alternately when given."""
-    specs = [(B, H, N, D, 1.0, False, why) for B, H, N, D, why in KERNEL_SHAPES]
-    specs.append((*BIG, BIG_SCALE, False, "scores up to ~100: exp overflows without the running max"))
-    specs.append((*STRIDED, 1.0, True, "strided views of a (B, N, H, D) tensor"))
+def _label(B, H, N, D, dtype, why):
+    return f"B{B} H{H} N{N} D{D} {str(dtype).removeprefix('torch.')} ({why})"
+
+
+def _kernel_cases(with_causal=False, with_dout=False):
+    """Cases for the Triton exercises: every other one with a random sm_scale (never the large-score
+    one); `with_causal` alternates causal=True/False, `with_dout` adds the output's gradient."""
     cases = []
-    for i, (B, H, N, D, scale, strided, why) in enumerate(specs):
-        args = qkv(B, H, N, D, KERNEL_DTYPE, scale, strided, count=3 if causal_kwarg is None else 4)
-        label = f"B{B} H{H} N{N} D{D} {str(KERNEL_DTYPE)[6:]} ({why})"
-        if causal_kwarg is None:
-            cases.append(Case(label, args))
-        else:
-            causal = i % 2 == 1
-            cases.append(Case(f"{label}, {'causal' if causal else 'full'}", args, {"causal": causal}))
+    for i, (B, H, N, D, dtype, scale, strided, why) in enumerate(KERNEL_SPECS):
+        args = qkv(B, H, N, D, dtype, scale, strided, count=4 if with_dout else 3)
+        label, kwargs = _label(B, H, N, D, dtype, why), {}
+        if with_causal:
+            kwargs["causal"] = i % 2 == 1
+            label += ", causal" if kwargs["causal"] else ", full"
+        if i % 2 == 0 and scale == 1.0:
+            kwargs["sm_scale"] = random_sm_scale(D)
+            label += f", sm_scale={kwargs['sm_scale']}"
+        cases.append(Case(label, args, kwargs))
     return cases
 
 
 def _tiled_cases():
     """The plain-PyTorch exercise: float32 and float64, both masks, on either device (it is small)."""
-    specs = [(1, 1, 64, 32, torch.float32, False, 1.0, False, "whole tiles"),
-             (2, 3, 100, 64, torch.float32, False, 1.0, False, "N not a multiple of the tiles"),
+    specs = [(1, 1, 65, 32, torch.float32, False, 1.0, False, "one row past whole tiles"),
+             (2, 3, 99, 64, torch.float32, False, 1.0, False, "N not a multiple of the tiles"),
              (1, 2, 77, 16, torch.float32, True, 1.0, False, "causal"),
-             (2, 1, 130, 32, torch.float64, True, 1.0, False, "causal, float64"),
-             (1, 2, 90, 64, torch.float32, False, BIG_SCALE, False, "scores up to ~100"),
-             (1, 2, 90, 64, torch.float64, True, BIG_SCALE, False, "scores up to ~100, causal"),
-             (2, 2, 50, 32, torch.float32, True, 1.0, True, "strided views, causal")]
-    return [Case(f"B{B} H{H} N{N} D{D} {str(dt)[6:]} ({why})", qkv(B, H, N, D, dt, scale, strided),
-                 {"causal": causal})
-            for B, H, N, D, dt, causal, scale, strided, why in specs]
+             (2, 1, 131, 32, torch.float64, True, 1.0, False, "causal, float64"),
+             (1, 2, 91, 64, torch.float32, False, BIG_SCALE, False, "scores up to ~100"),
+             (1, 2, 91, 64, torch.float64, True, BIG_SCALE, False, "scores up to ~100, causal"),
+             (2, 2, 51, 32, torch.float32, True, 1.0, True, "strided views, causal")]
+    cases = []
+    for i, (B, H, N, D, dtype, causal, scale, strided, why) in enumerate(specs):
+        label, kwargs = _label(B, H, N, D, dtype, why), {"causal": causal}
+        if i % 2 == 1 and scale == 1.0:
+            kwargs["sm_scale"] = random_sm_scale(D)
+            label += f", sm_scale={kwargs['sm_scale']}"
+        cases.append(Case(label, qkv(B, H, N, D, dtype, scale, strided), kwargs))
+    return cases
 
 
-def _forward_backward(fn, q, k, v, dout, causal=False):
-    """Run fn(q, k, v, causal=...) forward, then backward with the fixed dout: (out, dq, dk, dv)."""
+def _forward_backward(fn, q, k, v, dout, **kwargs):
+    """Run fn(q, k, v, **kwargs) forward, then backward with the fixed dout: {out, dq, dk, dv}."""
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    out = fn(q, k, v, causal=causal)
+    out = fn(q, k, v, **kwargs)
     if out is None:
         return None
     out.backward(dout)
@@ -96,31 +129,125 @@ def _forward_backward(fn, q, k, v, dout, causal=False):
     for name, t in zip("qkv", (q, k, v)):
         if t.grad is None:
             raise CheckFailed(f"no gradient reached {name}: does backward return (dq, dk, dv, None, None)?")
-    return out.detach(), q.grad, k.grad, v.grad
+    return {"out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
-def _attention_out(q, k, v, causal=False):
-    return attention_reference(q, k, v, causal)[0]
+def _full(q, k, v, sm_scale=None):
+    return attention_reference(q, k, v, causal=False, sm_scale=sm_scale)
+
+
+def _causal(q, k, v, sm_scale=None):
+    return attention_reference(q, k, v, causal=True, sm_scale=sm_scale)
+
+
+def _attention_out(q, k, v, causal=False, sm_scale=None):
+    return attention_reference(q, k, v, causal, sm_scale)[0]
+
+
+# ---------------------------------------------------------------- the structure each exercise teaches
+
+# One (b, h) slice, several blocks long, small enough for the interpreter.
+MEASURE_N, MEASURE_D = 512, 16
+
+
+def _calling(fn, *args, **kwargs):
+    """(result, None), or (None, a message) if the call raised."""
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as e:  # noqa: BLE001  (the learner's code, measured: say what it raised)
+        return None, f"measuring it, your function raised {type(e).__name__}: {e}"
+
+
+def _tiles_only(fn):
+    """attention_tiled never holds more than a tile of scores: no tensor it makes is larger than q.
+
+    At N = 256 and D = 16, a whole row of scores per query block (block_m x N) is; so is N x N.
+    """
+    n, d = MEASURE_N // 2, MEASURE_D
+    q, k, v = qkv(1, 1, n, d, torch.float32)
+    for causal in (False, True):
+        with largest_tensor() as largest:
+            _, problem = _calling(fn, q, k, v, causal=causal, block_m=32, block_n=64)
+        if problem:
+            return problem
+        if largest.numel > q.numel():
+            return (f"called with N = {n}, D = {d}, block_m=32, block_n=64 and "
+                    f"causal={causal}, it made a tensor larger than q: {largest}. A query block should "
+                    f"meet the keys one tile of block_n at a time; a whole row of scores (or the N x N "
+                    f"matrix) is the memory FlashAttention exists to avoid.")
+    return None
+
+
+def _skips_tiles(fn):
+    """The causal kernel loads clearly fewer K/V bytes than query blocks that visit every tile.
+
+    Counted by the interpreter at N = 512: whatever BLOCK_M is, a query block that loads every K/V
+    tile reads 2 N D elements, and the launch has one program per query block. Skipping the tiles
+    right of the diagonal brings that to about (blocks + 1) / (2 blocks) of it.
+    """
+    q, k, v = qkv(1, 1, MEASURE_N, MEASURE_D, KERNEL_DTYPE)
+    traffic, problem = _calling(triton_traffic, fn, q, k, v)
+    if problem:
+        return problem
+    if not traffic.launches:
+        return "the traffic meter saw no Triton launch."
+    blocks = max(math.prod(launch.grid) for launch in traffic.launches)
+    item = q.element_size()
+    kv_loaded = traffic.bytes_loaded - MEASURE_N * MEASURE_D * item  # all but the one read of Q
+    every_tile = blocks * 2 * MEASURE_N * MEASURE_D * item
+    if kv_loaded > 0.8 * every_tile:
+        return (f"at N = {MEASURE_N} your causal kernel loaded {kv_loaded:,} bytes of K and V, "
+                f"{kv_loaded / every_tile:.0%} of what its {blocks} query blocks load when each visits "
+                f"every key tile ({every_tile:,}). A tile right of the diagonal holds only future keys: "
+                f"masking it gives the right answer, but it should not be loaded at all.")
+    return None
+
+
+def _recomputes(fn):
+    """The backward runs Triton kernels, and nothing forward or backward grows as N x N."""
+    q, k, v, dout = qkv(1, 1, MEASURE_N // 2, MEASURE_D, KERNEL_DTYPE, count=4)
+    n = q.shape[2]
+    for causal in (False, True):
+        q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        with largest_tensor() as forward:
+            out, problem = _calling(fn, q, k, v, causal=causal)
+        if problem:
+            return problem
+        before = interpreter.launch_count()
+        with largest_tensor() as backward:
+            _, problem = _calling(out.backward, dout)
+        if problem:
+            return problem
+        if interpreter.launch_count() == before:
+            return (f"the backward pass (causal={causal}) ran no Triton kernel: autograd went through "
+                    f"PyTorch operations. FlashAttention.backward should launch your dK/dV and dQ kernels.")
+        for where, largest in (("forward", forward), ("backward", backward)):
+            if largest.numel >= n * n // 2:
+                return (f"at N = {n} (causal={causal}) the {where} pass made a tensor that grows as "
+                        f"N x N: {largest}. The backward recomputes P one tile at a time from the saved "
+                        f"lse; nothing of size N x N is ever stored.")
+    return None
 
 
 # float32 on the CPU: a score of size ~100 carries a rounding error of ~100 * 2**-24 * sqrt(D), and exp()
 # hands it on as a relative error of the weights; with BIG_SCALE that reaches ~3e-5, over the default 1e-5.
 FP32 = {torch.float32: (1e-4, 1e-4)}
-# float16 gradients on a GPU: P and dS are rounded to float16 (a unit of 2**-11) before the matrix
-# products, as in FlashAttention-2, and dQ, dK sum N such products whose size grows with the scores.
-# Measured on an H200: on the large-score case PyTorch's flash backend is off by up to 1.4e-2 (on
-# elements near 0.04), exactly as much as the course's kernels; elsewhere both stay under 1e-3.
-# 3e-2 leaves room for other random draws; a wrong formula is off by the size of the gradient itself.
+# float16 gradients: P and dS are rounded to float16 (a unit of 2**-11) before the matrix products, as
+# in FlashAttention-2, and dQ, dK sum N such products whose size grows with the scores. Measured on an
+# H200: on the large-score case PyTorch's flash backend is off by up to 1.4e-2 (on elements near 0.04),
+# exactly as much as the course's kernels; elsewhere both stay under 1e-3. 3e-2 leaves room for other
+# random draws; a wrong formula is off by the size of the gradient itself.
 GRADS = {torch.float32: (1e-4, 1e-4), torch.float16: (3e-2, 1e-2)}
+CAUSAL_NAN = "Causal: query i sees keys 0..i, itself included, so no row of scores is ever all -inf."
 
 EXERCISES = [
     Exercise("06", "attention_tiled", "tiled attention, online softmax (PyTorch)", attention_reference,
-             _tiled_cases, tol=FP32),
-    Exercise("06", "flash_forward", "FlashAttention forward (Triton)",
-             lambda q, k, v: attention_reference(q, k, v, causal=False), _kernel_cases, tol=FP32),
-    Exercise("06", "flash_forward_causal", "causal forward, tiles skipped",
-             lambda q, k, v: attention_reference(q, k, v, causal=True), _kernel_cases, tol=FP32),
+             _tiled_cases, tol=FP32, structure=_tiles_only, nan_hint=CAUSAL_NAN),
+    Exercise("06", "flash_forward", "FlashAttention forward (Triton)", _full, _kernel_cases, tol=FP32,
+             kernel=True),
+    Exercise("06", "flash_forward_causal", "causal forward, tiles skipped", _causal, _kernel_cases,
+             tol=FP32, kernel=True, structure=_skips_tiles, nan_hint=CAUSAL_NAN),
     Exercise("06", "attention_backward", "backward kernels + autograd", _attention_out,
-             lambda: _kernel_cases(causal_kwarg=True), run=_forward_backward, tol=GRADS,
-             timeout_s=300.0 if ON_GPU else 120.0),
+             lambda: _kernel_cases(with_causal=True, with_dout=True), run=_forward_backward, tol=GRADS,
+             kernel=True, structure=_recomputes, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
 ]

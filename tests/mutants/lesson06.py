@@ -1,0 +1,158 @@
+"""Lesson 06: attention_tiled, flash_forward, flash_forward_causal and attention_backward."""
+
+import torch
+
+from helpers.exercises.lesson06 import attention_reference
+from mutants import Right, Wrong, edit
+
+
+def naive(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16):
+    """The N x N reference itself, with the exercise's signature."""
+    return attention_reference(q, k, v, causal, sm_scale)
+
+
+def whole_rows(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16):
+    """Query blocks, but each sees all N keys at once: an exact softmax over a whole row of scores."""
+    B, H, N, D = q.shape
+    sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    out, lse = torch.empty_like(q), torch.empty(B, H, N, dtype=q.dtype, device=q.device)
+    for i in range(0, N, block_m):
+        s = q[:, :, i:i + block_m] @ k.transpose(-2, -1) * sm_scale
+        if causal:
+            rows = torch.arange(i, i + s.shape[2], device=q.device)
+            s = s.masked_fill(torch.arange(N, device=q.device)[None, :] > rows[:, None], float("-inf"))
+        lse[:, :, i:i + block_m] = torch.logsumexp(s, dim=-1)
+        out[:, :, i:i + block_m] = torch.softmax(s, dim=-1) @ v
+    return out, lse
+
+
+def naive_out(q, k, v, causal=False, sm_scale=None):
+    return attention_reference(q, k, v, causal, sm_scale)[0]
+
+
+forward, forward_causal = edit("06", "flash_forward"), edit("06", "flash_forward_causal")
+
+
+class TritonForwardAutogradBackward(torch.autograd.Function):
+    """The Triton forward, then a backward that lets autograd differentiate the naive formula."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        ctx.save_for_backward(q, k, v)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return (forward_causal if causal else forward)(q, k, v, sm_scale)[0]
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v = (t.detach().requires_grad_() for t in ctx.saved_tensors)
+        with torch.enable_grad():
+            out = attention_reference(q, k, v, ctx.causal, ctx.sm_scale)[0]
+        return (*torch.autograd.grad(out, (q, k, v), dout), None, None)
+
+
+def autograd_backward(q, k, v, causal=False, sm_scale=None):
+    return TritonForwardAutogradBackward.apply(q, k, v, causal, sm_scale)
+
+
+HARD_CODED_SCALE = ("    sm_scale = D ** -0.5 if sm_scale is None else sm_scale\n    return q.contiguous()",
+                    "    sm_scale = D ** -0.5\n    return q.contiguous()")
+FWD_BLOCKS = [("FWD_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]", "FWD_CONFIGS = _configs(cpu=[(32, 16, 4, 1)]"),
+              ("gpu=[(64, 64, 4, 3), (128, 64, 8, 3)", "gpu=[(32, 32, 4, 2), (128, 64, 8, 3)")]
+
+WRONG = [
+    Wrong("attention_tiled", "the naive N x N reference", naive),
+    Wrong("attention_tiled", "a whole row of scores per query block (no key tiles)", whole_rows),
+    Wrong("attention_tiled", "acc not rescaled when the max grows", edit(
+        "06", "attention_tiled", ("acc = acc * alpha[..., None] + p @ vj", "acc = acc + p @ vj"))),
+    Wrong("attention_tiled", "sm_scale hard-coded to 1/sqrt(D)", edit(
+        "06", "attention_tiled", ("    B, H, N, D = q.shape\n    sm_scale = D ** -0.5 if sm_scale is None else sm_scale",
+                                  "    B, H, N, D = q.shape\n    sm_scale = D ** -0.5"))),
+    Wrong("attention_tiled", "causal mask off by one (keys j < i)", edit(
+        "06", "attention_tiled", ("cols[None, :] > rows[:, None]", "cols[None, :] >= rows[:, None]"))),
+    Wrong("attention_tiled", "lse without the max (log of l only)", edit(
+        "06", "attention_tiled", ("= m + torch.log(l)", "= torch.log(l)"))),
+    Wrong("attention_tiled", "causal loop stops before the diagonal tile", edit(
+        "06", "attention_tiled", ("stop = min(N, i + block_m) if causal", "stop = i if causal"))),
+
+    Wrong("flash_forward", "pure PyTorch, no kernel", lambda q, k, v, sm_scale=None: attention_reference(
+        q, k, v, False, sm_scale)),
+    Wrong("flash_forward", "sm_scale hard-coded to 1/sqrt(D)", edit("06", "flash_forward", HARD_CODED_SCALE)),
+    Wrong("flash_forward", "acc not rescaled when the max grows", edit(
+        "06", "flash_forward", ("        acc = acc * alpha[:, None]\n", ""))),
+    Wrong("flash_forward", "keys past N loaded as 0 but not masked in the scores", edit(
+        "06", "flash_forward", ("# (BLOCK_M, BLOCK_N), fp32\n        if MASK == \"keys\":\n"
+                                "            s = tl.where(offs_n[None, :] < n_ctx, s, float(\"-inf\"))\n",
+                                "# (BLOCK_M, BLOCK_N), fp32\n"))),
+    Wrong("flash_forward", "lse without the max (log of l only)", edit(
+        "06", "flash_forward", ("(m_i + tl.log2(l_i)) * LN2, mask=row_ok)   # back", "tl.log2(l_i) * LN2, mask=row_ok)   #"))),
+    Wrong("flash_forward", "lse stored in the inputs' dtype", edit(
+        "06", "flash_forward", ("lse = torch.empty(B, H, N, device=q.device, dtype=torch.float32)",
+                                "lse = torch.empty(B, H, N, device=q.device, dtype=q.dtype)"))),
+    Wrong("flash_forward", "strided inputs used without .contiguous()", edit(
+        "06", "flash_forward", ("return q.contiguous(), k.contiguous(), v.contiguous(), sm_scale",
+                                "return q, k, v, sm_scale"))),
+
+    Wrong("flash_forward_causal", "pure PyTorch, no kernel", lambda q, k, v, sm_scale=None: attention_reference(
+        q, k, v, True, sm_scale)),
+    Wrong("flash_forward_causal", "the full kernel: no causal mask", forward),
+    Wrong("flash_forward_causal", "no tile skipping: every tile loaded, then masked", edit(
+        "06", "flash_forward_causal", ("    hi = tl.minimum(start_m + BLOCK_M, n_ctx)\n    acc, l_i, m_i",
+                                       "    hi = n_ctx\n    acc, l_i, m_i"))),
+    Wrong("flash_forward_causal", "causal mask off by one (keys j < i)", edit(
+        "06", "flash_forward_causal", ("s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        m_new",
+                                       "s = tl.where(offs_m[:, None] > offs_n[None, :], s, float(\"-inf\"))\n        m_new"))),
+    Wrong("flash_forward_causal", "diagonal tiles not masked", edit(
+        "06", "flash_forward_causal", ("offs_m, start_m, hi, n_ctx, qk_scale,\n                                  HEAD_DIM, BLOCK_N, \"causal\")",
+                                       "offs_m, start_m, hi, n_ctx, qk_scale,\n                                  HEAD_DIM, BLOCK_N, \"keys\")"))),
+    Wrong("flash_forward_causal", "sm_scale hard-coded to 1/sqrt(D)", edit(
+        "06", "flash_forward_causal", HARD_CODED_SCALE)),
+    Wrong("flash_forward_causal", "lse without the max (log of l only)", edit(
+        "06", "flash_forward_causal", ("(m_i + tl.log2(l_i)) * LN2, mask=row_ok)\n\n\ndef flash_forward_causal",
+                                       "tl.log2(l_i) * LN2, mask=row_ok)\n\n\ndef flash_forward_causal"))),
+
+    Wrong("attention_backward", "autograd through the naive reference, no kernel", naive_out),
+    Wrong("attention_backward", "Triton forward, autograd over the naive graph backward", autograd_backward),
+    Wrong("attention_backward", "dS = P * dP: delta not subtracted", edit(
+        "06", "attention", ("dsT = pT * (dpT - delta[None, :])", "dsT = pT * dpT"),
+        ("ds = p * (dp - delta[:, None])", "ds = p * dp"))),
+    Wrong("attention_backward", "dK not multiplied by sm_scale", edit(
+        "06", "attention", ("(dk * sm_scale).to(dk_ptr.dtype.element_ty)", "dk.to(dk_ptr.dtype.element_ty)"))),
+    Wrong("attention_backward", "sm_scale hard-coded to 1/sqrt(D)", edit(
+        "06", "attention", ("    sm_scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale\n    return FlashAttention",
+                            "    sm_scale = q.shape[-1] ** -0.5\n    return FlashAttention"))),
+    Wrong("attention_backward", "dK/dV causal mask off by one (keys j < i)", edit(
+        "06", "attention", ("offs_m[None, :] >= offs_n[:, None]", "offs_m[None, :] > offs_n[:, None]"))),
+    Wrong("attention_backward", "gradients returned in the wrong order (dk, dq, dv)", edit(
+        "06", "attention", ("return dq, dk, dv, None, None", "return dk, dq, dv, None, None"))),
+]
+
+RIGHT = [
+    Right("attention_tiled", "causal: every key tile visited, the masked ones add nothing", edit(
+        "06", "attention_tiled", ("stop = min(N, i + block_m) if causal else N", "stop = N"))),
+    Right("attention_tiled", "tiles of 64 x 8 by default", edit(
+        "06", "attention_tiled", ("block_m=32, block_n=16):\n    \"\"\"FlashAttention's",
+                                  "block_m=64, block_n=8):\n    \"\"\"FlashAttention's"))),
+    Right("flash_forward", "blocks of 32 x 16 (32 x 32 on a GPU)", edit("06", "flash_forward", *FWD_BLOCKS)),
+    Right("flash_forward", "one loop over every tile, all masked at N", edit(
+        "06", "flash_forward",
+        ("    acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, 0, n_full, n_ctx, qk_scale,\n"
+         "                                  HEAD_DIM, BLOCK_N, \"none\")\n", ""),
+        ("q, k_ptr, v_ptr, offs_m, n_full, n_ctx,", "q, k_ptr, v_ptr, offs_m, 0, n_ctx,"))),
+    Right("flash_forward_causal", "blocks of 32 x 16 (32 x 32 on a GPU)", edit(
+        "06", "flash_forward_causal", *FWD_BLOCKS)),
+    Right("flash_forward_causal", "every visited tile masked (no unmasked loop)", edit(
+        "06", "flash_forward_causal",
+        ("    acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, 0, start_m, n_ctx, qk_scale,\n"
+         "                                  HEAD_DIM, BLOCK_N, \"none\")\n", ""),
+        ("q, k_ptr, v_ptr, offs_m, start_m, hi,", "q, k_ptr, v_ptr, offs_m, 0, hi,"))),
+    Right("attention_backward", "other blocks in both backward kernels", edit(
+        "06", "attention",
+        ("DKDV_CONFIGS = _configs(cpu=[(32, 64, 4, 1)]", "DKDV_CONFIGS = _configs(cpu=[(16, 32, 4, 1)]"),
+        ("gpu=[(32, 64, 4, 3), (64, 128, 8, 2)", "gpu=[(16, 32, 4, 2), (64, 128, 8, 2)"),
+        ("DQ_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]", "DQ_CONFIGS = _configs(cpu=[(32, 16, 4, 1)]"),
+        ("gpu=[(64, 32, 4, 3), (128, 64, 8, 3)", "gpu=[(32, 16, 4, 2), (128, 64, 8, 3)"))),
+    Right("attention_backward", "delta = rowsum(dO * O) in PyTorch", edit(
+        "06", "attention",
+        ("    bwd_preprocess_kernel[(triton.cdiv(rows, block),)](out, dout, delta, rows, HEAD_DIM=D, BLOCK=block)",
+         "    delta = (out.float() * dout.float()).sum(-1)"))),
+]
