@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from helpers import DEVICE, check
+from helpers import DEVICE, check, exercises
 from helpers.check import CheckFailed
 from helpers.solutions import load_solution
 from helpers.traffic import triton_traffic
@@ -57,11 +57,12 @@ def test_grouped_order_with_a_full_last_group_fails():
 @triton.jit
 def sloppy_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                          stride_cm, stride_cn, BLOCK: tl.constexpr, MASK_K: tl.constexpr,
-                         B_CONTIGUOUS: tl.constexpr):
-    """A plain tiled matmul with one of two mistakes: no mask on K, or b assumed contiguous."""
+                         B_CONTIGUOUS: tl.constexpr, MASK_M_STORE: tl.constexpr, ACC16: tl.constexpr):
+    """A plain tiled matmul with one of four mistakes: no mask on K, b assumed contiguous, no mask on
+    the rows of the store, or a float16 accumulator."""
     offs_m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     offs_n = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float16 if ACC16 else tl.float32)
     for k0 in range(0, K, BLOCK):
         offs_k = k0 + tl.arange(0, BLOCK)
         k_ok = offs_k < K if MASK_K else offs_k >= 0
@@ -72,19 +73,23 @@ def sloppy_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, str
         else:
             b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
         b = tl.load(b_ptrs, mask=k_ok[:, None] & (offs_n[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        if ACC16:
+            acc = tl.dot(a, b, acc, out_dtype=tl.float16)
+        else:
+            acc = tl.dot(a, b, acc)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N) if MASK_M_STORE else offs_n[None, :] < N
     tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(tl.float16), mask=mask)
 
 
-def sloppy_matmul(mask_k=True, b_contiguous=False):
+def sloppy_matmul(mask_k=True, b_contiguous=False, mask_m_store=True, acc16=False):
     def run(a, b):
         M, K = a.shape
         N = b.shape[1]
         c = torch.empty((M, N), device=a.device, dtype=a.dtype)
         grid = (triton.cdiv(M, 64), triton.cdiv(N, 64))
         sloppy_matmul_kernel[grid](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), BLOCK=64,
-                                   MASK_K=mask_k, B_CONTIGUOUS=b_contiguous)
+                                   MASK_K=mask_k, B_CONTIGUOUS=b_contiguous, MASK_M_STORE=mask_m_store,
+                                   ACC16=acc16)
         return c
     return run
 
@@ -102,6 +107,26 @@ def test_matmul_without_k_mask_fails():
 def test_matmul_assuming_contiguous_b_fails():
     with pytest.raises(CheckFailed, match="transposed"):
         check("matmul", sloppy_matmul(b_contiguous=True))
+
+
+def test_matmul_store_without_the_row_mask_is_caught():
+    # the interpreter names the stray store; on a GPU the guard band after the output catches it
+    with pytest.raises(CheckFailed, match="stored out of bounds|past the end"):
+        check("matmul", sloppy_matmul(mask_m_store=False))
+
+
+def test_matmul_with_a_float16_accumulator_fails():
+    with pytest.raises(CheckFailed, match="off by"):
+        check("matmul", sloppy_matmul(acc16=True))
+
+
+@pytest.mark.parametrize("name", ["add_2d", "matmul", "matmul_bias_gelu"])
+def test_every_size_is_awkward_against_every_block(name):
+    for case in exercises.get(name).cases():
+        if "exact multiples" in case.label:
+            continue
+        sizes = [n for t in case.args for n in t.shape]
+        assert all(n % 2 == 1 for n in sizes), f"{case.label}: {sizes}"
 
 
 def test_epilogue_without_bias_or_without_gelu_fails():

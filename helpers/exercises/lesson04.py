@@ -1,5 +1,11 @@
 """Lesson 04 exercises: a 2-D kernel over strided tensors, grouped tile order, a tiled matmul, and a
-matmul with a fused bias + GELU epilogue."""
+matmul with a fused bias + GELU epilogue.
+
+Sizes are drawn afresh at every check and are a multiple of no block a kernel would use: odd on the
+CPU; on a GPU, 256 j - 1 with j odd, so that every power-of-two block up to 256 leaves exactly one
+row or column past the end (a missing mask writes into the check's guard band, not further), and
+the last group of tile rows is a short one.
+"""
 
 import random
 
@@ -9,6 +15,16 @@ import torch.nn.functional as F
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import Case, Exercise
 
+
+def _odd(r, lo, hi):
+    return r.randrange(lo | 1, hi + 1, 2)
+
+
+def _awkward(r, cpu, gpu):
+    """A random size that is a multiple of no block: odd in `cpu` (lo, hi), or 256 j - 1, j odd in `gpu`."""
+    return 256 * _odd(r, *gpu) - 1 if ON_GPU else _odd(r, *cpu)
+
+
 # ---------------------------------------------------------------- add_2d
 
 
@@ -17,21 +33,28 @@ def add_2d_reference(x, y):
 
 
 def _add_2d_cases():
+    r = random.Random()
+
     def randn(*shape, dtype=torch.float32):
         return torch.randn(*shape, device=DEVICE, dtype=dtype)
 
-    m, n = pick((150, 70), (3000, 2500))
-    return [
+    m, n = _awkward(r, (101, 199), (9, 13)), _awkward(r, (41, 99), (7, 11))
+    small_m, small_n = _odd(r, 17, 63), _odd(r, 3, 15)
+    half_t = tuple(randn(small_n, small_m, dtype=torch.float16).t() for _ in range(2))
+    cases = [
         Case("1x1 (a single element)", (randn(1, 1), randn(1, 1))),
-        Case(f"{m}x{n}, both contiguous (not multiples of the block)", (randn(m, n), randn(m, n))),
+        Case(f"{m}x{n}, both contiguous (not multiples of any block)", (randn(m, n), randn(m, n))),
         Case(f"{m}x{n}, y a transposed view (stride_ym = 1)", (randn(m, n), randn(n, m).t())),
         Case(f"{m}x{n}, x every other column of a wider matrix (stride_xn = 2)",
              (randn(m, 2 * n)[:, ::2], randn(m, n))),
         Case(f"{m}x{n}, y one row broadcast down (stride_ym = 0): a bias add",
              (randn(m, n), randn(1, n).expand(m, n))),
-        Case("37x5 float16, both transposed views", (randn(5, 37, dtype=torch.float16).t(),
-                                                      randn(5, 37, dtype=torch.float16).t())),
+        Case(f"{small_m}x{small_n} float16, both transposed views", half_t),
     ]
+    if ON_GPU:
+        cases.append(Case(f"{m}x{n} bfloat16, y a transposed view",
+                          (randn(m, n, dtype=torch.bfloat16), randn(n, m, dtype=torch.bfloat16).t())))
+    return cases
 
 
 # ---------------------------------------------------------------- grouped_order
@@ -62,12 +85,14 @@ def _grouped_order_cases():
              Case("3x6 tiles, group_m = 1: plain row-major order", (3, 6, 1)),
              Case("2x9 tiles, groups of 8 rows (more than there are)", (2, 9, 8)),
              Case("9x1 tiles, one tile column", (9, 1, 4))]
-    m, n, g = r.randint(5, 40), r.randint(5, 40), r.choice([4, 8])
-    cases.append(Case(f"{m}x{n} tiles, groups of {g} (random sizes)", (m, n, g)))
+    for _ in range(2):
+        g = r.choice([3, 4, 8])
+        m, n = r.randint(2, 5) * g + r.randint(1, g - 1), r.randint(5, 40)  # a short last group
+        cases.append(Case(f"{m}x{n} tiles, groups of {g} (random sizes, a short last group)", (m, n, g)))
     return cases
 
 
-# ---------------------------------------------------------------- matmul, matmul_silu
+# ---------------------------------------------------------------- matmul, matmul_bias_gelu
 
 
 def matmul_reference(a, b):
@@ -81,12 +106,20 @@ def matmul_bias_gelu_reference(a, b, bias):
 
 
 def _with_bias(cases):
+    """The matmul cases, each with a random bias of one float16 value per column."""
     return [Case(c.label, (*c.args, torch.randn(c.args[1].shape[1], device=DEVICE, dtype=c.args[0].dtype)))
             for c in cases]
 
 
 def _matmul_cases():
-    """Fresh fp16 (a, b) pairs; b is scaled by 1/sqrt(K) so that outputs stay of order one."""
+    """Fresh fp16 (a, b) pairs; b is scaled by 1/sqrt(K) so that outputs stay of order one.
+
+    The default float16 tolerance (about two units in the last place) is what a float32 accumulator
+    meets. A float16 one (`tl.dot(..., out_dtype=tl.float16)`, or `acc` in float16) rounds every
+    partial sum; over the long inner dimension below its error grows past the tolerance.
+    """
+    r = random.Random()
+
     def operands(M, N, K, layout="contiguous"):
         def randn(rows, cols, scale=1.0):
             return (torch.randn(rows, cols, device=DEVICE) * scale).half()
@@ -95,23 +128,28 @@ def _matmul_cases():
         b = randn(N, K, K**-0.5).t() if layout == "b transposed" else randn(K, N, K**-0.5)
         return a, b
 
-    big = pick((150, 130, 200), (1500, 1000, 700))
-    cases = [Case("1x1x1", operands(1, 1, 1)),
-             Case("64x64x64 (exact multiples of the blocks)", operands(64, 64, 64)),
-             Case("100x37x70: nothing is a multiple of the block", operands(100, 37, 70)),
-             Case("{}x{}x{} (M, N, K)".format(*big), operands(*big)),
-             Case("96x80x72, b a transposed view", operands(96, 80, 72, "b transposed")),
-             Case("65x33x40, a every other column of a wider matrix", operands(65, 33, 40, "a strided"))]
-    if ON_GPU:
-        cases.append(Case("2048x2048x4096 (a long inner dimension)", operands(2048, 2048, 4096)))
-    return cases
+    def sizes(k_cpu=(65, 199), k_gpu=(1, 3)):  # M and N: two or more tiles, fewer tile rows than a group
+        return (_awkward(r, (65, 161), (3, 7)), _awkward(r, (65, 161), (3, 5)), _awkward(r, k_cpu, k_gpu))
+
+    exact = (pick(64, 256),) * 3
+    shape = "{}x{}x{}".format
+    plain, transposed, strided = sizes(), sizes(), sizes()
+    long_k = sizes(k_cpu=(2001, 3001), k_gpu=(15, 17))
+    if not ON_GPU:
+        long_k = (_odd(r, 33, 95), _odd(r, 33, 95), long_k[2])  # fewer tiles: the interpreter stays quick
+    return [Case("1x1x1", operands(1, 1, 1)),
+            Case(f"{shape(*exact)} (exact multiples of the blocks)", operands(*exact)),
+            Case(f"{shape(*plain)}: no size a multiple of any block", operands(*plain)),
+            Case(f"{shape(*transposed)}, b a transposed view", operands(*transposed, "b transposed")),
+            Case(f"{shape(*strided)}, a every other column of a wider one", operands(*strided, "a strided")),
+            Case(f"{shape(*long_k)}: a long inner dimension (float16 partial sums drift)", operands(*long_k))]
 
 
 EXERCISES = [
-    Exercise("04", "add_2d", "x + y over strided 2-D views", add_2d_reference, _add_2d_cases),
+    Exercise("04", "add_2d", "x + y over strided 2-D views", add_2d_reference, _add_2d_cases, kernel=True),
     Exercise("04", "grouped_order", "grouped tile order", grouped_order_reference, _grouped_order_cases,
              run=_every_program, reference_in_float64=False),
-    Exercise("04", "matmul", "tiled matmul with tl.dot", matmul_reference, _matmul_cases),
+    Exercise("04", "matmul", "tiled matmul with tl.dot", matmul_reference, _matmul_cases, kernel=True),
     Exercise("04", "matmul_bias_gelu", "matmul + bias + GELU epilogue", matmul_bias_gelu_reference,
-             lambda: _with_bias(_matmul_cases())),
+             lambda: _with_bias(_matmul_cases()), kernel=True),
 ]

@@ -1,0 +1,161 @@
+"""Lesson 04: add_2d, grouped_order, matmul and matmul_bias_gelu."""
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+import helpers  # noqa: F401  (first: picks the GPU or the interpreter)
+from mutants import Right, Wrong, edit
+
+# ---------------------------------------------------------------- add_2d
+
+_X_LOAD = "x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :] * stride_xn, mask=mask)"
+_Y_LOAD = "y = tl.load(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, mask=mask)"
+_ADD_MASK = "mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)\n    x = tl.load("
+
+WRONG = [
+    Wrong("add_2d", "pure PyTorch, no kernel", lambda x, y: x + y),
+    Wrong("add_2d", "no row mask (columns only)", edit(
+        "04", "add_2d", (_ADD_MASK, "mask = offs_n[None, :] < N\n    x = tl.load("))),
+    Wrong("add_2d", "row mask off by one (offs_m <= M)", edit(
+        "04", "add_2d", (_ADD_MASK, "mask = (offs_m[:, None] <= M) & (offs_n[None, :] < N)\n    x = tl.load("))),
+    Wrong("add_2d", "strides ignored: row * N + column", edit(
+        "04", "add_2d", (_X_LOAD, "x = tl.load(x_ptr + offs_m[:, None] * N + offs_n[None, :], mask=mask)"),
+        (_Y_LOAD, "y = tl.load(y_ptr + offs_m[:, None] * N + offs_n[None, :], mask=mask)"))),
+    Wrong("add_2d", "y read with x's strides", edit(
+        "04", "add_2d", (_Y_LOAD, _Y_LOAD.replace("stride_ym", "stride_xm").replace("stride_yn", "stride_xn")))),
+    Wrong("add_2d", "y's two strides swapped", edit(
+        "04", "add_2d", (_Y_LOAD, _Y_LOAD.replace("stride_ym", "STRIDE").replace("stride_yn", "stride_ym")
+                         .replace("STRIDE", "stride_yn")))),
+    Wrong("add_2d", "one tile too few each way (M // BLOCK)", edit(
+        "04", "add_2d", ("grid = (triton.cdiv(M, BLOCK), triton.cdiv(N, BLOCK))", "grid = (M // BLOCK, N // BLOCK)"))),
+]
+
+# ---------------------------------------------------------------- grouped_order
+
+
+def grouped_by_divmod(pid, num_pid_m, num_pid_n, group_m):
+    """The same order from divmod, the short last group found by subtraction."""
+    group, inside = divmod(pid, group_m * num_pid_n)
+    first_m = group * group_m
+    rows = group_m if num_pid_m - first_m >= group_m else num_pid_m - first_m
+    pid_n, row = divmod(inside, rows)
+    return first_m + row, pid_n
+
+
+WRONG += [
+    Wrong("grouped_order", "plain row-major order", lambda pid, m, n, g: (pid // n, pid % n)),
+    Wrong("grouped_order", "column-major order over the whole grid", lambda pid, m, n, g: (pid % m, pid // m)),
+    Wrong("grouped_order", "the short last group treated as a full one", edit(
+        "04", "grouped_order", ("rows = min(num_pid_m - first_m, group_m)", "rows = group_m"))),
+    Wrong("grouped_order", "first row of the group not scaled by group_m", edit(
+        "04", "grouped_order", ("first_m = (pid // per_group) * group_m", "first_m = pid // per_group"))),
+    Wrong("grouped_order", "column from // group_m instead of // rows", edit(
+        "04", "grouped_order", ("pid_n = (pid % per_group) // rows", "pid_n = (pid % per_group) // group_m"))),
+]
+
+# ---------------------------------------------------------------- matmul and matmul_bias_gelu
+# Edits of _matmul_tile and _tile change both kernels: each applies to matmul and to matmul_bias_gelu.
+
+_A_LOAD = "a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)"
+_B_LOAD = "b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)"
+_SHARED_SLIPS = {
+    "no mask along K": [(_A_LOAD, "a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)"),
+                        (_B_LOAD, "b = tl.load(b_ptrs, mask=offs_n[None, :] < N, other=0.0)")],
+    "float16 accumulator": [("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+                             "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float16)"),
+                            ("acc = tl.dot(a, b, acc)", "acc = tl.dot(a, b, acc, out_dtype=tl.float16)")],
+    "pointers never moved along K": [("        a_ptrs += BLOCK_K * stride_ak\n        b_ptrs += BLOCK_K * stride_bk\n",
+                                      "")],
+    "b assumed contiguous (row * N + column)": [(
+        "b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn",
+        "b_ptrs = b_ptr + offs_k[:, None] * N + offs_n[None, :]"), ("b_ptrs += BLOCK_K * stride_bk",
+                                                                    "b_ptrs += BLOCK_K * N")],
+    "the short last group of tile rows treated as a full one": [
+        ("rows = min(num_pid_m - first_m, GROUP_M)", "rows = GROUP_M")],
+    "K loop one step short (K // BLOCK_K)": [("for k in range(0, tl.cdiv(K, BLOCK_K)):",
+                                              "for k in range(0, K // BLOCK_K):")],
+}
+
+WRONG += [
+    Wrong("matmul", "pure PyTorch, no kernel", lambda a, b: a @ b),
+    Wrong("matmul", "store without the M mask", edit(
+        "04", "matmul", ("tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)",
+                         "tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=offs_n[None, :] < N)"))),
+    *[Wrong("matmul", why, edit("04", "matmul", *changes)) for why, changes in _SHARED_SLIPS.items()],
+]
+
+WRONG += [
+    Wrong("matmul_bias_gelu", "pure PyTorch, no kernel",
+          lambda a, b, bias: F.gelu(a @ b + bias, approximate="tanh")),
+    Wrong("matmul_bias_gelu", "store without the M mask", edit(
+        "04", "matmul_bias_gelu", ("tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask)",
+                                   "tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=offs_n[None, :] < N)"))),
+    Wrong("matmul_bias_gelu", "one bias value per row, not per column", edit(
+        "04", "matmul_bias_gelu", ("bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)",
+                                   "bias = tl.load(bias_ptr + offs_m, mask=offs_m < M, other=0.0)"),
+        ("x = acc + bias[None, :]", "x = acc + bias[:, None]"))),
+    Wrong("matmul_bias_gelu", "no bias", edit("04", "matmul_bias_gelu", ("x = acc + bias[None, :]", "x = acc"))),
+    Wrong("matmul_bias_gelu", "GELU applied before the bias", edit(
+        "04", "matmul_bias_gelu", ("x = acc + bias[None, :]", "x = acc"),
+        ("y = x * tl.sigmoid(2.0 * u)", "y = x * tl.sigmoid(2.0 * u) + bias[None, :]"))),
+    Wrong("matmul_bias_gelu", "sigmoid(u) instead of sigmoid(2u)", edit(
+        "04", "matmul_bias_gelu", ("y = x * tl.sigmoid(2.0 * u)", "y = x * tl.sigmoid(u)"))),
+    *[Wrong("matmul_bias_gelu", why, edit("04", "matmul_bias_gelu", *_SHARED_SLIPS[why]))
+      for why in ("no mask along K", "float16 accumulator", "pointers never moved along K")],
+]
+
+
+# ---------------------------------------------------------------- right answers written another way
+
+
+@triton.jit
+def _matmul_2d_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
+                      stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EPILOGUE: tl.constexpr):
+    """A 2-D grid in row-major order; the pointers are rebuilt from k at every step; GELU through exp."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak,
+                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+                    mask=(offs_k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    if EPILOGUE:
+        x = acc + tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        e = tl.exp(-2.0 * tl.abs(u))                     # tanh(|u|) = (1 - e) / (1 + e), no overflow
+        tanh = tl.where(u >= 0, 1.0, -1.0) * (1.0 - e) / (1.0 + e)
+        acc = 0.5 * x * (1.0 + tanh)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def matmul_2d(a, b, bias=None, BLOCK_M=32, BLOCK_N=64, BLOCK_K=32):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))
+    _matmul_2d_kernel[grid](a, b, c if bias is None else bias, c, M, N, K, *a.stride(), *b.stride(), *c.stride(),
+                            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, EPILOGUE=bias is not None)
+    return c
+
+
+_OTHER_TILES = [("cpu=[_config(64, 64, 64, 4, warps=4, stages=1)]", "cpu=[_config(32, 64, 16, 2, warps=4, stages=1)]"),
+                ("gpu=[_config(bm, bn, 64, 8, warps, stages)", "gpu=[_config(bm // 2, bn, 32, 4, warps, stages)")]
+
+RIGHT = [
+    Right("add_2d", "tiles of 16 x 128", edit(
+        "04", "add_2d", ("grid = (triton.cdiv(M, BLOCK), triton.cdiv(N, BLOCK))",
+                         "grid = (triton.cdiv(M, 16), triton.cdiv(N, 128))"),
+        ("BLOCK_M=BLOCK, BLOCK_N=BLOCK)", "BLOCK_M=16, BLOCK_N=128)"))),
+    Right("grouped_order", "divmod, the short group by subtraction", grouped_by_divmod),
+    Right("matmul", "other tiles and groups", edit("04", "matmul", *_OTHER_TILES)),
+    Right("matmul", "2-D grid in row-major order, pointers rebuilt from k", matmul_2d),
+    Right("matmul_bias_gelu", "other tiles and groups", edit("04", "matmul_bias_gelu", *_OTHER_TILES)),
+    Right("matmul_bias_gelu", "2-D grid, tanh through exp", matmul_2d),
+]
