@@ -253,7 +253,9 @@ def softmax_rows(x):
 
 # %% [markdown]
 # The check uses ragged widths, values up to ±1e4, float16 rows, `-inf` entries and fully masked rows,
-# and two non-contiguous views.
+# two non-contiguous views, and near-constant rows whose outputs are all about 1/N. It compares
+# probabilities relative to their size, to within one float16 rounding: exponentials or sums kept in
+# float16 show.
 
 # %%
 check("softmax_rows", softmax_rows)
@@ -402,7 +404,9 @@ print("exp(m - safe)  =", torch.exp(m - safe), " (and l = 0 * that + exp(-inf - 
 # - Pass 2: `exp(x - safe max) / l` for each chunk of columns, written into the output, with 1 in place
 #   of a zero `l` (fully masked rows give 0).
 #
-# Keep the dtype of `x` (the check uses float32 and float64).
+# Keep the dtype of `x` (the check uses float32 and float64). Once the values are right, the check
+# watches every PyTorch operation your function runs: none may work on more than one chunk of
+# columns, each element of `x` is read in two passes, and each element of the output written once.
 
 # %% tags=["exercise"]
 def online_softmax_torch(x, chunk):
@@ -457,7 +461,9 @@ def softmax_tiled(x, block=1024):
 
 # %% [markdown]
 # The check uses small tiles so that even short rows span many of them: rows whose max grows at every
-# tile, `-inf` prefixes, fully masked rows, float16, ragged last tiles, and strided views.
+# tile, `-inf` prefixes, fully masked rows, float16, ragged last tiles, strided views, and near-constant
+# rows long enough that a float16 running sum drifts. Then it counts what your kernel loads and stores,
+# as the next cell does.
 
 # %%
 check("softmax_tiled", softmax_tiled)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from mutants import edit
 
 from helpers import DEVICE, check
 from helpers.check import CheckFailed, NotDone
@@ -186,11 +187,9 @@ def test_rmsnorm_linear_mistakes_fail():
     def no_eps(x, gamma, w, eps=1e-6):
         return lesson05.rmsnorm_linear(x, gamma, w, eps=0.0)
 
-    def norm_in_float16(x, gamma, w, eps=1e-6):  # x*x overflows float16 for |x| > 255
-        ms = (x * x).mean(dim=1, keepdim=True).float()
-        return ((x.float() * torch.rsqrt(ms + eps) * gamma.float()) @ w.float().t()).to(x.dtype)
-
-    with pytest.raises(CheckFailed, match="eps dominates"):
+    squares_in_float16 = edit("05", "rmsnorm_linear", ("sum_sq += tl.sum(xf * xf, axis=1)",
+                                                       "sum_sq += tl.sum(x * x, axis=1).to(tl.float32)"))
+    with pytest.raises(CheckFailed, match="failed on case '[^']*eps dominates"):
         check("rmsnorm_linear", no_eps)
-    with pytest.raises(CheckFailed, match="overflows"):
-        check("rmsnorm_linear", norm_in_float16)
+    with pytest.raises(CheckFailed, match="failed on case '[^']*overflows"):  # x*x overflows float16
+        check("rmsnorm_linear", squares_in_float16)

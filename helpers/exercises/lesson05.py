@@ -5,16 +5,25 @@ Convention for every softmax here: a row whose entries are all -inf (a fully mas
 output 0 everywhere. torch.softmax returns NaN for it (its max is -inf, and -inf - (-inf) is
 NaN); zeros are what a masked-out query should contribute downstream, and they keep NaN out of
 the loss.
+
+Beyond the values, the checks measure what the lesson teaches: the online softmax in PyTorch
+works one chunk of columns at a time and reads x in two passes (a dispatch mode watches every
+op), and the tiled kernel reads x exactly twice and writes the output once (the interpreter's
+record of every load and store).
 """
 
+import dataclasses
 import math
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from helpers import interpreter
 from helpers.device import DEVICE, pick
 from helpers.exercises import Case, Exercise
 
 NEG_INF = float("-inf")
+F16, F32, F64 = torch.float16, torch.float32, torch.float64
 
 
 # ---------------------------------------------------------------- the reference
@@ -27,7 +36,29 @@ def softmax_reference(x, *_, **__):
     return out.masked_fill(fully_masked, 0.0)           # torch gives NaN there; the course gives 0
 
 
+# Softmax outputs are probabilities of about 1/N, far below the default atol (1e-5 for float32,
+# 1e-3 for float16), which would accept almost any answer on long rows. The tolerances here are
+# relative, set by what a kernel that computes in float32 can get wrong:
+# - float32: exp magnifies the rounding of x - max, by up to |x - max| * 2**-24 (5e-6 at the
+#   bottom of float32's range), plus the float32 sums: rtol 1e-5. atol only covers outputs below
+#   1e-10, far below 1/N for every case.
+# - float16: one rounding when the result is stored, at most half a unit (2**-11 = 4.9e-4 of the
+#   value), plus the float32 arithmetic: rtol 5.5e-4. atol is one unit of float16's smallest
+#   (subnormal) numbers, 2**-24. Exponentials or sums kept in float16 round again and again, and
+#   miss this.
+SOFTMAX_TOL = {F32: (1e-10, 1e-5), F16: (2.0**-24, 5.5e-4)}
+
+SOFTMAX_NAN_HINT = ("If the NaNs are in fully masked rows (all -inf): this course's softmax gives 0 there, "
+                    "where torch.softmax gives NaN, because the max of such a row is -inf and "
+                    "-inf - (-inf) is NaN.")
+
+
 # ---------------------------------------------------------------- inputs
+
+
+def _odd(lo, hi):
+    """A random odd size in [lo, hi]: never a multiple of any block (blocks are powers of two)."""
+    return int(torch.randint(lo // 2, (hi - 1) // 2 + 1, ())) * 2 + 1
 
 
 def _rows(n_rows, n_cols, dtype=torch.float32, kind="randn"):
@@ -39,6 +70,8 @@ def _rows(n_rows, n_cols, dtype=torch.float32, kind="randn"):
     elif kind == "ascending":       # each row climbs from -1e4 to 1e4: the max grows at every chunk
         x = torch.linspace(-1e4, 1e4, n_cols, device=DEVICE).repeat(n_rows, 1)
         x = x + torch.rand(n_rows, 1, device=DEVICE)
+    elif kind == "flat":            # a random level plus noise of 0.1: every output is about 1/N
+        x = torch.rand(n_rows, 1, device=DEVICE) * 10 - 5 + torch.rand(n_rows, n_cols, device=DEVICE) * 0.1
     elif kind == "masked":          # -inf entries, a -inf prefix, and fully masked rows
         x = torch.randn(n_rows, n_cols, device=DEVICE) * 3
         x[torch.rand(n_rows, n_cols, device=DEVICE) < 0.3] = NEG_INF
@@ -58,7 +91,7 @@ def _strided_rows(n_rows, n_cols, dtype=torch.float32):
             (f"{n_rows}x{n_cols} every other column (column stride 2)", every_other)]
 
 
-F16, F32, F64 = torch.float16, torch.float32, torch.float64
+FLAT_WHY = "near-constant rows, every output about 1/N: float16 exponentials or sums lose those digits"
 
 
 # ---------------------------------------------------------------- 1. softmax_rows
@@ -66,17 +99,22 @@ F16, F32, F64 = torch.float16, torch.float32, torch.float64
 
 def _softmax_rows_cases():
     widest = pick(2048, 16384)
-    specs = [((4, 1), F32, "randn", "a single column: every output is 1"),
-             ((37, 100), F32, "randn", "width not a power of two: lanes past the end are masked"),
+    specs = [((_odd(3, 7), 1), F32, "randn", "a single column: every output is 1"),
+             ((_odd(21, 41), _odd(65, 127)), F32, "randn", "width not a power of two: lanes past the end "
+                                                           "are masked"),
              ((16, 128), F16, "randn", "float16, a power of two: accumulate in float32"),
-             ((pick(9, 300), pick(1000, 3000)), F16, "randn", "float16, ragged width"),
-             ((8, 300), F32, "huge", "uniform in [-1e4, 1e4]: exp overflows unless the max is subtracted"),
-             ((8, 300), F16, "huge", "float16, uniform in [-1e4, 1e4]"),
-             ((12, 200), F32, "masked", "-inf entries, -inf prefixes, every 4th row fully masked (0s)"),
+             ((pick(9, 301), _odd(*pick((1025, 1535), (2049, 4095)))), F16, "randn", "float16, ragged width"),
+             ((8, _odd(200, 300)), F32, "huge", "uniform in [-1e4, 1e4]: exp overflows unless the max is "
+                                                "subtracted"),
+             ((8, _odd(200, 300)), F16, "huge", "float16, uniform in [-1e4, 1e4]"),
+             ((12, _odd(150, 250)), F32, "masked", "-inf entries, -inf prefixes, every 4th row fully masked "
+                                                   "(0s)"),
+             ((4, _odd(widest // 2 + 1, widest - 1)), F16, "flat", "float16, " + FLAT_WHY),
+             ((4, _odd(widest // 2 + 1, widest - 1)), F32, "flat", FLAT_WHY),
              ((4, widest), F32, "randn", f"{widest} columns, the widest row of the course's block")]
     cases = [Case(f"{m}x{n} {str(dt)[6:]} ({why})", (_rows(m, n, dt, kind),))
              for (m, n), dt, kind, why in specs]
-    cases += [Case(label, (x,)) for label, x in _strided_rows(12, 150)]
+    cases += [Case(label, (x,)) for label, x in _strided_rows(_odd(9, 15), _odd(101, 199))]
     return cases
 
 
@@ -84,36 +122,196 @@ def _softmax_rows_cases():
 
 
 def _online_torch_cases():
+    n, c = _odd(81, 119), _odd(9, 15)
     specs = [((5, 1), 4, F32, "randn", "one column, a chunk wider than the row"),
-             ((7, 100), 16, F32, "randn", "the chunk does not divide the width"),
-             ((6, 64), 1, F32, "randn", "chunks of one element: the recurrence element by element"),
+             ((7, n), c, F32, "randn", "the chunk does not divide the width"),
+             ((6, _odd(41, 63)), 1, F32, "randn", "chunks of one element: the recurrence element by element"),
              ((4, 512), 32, F32, "ascending", "rows ascending from -1e4 to 1e4: the max grows every chunk"),
-             ((8, 300), 25, F32, "huge", "uniform in [-1e4, 1e4]"),
-             ((12, 200), 32, F32, "masked", "-inf entries, -inf prefixes, fully masked rows (0s)"),
-             ((10, 300), 50, F64, "randn", "float64")]
+             ((8, _odd(251, 349)), _odd(17, 31), F32, "huge", "uniform in [-1e4, 1e4]"),
+             ((12, _odd(151, 249)), _odd(17, 47), F32, "masked", "-inf entries, -inf prefixes, fully masked "
+                                                                 "rows (0s)"),
+             ((4, _odd(1501, 2047)), 16, F32, "flat", FLAT_WHY),
+             ((10, _odd(251, 349)), _odd(33, 63), F64, "randn", "float64")]
     cases = [Case(f"{m}x{n} {str(dt)[6:]}, chunk={c} ({why})", (_rows(m, n, dt, kind), c))
              for (m, n), c, dt, kind, why in specs]
-    cases += [Case(label + ", chunk=40", (x, 40)) for label, x in _strided_rows(9, 250)]
+    chunk = _odd(33, 47)
+    cases += [Case(f"{label}, chunk={chunk}", (x, chunk)) for label, x in _strided_rows(9, _odd(201, 299))]
     return cases
+
+
+# Ops that allocate or fill memory without reading x: the output may be allocated whole.
+_ALLOCATIONS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+                "zeros_like", "new_zeros", "full", "full_like", "new_full", "ones", "ones_like", "new_ones",
+                "fill_", "zero_", "detach", "alias", "lift_fresh", "_local_scalar_dense", "set_", "resize_"}
+
+
+def _flat(tree):
+    if isinstance(tree, torch.Tensor):
+        yield tree
+    elif isinstance(tree, (list, tuple)):
+        for item in tree:
+            yield from _flat(item)
+    elif isinstance(tree, dict):
+        for item in tree.values():
+            yield from _flat(item)
+
+
+def _distinct(t):
+    """The elements a view really holds: a broadcast (stride 0) dimension counts once."""
+    return math.prod(n for n, s in zip(t.shape, t.stride()) if s != 0)
+
+
+def _elements(t):
+    """The positions in its storage of the elements of tensor t."""
+    size = t.untyped_storage().nbytes() // t.element_size()
+    return torch.arange(size).as_strided(t.shape, t.stride(), t.storage_offset()).reshape(-1).unique()
+
+
+@dataclasses.dataclass
+class _Storage:
+    storage: object      # kept alive, so that no later tensor reuses its address
+    passes: torch.Tensor  # per element: in how many separate passes it was touched
+    last: torch.Tensor    # per element: the op (counted on this storage) that touched it last
+    ops: int = 0          # ops that touched this storage so far
+
+
+class _Passes:
+    """In how many separate passes each element of each storage was touched.
+
+    A pass is a run of consecutive ops on that storage that all touch the element: amax of a
+    chunk, then exp of the same chunk, is one pass over that chunk; coming back to it later is
+    another.
+    """
+
+    def __init__(self):
+        self.storages = {}  # data_ptr -> _Storage
+
+    def touch(self, tensors):
+        by_storage = {}
+        for t in tensors:
+            if t.numel() and t.device.type != "meta":
+                by_storage.setdefault(t.untyped_storage().data_ptr(), []).append(t)
+        for key, ts in by_storage.items():
+            if key not in self.storages:
+                size = ts[0].untyped_storage().nbytes() // ts[0].element_size()
+                self.storages[key] = _Storage(ts[0].untyped_storage(), torch.zeros(size, dtype=torch.long),
+                                              torch.full((size,), -2))
+            s = self.storages[key]
+            index = torch.cat([_elements(t) for t in ts]).unique()
+            s.passes[index] += (s.last[index] != s.ops - 1).long()  # not touched by the op before: a new pass
+            s.last[index] = s.ops
+            s.ops += 1
+
+    def most(self, t):
+        """The most separate passes any element of tensor t was touched in."""
+        s = self.storages.get(t.untyped_storage().data_ptr())
+        return int(s.passes[_elements(t)].max()) if s is not None and t.numel() else 0
+
+
+class _WatchChunks(TorchDispatchMode):
+    """Watches every ATen op: the first one wider than a chunk of x, the reads and the writes."""
+
+    def __init__(self, limit):
+        super().__init__()
+        self.limit = limit          # elements in one chunk of columns of x
+        self.too_wide = None        # (op, shape) of the first op that read or made a wider tensor
+        self.reads, self.writes = _Passes(), _Passes()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if func.is_view or name in _ALLOCATIONS:
+            return out
+        schema = func._schema.arguments
+        mutated = {a.name for a in schema if a.alias_info is not None and a.alias_info.is_write}
+        named = dict(zip((a.name for a in schema), args)) | kwargs
+        read = [t for key, v in named.items() if key not in mutated for t in _flat(v)]
+        written = [t for key, v in named.items() if key in mutated for t in _flat(v)] + list(_flat(out))
+        for t in read + written:
+            if self.too_wide is None and _distinct(t) > self.limit:
+                self.too_wide = (name, tuple(t.shape))
+        self.reads.touch(read)
+        self.writes.touch(written)
+        return out
+
+
+def _online_torch_structure(fn):
+    """One chunk of columns at a time; x read in two passes (max and sum together, then the output)."""
+    n_rows, chunk = 3, _odd(13, 19)
+    n_cols = 4 * n_rows * chunk + _odd(1, chunk - 2)   # one row is wider than a whole chunk of x
+    x = torch.randn(n_rows, n_cols, device=DEVICE, dtype=F32) * 3
+    watch = _WatchChunks(n_rows * chunk)
+    with torch.no_grad(), watch:
+        out = fn(x, chunk)
+    if watch.too_wide:
+        op, shape = watch.too_wide
+        return (f"for x of shape {tuple(x.shape)} with chunk={chunk}, `{op}` worked on a tensor of shape "
+                f"{shape}, more than one chunk of columns ({n_rows} x {chunk}). The online softmax sees x "
+                f"one chunk at a time (x[:, start:start + chunk]), in both passes, and writes the output "
+                f"chunk by chunk into a tensor it allocated; no step touches a whole row.")
+    reads = watch.reads.most(x)
+    if reads > 2:
+        return (f"some elements of x were read in {reads} separate passes over the row. The online "
+                f"softmax needs two: one that updates the running max and the running sum together, "
+                f"chunk by chunk, and one that writes the output.")
+    writes = watch.writes.most(out) if isinstance(out, torch.Tensor) else 0
+    if writes > 1:
+        return (f"some elements of the output were written in {writes} separate passes. Write each chunk "
+                f"of the output once, in the second pass, when the max and the sum are final.")
+    return None
 
 
 # ---------------------------------------------------------------- 3. softmax_tiled
 
 
 def _tiled_cases():
-    long_rows, long_cols, long_block = pick(3, 16), pick(4099, 262_147), pick(256, 4096)
+    long_rows, long_block = pick(3, 16), pick(256, 4096)
+    long_cols = _odd(*pick((4097, 5119), (262_145, 300_001)))
+    # float16 running sums drift over about 100 tiles per lane (more on a GPU, where it costs nothing)
+    flat_rows, flat_cols, flat_block = pick(2, 4), _odd(*pick((1501, 1701), (65_537, 80_001))), pick(16, 64)
     specs = [((3, 1), 16, F32, "randn", "a single column"),
-             ((5, 1000), 128, F32, "randn", "a ragged last tile: 1000 = 7 x 128 + 104"),
-             ((4, 100), 256, F32, "randn", "the row is shorter than one tile"),
+             ((5, _odd(901, 1023)), 128, F32, "randn", "a ragged last tile"),
+             ((4, _odd(65, 255)), 256, F32, "randn", "the row is shorter than one tile"),
              ((4, 512), 64, F32, "ascending", "rows ascending from -1e4 to 1e4: the max grows every tile"),
-             ((6, 700), 128, F16, "randn", "float16: accumulate in float32"),
-             ((6, 400), 128, F16, "huge", "float16, uniform in [-1e4, 1e4]"),
-             ((12, 300), 64, F32, "masked", "-inf entries, -inf prefixes, fully masked rows (0s)"),
+             ((6, _odd(513, 767)), 128, F16, "randn", "float16: accumulate in float32"),
+             ((6, _odd(257, 511)), 128, F16, "huge", "float16, uniform in [-1e4, 1e4]"),
+             ((12, _odd(257, 383)), 64, F32, "masked", "-inf entries, -inf prefixes, fully masked rows (0s)"),
+             ((flat_rows, flat_cols), flat_block, F16, "flat", f"float16, {FLAT_WHY}"),
              ((long_rows, long_cols), long_block, F32, "randn", "a long row, many tiles")]
     cases = [Case(f"{m}x{n} {str(dt)[6:]}, block={b} ({why})", (_rows(m, n, dt, kind),), {"block": b})
              for (m, n), b, dt, kind, why in specs]
-    cases += [Case(label + ", block=128", (x,), {"block": 128}) for label, x in _strided_rows(5, 600)]
+    strided = _strided_rows(5, _odd(501, 699))
+    cases += [Case(label + ", block=128", (x,), {"block": 128}) for label, x in strided]
     return cases
+
+
+def _tiled_structure(fn):
+    """The tiled kernel loads tiles of `block` columns, reads x exactly twice and writes the output once."""
+    block = 32
+    x = torch.randn(3, _odd(5 * block + 1, 8 * block - 1), device=DEVICE)
+    with interpreter.record(touches=True) as rec:
+        fn(x, block=block)
+    loaded = sum(launch.bytes_loaded for launch in rec.launches)
+    stored = sum(launch.bytes_stored for launch in rec.launches)
+    loads = [offs for launch in rec.launches for _pid, _arg, kind, offs in launch.touches if kind == "load"]
+    widest = max((len(offs) for offs in loads), default=0)   # lanes of the widest load
+    reads, writes = loaded / x.nbytes, stored / x.nbytes
+    where = f"for x of shape {tuple(x.shape)} float32 with block={block}, your kernel"
+    if reads == 1:
+        return (f"{where} read x only once: each row was held whole, as in exercise 1. This exercise is "
+                f"for rows far longer than a block: walk each row in tiles of `block` columns.")
+    if widest > block:
+        return (f"{where} loaded {widest} values at once, more than a tile of `block` columns: use the "
+                f"tile size it is given (long rows do not fit one program).")
+    if reads != 2:
+        return (f"{where} loaded {loaded:,} bytes, {reads:.3g} times x ({x.nbytes:,} bytes). The online "
+                f"softmax reads each row exactly twice: once to update the running max and sum together, "
+                f"once to write the output.")
+    if writes != 1:
+        return (f"{where} stored {stored:,} bytes, {writes:.3g} times the output ({x.nbytes:,} bytes): "
+                f"store each output element once, in the second pass.")
+    return None
 
 
 # ---------------------------------------------------------------- 4. rmsnorm_linear
@@ -138,18 +336,25 @@ def _rmsnorm_linear_cases():
         w = (torch.randn(n, k, device=DEVICE) / math.sqrt(k)).to(dtype) if w is None else w
         return x, gamma, w
 
-    specs = [((33, 64, 48), F16, 1.0, 1e-6, "M not a multiple of BLOCK_M"),
-             ((50, 100, 40), f32, 1.0, 1e-6, "K not a multiple of BLOCK_K: mask the reduction's tail"),
+    # Odd sizes are multiples of no block; the launcher's blocks are 32 (CPU) or 64 (GPU).
+    specs = [((_odd(33, 63), 64, 48), F16, 1.0, 1e-6, "M not a multiple of BLOCK_M"),
+             ((_odd(41, 63), _odd(65, 127), _odd(33, 63)), f32, 1.0, 1e-6,
+              "M, K, N multiples of no block: mask the reduction's tail"),
              ((64, 128, 64), F16, 1.0, 1e-6, "sizes that are multiples of the blocks"),
-             ((20, 96, 24), F16, 300.0, 1e-6, "|x| ~ 300: x*x overflows float16, square in float32"),
-             ((24, 64, 32), F16, 1e-3, 1e-5, "|x| ~ 1e-3 with eps = 1e-5: eps dominates the mean square"),
-             ((pick(64, 1000), pick(96, 2048), pick(80, 1536)), cpu_dtype_big, 1.0, 1e-6, "larger")]
+             ((_odd(17, 31), _odd(65, 127), _odd(17, 31)), F16, 300.0, 1e-6,
+              "|x| ~ 300: x*x overflows float16, square in float32"),
+             ((_odd(17, 31), _odd(65, 95), _odd(33, 63)), F16, 1e-3, 1e-5,
+              "|x| ~ 1e-3 with eps = 1e-5: eps dominates the mean square"),
+             ((pick(64, 1000), pick(96, 2048), pick(80, 1536)), cpu_dtype_big, 1.0, 1e-6, "larger"),
+             ((_odd(*pick((65, 95), (1001, 1999))), _odd(*pick((97, 159), (2049, 2999))),
+               _odd(*pick((65, 95), (1025, 1535)))), cpu_dtype_big, 1.0, 1e-6, "larger, odd sizes")]
     cases = [Case(f"M,K,N={m},{k},{n} {str(dt)[6:]} ({why})", make(m, k, n, dt, scale), {"eps": eps})
              for (m, k, n), dt, scale, eps, why in specs]
-    x = torch.randn(40, 99, device=DEVICE).to(f32)[:, :80]
-    w = (torch.randn(80, 56, device=DEVICE) / math.sqrt(80)).to(f32).t()
-    cases.append(Case(f"M,K,N=40,80,56 {str(f32)[6:]}, x a slice of a wider matrix, w a transposed view",
-                      make(40, 80, 56, f32, x=x, w=w), {"eps": 1e-6}))
+    m, k, n = _odd(33, 47), _odd(65, 95), _odd(33, 63)
+    x = torch.randn(m, k + 19, device=DEVICE).to(f32)[:, :k]
+    w = (torch.randn(k, n, device=DEVICE) / math.sqrt(k)).to(f32).t()
+    cases.append(Case(f"M,K,N={m},{k},{n} {str(f32)[6:]}, x a slice of a wider matrix, w a transposed view",
+                      make(m, k, n, f32, x=x, w=w), {"eps": 1e-6}))
     return cases
 
 
@@ -163,10 +368,12 @@ RMSNORM_LINEAR_TOL = {torch.float16: (4e-3, 2e-3), torch.bfloat16: (3e-2, 1.6e-2
 
 EXERCISES = [
     Exercise("05", "softmax_rows", "row softmax, one row per program", softmax_reference,
-             _softmax_rows_cases),
+             _softmax_rows_cases, tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT),
     Exercise("05", "online_softmax_torch", "online softmax in PyTorch, over chunks", softmax_reference,
-             _online_torch_cases),
-    Exercise("05", "softmax_tiled", "tiled online softmax for long rows", softmax_reference, _tiled_cases),
+             _online_torch_cases, tol=SOFTMAX_TOL, nan_hint=SOFTMAX_NAN_HINT,
+             structure=_online_torch_structure),
+    Exercise("05", "softmax_tiled", "tiled online softmax for long rows", softmax_reference, _tiled_cases,
+             tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT, structure=_tiled_structure),
     Exercise("05", "rmsnorm_linear", "RMSNorm fused into the linear layer", rmsnorm_linear_reference,
-             _rmsnorm_linear_cases, tol=RMSNORM_LINEAR_TOL),
+             _rmsnorm_linear_cases, tol=RMSNORM_LINEAR_TOL, kernel=True),
 ]

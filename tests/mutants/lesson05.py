@@ -1,0 +1,319 @@
+"""Lesson 05: softmax_rows, online_softmax_torch, softmax_tiled and rmsnorm_linear."""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from mutants import Right, Wrong, edit
+
+
+def torch_softmax(x, *_, **__):
+    """What torch.softmax gives, with the course's zeros for fully masked rows."""
+    return torch.softmax(x, dim=-1).nan_to_num(0.0)
+
+
+# ---------------------------------------------------------------- 1. softmax_rows
+
+ROW_LOAD = "    x = tl.load(x_ptr + row * stride_xm + offs * stride_xn, mask=mask, other=-float(\"inf\"))\n"
+
+WRONG = [
+    Wrong("softmax_rows", "pure PyTorch, no kernel", torch_softmax),
+    Wrong("softmax_rows", "no max subtracted", edit("05", "softmax_rows", ("    e = tl.exp(x - m)\n", "    e = tl.exp(x)\n"))),
+    Wrong("softmax_rows", "no safe max for fully masked rows", edit(
+        "05", "softmax_rows", ("    m = tl.where(m == -float(\"inf\"), 0.0, m)   # fully", "    # fully"))),
+    Wrong("softmax_rows", "no safe sum for fully masked rows", edit(
+        "05", "softmax_rows", ("    l = tl.where(l == 0.0, 1.0, l)             # fully", "    # fully"))),
+    # tl.exp takes float32 or float64 only: x - max computed in float16, converted just for the exp.
+    # (The interpreter's where() follows NumPy and would turn m into float32: m's dtype is pinned,
+    # as Triton keeps it on a GPU.)
+    Wrong("softmax_rows", "x - max in float16, converted only for tl.exp", edit(
+        "05", "softmax_rows", ("    x = x.to(tl.float32)                       # float16 in", "    # float16 in"),
+        ("    m = tl.where(m == -float(\"inf\"), 0.0, m)   # fully",
+         "    m = tl.where(m == -float(\"inf\"), 0.0, m).to(x.dtype)   # fully"),
+        ("    e = tl.exp(x - m)\n", "    e = tl.exp((x - m).to(tl.float32))\n"))),
+    Wrong("softmax_rows", "exponentials and their sum in the input's dtype", edit(
+        "05", "softmax_rows", ("    e = tl.exp(x - m)\n", "    e = tl.exp(x - m).to(x_ptr.dtype.element_ty)\n"))),
+    Wrong("softmax_rows", "the sum of exponentials kept in float16", edit(
+        "05", "softmax_rows", ("    l = tl.sum(e, axis=0)  ", "    l = tl.sum(e.to(tl.float16), axis=0).to(tl.float32)  "))),
+    Wrong("softmax_rows", "stride_xn ignored", edit(
+        "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("offs * stride_xn", "offs")))),
+    Wrong("softmax_rows", "masked lanes load 0", edit(
+        "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("other=-float(\"inf\")", "other=0.0")))),
+]
+
+RIGHT = [
+    Right("softmax_rows", "a block twice as wide as needed, exp2", edit(
+        "05", "softmax_rows",
+        ("    BLOCK_N = triton.next_power_of_2(n_cols)\n    assert BLOCK_N <= MAX_ROW_BLOCK, f\"rows of at most "
+         "{MAX_ROW_BLOCK} values: use",
+         "    BLOCK_N = 2 * triton.next_power_of_2(n_cols)\n    assert BLOCK_N <= 2 * MAX_ROW_BLOCK, f\"rows of at "
+         "most {MAX_ROW_BLOCK} values: use"),
+        ("    e = tl.exp(x - m)\n", "    e = tl.exp2((x - m) * 1.4426950408889634)\n"))),
+]
+
+
+# ---------------------------------------------------------------- 2. online_softmax_torch
+
+
+def two_pass_full_rows(x, chunk):
+    """The max of whole rows first, then chunks."""
+    m = x.amax(dim=1)
+    safe = torch.where(m == -math.inf, 0.0, m)
+    l = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+    for s in range(0, x.shape[1], chunk):
+        l = l + torch.exp(x[:, s:s + chunk] - safe[:, None]).sum(dim=1)
+    l = torch.where(l == 0, 1.0, l)
+    out = torch.empty_like(x)
+    for s in range(0, x.shape[1], chunk):
+        out[:, s:s + chunk] = torch.exp(x[:, s:s + chunk] - safe[:, None]) / l[:, None]
+    return out
+
+
+def three_passes(x, chunk):
+    """Chunked, but not online: one pass for the max, one for the sum, one for the output."""
+    m = torch.full((x.shape[0],), -math.inf, dtype=x.dtype, device=x.device)
+    for s in range(0, x.shape[1], chunk):
+        m = torch.maximum(m, x[:, s:s + chunk].amax(dim=1))
+    safe = torch.where(m == -math.inf, 0.0, m)
+    l = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+    for s in range(0, x.shape[1], chunk):
+        l = l + torch.exp(x[:, s:s + chunk] - safe[:, None]).sum(dim=1)
+    l = torch.where(l == 0, 1.0, l)
+    out = torch.empty_like(x)
+    for s in range(0, x.shape[1], chunk):
+        out[:, s:s + chunk] = torch.exp(x[:, s:s + chunk] - safe[:, None]) / l[:, None]
+    return out
+
+
+ONLINE_STORE = ("        out[:, start:start + chunk] = torch.exp(x[:, start:start + chunk] - safe[:, None]) "
+                "/ l[:, None]\n    return out")
+ONLINE_RESCALE = "        l = l * torch.exp(m - safe) + torch.exp(xc - safe[:, None]).sum(dim=1)\n"
+
+WRONG += [
+    Wrong("online_softmax_torch", "torch.softmax on whole rows", torch_softmax),
+    Wrong("online_softmax_torch", "the max of whole rows first", two_pass_full_rows),
+    Wrong("online_softmax_torch", "three chunked passes: max, then sum, then output", three_passes),
+    Wrong("online_softmax_torch", "running sum not rescaled when the max grows", edit(
+        "05", "online_softmax_torch", (ONLINE_RESCALE, ONLINE_RESCALE.replace("l * torch.exp(m - safe)", "l")))),
+    Wrong("online_softmax_torch", "no safe max", edit(
+        "05", "online_softmax_torch",
+        ("        safe = torch.where(m_new == -math.inf, 0.0, m_new)  # all", "        safe = m_new  # all"))),
+    Wrong("online_softmax_torch", "running sum kept in float16", edit(
+        "05", "online_softmax_torch", (ONLINE_RESCALE, ONLINE_RESCALE.replace(".sum(dim=1)\n",
+                                                                              ".sum(dim=1)\n        l = l.half()\n")),
+        ("    l = torch.where(l == 0, 1.0, l)  ", "    l = torch.where(l == 0, 1.0, l).to(x.dtype)  "))),
+    Wrong("online_softmax_torch", "output divided by the sum afterwards, whole rows", edit(
+        "05", "online_softmax_torch",
+        (ONLINE_STORE, "        out[:, start:start + chunk] = torch.exp(x[:, start:start + chunk] - safe[:, None])\n"
+                       "    return out / l[:, None]"))),
+    Wrong("online_softmax_torch", "exponentials written first, divided in a third pass", edit(
+        "05", "online_softmax_torch",
+        (ONLINE_STORE, "        out[:, start:start + chunk] = torch.exp(x[:, start:start + chunk] - safe[:, None])\n"
+                       "    for start in range(0, n_cols, chunk):\n"
+                       "        out[:, start:start + chunk] /= l[:, None]\n    return out"))),
+]
+
+
+def online_by_merging(x, chunk):
+    """Each chunk's own (max, sum), merged into the running state; the output through split views."""
+    m = torch.full((x.shape[0], 1), -math.inf, dtype=x.dtype, device=x.device)
+    l = torch.zeros((x.shape[0], 1), dtype=x.dtype, device=x.device)
+    for xc in x.split(chunk, dim=1):
+        m_c = xc.amax(dim=1, keepdim=True)
+        safe_c = m_c.nan_to_num(neginf=0.0)
+        l_c = torch.exp(xc - safe_c).sum(dim=1, keepdim=True)
+        m_new = torch.maximum(m, m_c)
+        safe = m_new.nan_to_num(neginf=0.0)
+        l = l * torch.exp(m - safe) + l_c * torch.exp(m_c - safe)
+        m = m_new
+    safe = m.nan_to_num(neginf=0.0)
+    l = l.masked_fill(l == 0, 1.0)
+    out = torch.empty_like(x)
+    for xc, oc in zip(x.split(chunk, dim=1), out.split(chunk, dim=1)):
+        torch.div(torch.exp(xc - safe), l, out=oc)
+    return out
+
+
+RIGHT += [Right("online_softmax_torch", "chunk states merged, split views", online_by_merging)]
+
+
+# ---------------------------------------------------------------- 3. softmax_tiled
+
+TILED_LOAD_1 = ("        x = tl.load(x_row + cols * stride_xn, mask=cols < n_cols, other=-float(\"inf\"))"
+                ".to(tl.float32)\n")
+TILED_SUM = "        l = l * tl.exp(m - safe) + tl.exp(x - safe)           # rescale"
+
+
+@triton.jit
+def _three_pass_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK: tl.constexpr):
+    """Pass 1: the max; pass 2: the sum; pass 3: the output."""
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = tl.full((BLOCK,), -float("inf"), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < n_cols, other=-float("inf"))
+        m = tl.maximum(m, x.to(tl.float32))
+    m_row = tl.max(m, axis=0)
+    m_row = tl.where(m_row == -float("inf"), 0.0, m_row)
+    l = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < n_cols, other=-float("inf"))
+        l += tl.exp(x.to(tl.float32) - m_row)
+    l_row = tl.sum(l, axis=0)
+    l_row = tl.where(l_row == 0.0, 1.0, l_row)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < n_cols, other=-float("inf"))
+        tl.store(out_ptr + row * stride_om + cols, (tl.exp(x.to(tl.float32) - m_row) / l_row)
+                 .to(out_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+def three_pass_tiled(x, block=1024):
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _three_pass_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), x.stride(1), out.stride(0), BLOCK=block)
+    return out
+
+
+WRONG += [
+    Wrong("softmax_tiled", "pure PyTorch, no kernel", torch_softmax),
+    Wrong("softmax_tiled", "three passes: max, sum, output", three_pass_tiled),
+    Wrong("softmax_tiled", "exercise 1's kernel: the whole row in registers, one read",
+          lambda x, block=1024: edit("05", "softmax_rows")(x)),
+    Wrong("softmax_tiled", "block ignored: one tile as wide as the row", edit(
+        "05", "softmax_tiled", ("                                    BLOCK=block, num_warps=row_warps(block))",
+                                "                                    BLOCK=triton.next_power_of_2(n_cols))"))),
+    Wrong("softmax_tiled", "old sum not rescaled when the max grows", edit(
+        "05", "softmax_tiled", (TILED_SUM, TILED_SUM.replace("l * tl.exp(m - safe)", "l")))),
+    Wrong("softmax_tiled", "no max subtracted", edit(
+        "05", "softmax_tiled",
+        (TILED_SUM, "        l = l + tl.exp(x)  # rescale"),
+        ("    l_row = tl.sum(l * tl.exp(m - m_row), axis=0)", "    l_row = tl.sum(l, axis=0)"),
+        ("(tl.exp(x - m_row) / l_row)", "(tl.exp(x) / l_row)"))),
+    Wrong("softmax_tiled", "no safe max while the row is all -inf", edit(
+        "05", "softmax_tiled", ("        safe = tl.where(m_new == -float(\"inf\"), 0.0, m_new)  # nothing",
+                                "        safe = m_new  # nothing"))),
+    Wrong("softmax_tiled", "running sums kept in float16", edit(
+        "05", "softmax_tiled", (TILED_SUM, "        l = (l * tl.exp(m - safe) + tl.exp(x - safe)).to(tl.float16)"
+                                           ".to(tl.float32)  # rescale"))),
+    Wrong("softmax_tiled", "running sums kept in the input's dtype", edit(
+        "05", "softmax_tiled", (TILED_SUM, "        l = (l * tl.exp(m - safe) + tl.exp(x - safe))"
+                                           ".to(x_ptr.dtype.element_ty).to(tl.float32)  # rescale"))),
+    Wrong("softmax_tiled", "stride_xn ignored in pass 1", edit(
+        "05", "softmax_tiled", (TILED_LOAD_1, TILED_LOAD_1.replace("cols * stride_xn", "cols")))),
+]
+
+
+@triton.jit
+def _scalar_state_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK: tl.constexpr):
+    """Pass 1 reduces each tile at once and keeps one running (max, sum) per row."""
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = -float("inf")
+    l = 0.0
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < n_cols, other=-float("inf"))
+        x = x.to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        l = l * tl.exp(m - safe) + tl.sum(tl.exp(x - safe), axis=0)
+        m = m_new
+    safe = tl.where(m == -float("inf"), 0.0, m)
+    l = tl.where(l == 0.0, 1.0, l)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < n_cols, other=-float("inf"))
+        tl.store(out_ptr + row * stride_om + cols, (tl.exp(x.to(tl.float32) - safe) / l)
+                 .to(out_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+def scalar_state_tiled(x, block=1024):
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    _scalar_state_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), x.stride(1), out.stride(0), BLOCK=block)
+    return out
+
+
+RIGHT += [Right("softmax_tiled", "one running (max, sum) per row, each tile reduced in the loop", scalar_state_tiled)]
+
+
+# ---------------------------------------------------------------- 4. rmsnorm_linear
+
+RMS_SUM = "        sum_sq += tl.sum(xf * xf, axis=1)  "
+RMS_X_LOAD = "                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)\n        g = "
+
+WRONG += [
+    Wrong("rmsnorm_linear", "pure PyTorch, no kernel", lambda x, gamma, w, eps=1e-6:
+          torch.nn.functional.rms_norm(x, (x.shape[1],), gamma, eps) @ w.t()),
+    Wrong("rmsnorm_linear", "eps left out", edit("05", "rmsnorm_linear",
+                                                 ("    inv_rms = tl.rsqrt(sum_sq / K + eps)\n    out = acc",
+                                                  "    inv_rms = tl.rsqrt(sum_sq / K)\n    out = acc"))),
+    Wrong("rmsnorm_linear", "mean of squares over the wrong axis", edit(
+        "05", "rmsnorm_linear", (RMS_SUM, RMS_SUM.replace("axis=1", "axis=0")))),
+    Wrong("rmsnorm_linear", "mean over the padded length", edit(
+        "05", "rmsnorm_linear", ("    inv_rms = tl.rsqrt(sum_sq / K + eps)\n    out = acc",
+                                 "    inv_rms = tl.rsqrt(sum_sq / (tl.cdiv(K, BLOCK_K) * BLOCK_K) + eps)\n"
+                                 "    out = acc"))),
+    Wrong("rmsnorm_linear", "no K mask on x", edit(
+        "05", "rmsnorm_linear", (RMS_X_LOAD, RMS_X_LOAD.replace(" & (k[None, :] < K)", "")))),
+    Wrong("rmsnorm_linear", "squares in float16", edit(
+        "05", "rmsnorm_linear", (RMS_SUM, "        sum_sq += tl.sum(x * x, axis=1).to(tl.float32)  "))),
+    Wrong("rmsnorm_linear", "gamma applied to the output columns", edit(
+        "05", "rmsnorm_linear",
+        ("        xg = (xf * g.to(tl.float32)[None, :]).to(x.dtype)  ", "        xg = x  "),
+        ("    out = acc * inv_rms[:, None]\n",
+         "    out = acc * inv_rms[:, None] * tl.load(g_ptr + offs_n, mask=offs_n < N, other=0.0)[None, :]\n"))),
+    Wrong("rmsnorm_linear", "stride_wk ignored (w assumed contiguous)", edit(
+        "05", "rmsnorm_linear", ("offs_n[None, :] * stride_wn + k[:, None] * stride_wk,   # a",
+                                 "offs_n[None, :] * stride_wn + k[:, None],   # a"))),
+]
+
+
+@triton.jit
+def _two_loop_kernel(x_ptr, g_ptr, w_ptr, out_ptr, M, N, K, eps,
+                     stride_xm, stride_xk, stride_wn, stride_wk, stride_om, stride_on,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The rms first (one loop over K), then the product with x already normalized (a second loop)."""
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,
+                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0).to(tl.float32)
+        sum_sq += tl.sum(x * x, axis=1)
+    inv_rms = tl.rsqrt(sum_sq / K + eps)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,
+                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)
+        g = tl.load(g_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + offs_n[None, :] * stride_wn + k[:, None] * stride_wk,
+                    mask=(offs_n[None, :] < N) & (k[:, None] < K), other=0.0)
+        xn = (x.to(tl.float32) * inv_rms[:, None] * g[None, :]).to(x.dtype)
+        acc = tl.dot(xn, w, acc)
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
+             acc.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def rmsnorm_two_loops(x, gamma, w, eps=1e-6):
+    M, K = x.shape
+    N = w.shape[0]
+    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(M, 16), triton.cdiv(N, 64))
+    _two_loop_kernel[grid](x, gamma, w, out, M, N, K, eps, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+                           out.stride(0), out.stride(1), BLOCK_M=16, BLOCK_N=64, BLOCK_K=16)
+    return out
+
+
+RIGHT += [
+    Right("rmsnorm_linear", "other blocks (16 x 64 x 16 on the CPU, 128 x 32 x 32 on a GPU)", edit(
+        "05", "rmsnorm_linear", ("BLOCK_M, BLOCK_N, BLOCK_K = pick(cpu=(32, 32, 32), gpu=(64, 64, 64))",
+                                 "BLOCK_M, BLOCK_N, BLOCK_K = pick(cpu=(16, 64, 16), gpu=(128, 32, 32))"))),
+    Right("rmsnorm_linear", "two loops over K (the rms, then the product), a 2-D grid", rmsnorm_two_loops),
+]
