@@ -33,27 +33,33 @@ def add_2d_reference(x, y):
 
 
 def _add_2d_cases():
+    """Views at interpreter sizes on any device: a kernel that misreads a stride reads past a view's
+    memory, and on a GPU a read far past it can fault and stop the process. The broadcast row is
+    short enough that reading it as a full matrix stays inside the check's NaN halo."""
     r = random.Random()
 
     def randn(*shape, dtype=torch.float32):
         return torch.randn(*shape, device=DEVICE, dtype=dtype)
 
-    m, n = _awkward(r, (101, 199), (9, 13)), _awkward(r, (41, 99), (7, 11))
+    big_m, big_n = _awkward(r, (101, 199), (11, 13)), _awkward(r, (41, 99), (7, 9))  # big_m > big_n
+    m, n = _odd(r, 101, 199), _odd(r, 41, 99)
+    rows, cols = r.choice([3, 5]), _odd(r, 101, 255)  # (rows - 1) * cols < 1024: inside the halo
     small_m, small_n = _odd(r, 17, 63), _odd(r, 3, 15)
-    half_t = tuple(randn(small_n, small_m, dtype=torch.float16).t() for _ in range(2))
     cases = [
         Case("1x1 (a single element)", (randn(1, 1), randn(1, 1))),
-        Case(f"{m}x{n}, both contiguous (not multiples of any block)", (randn(m, n), randn(m, n))),
+        Case(f"{big_m}x{big_n}, both contiguous (not multiples of any block)",
+             (randn(big_m, big_n), randn(big_m, big_n))),
         Case(f"{m}x{n}, y a transposed view (stride_ym = 1)", (randn(m, n), randn(n, m).t())),
         Case(f"{m}x{n}, x every other column of a wider matrix (stride_xn = 2)",
              (randn(m, 2 * n)[:, ::2], randn(m, n))),
-        Case(f"{m}x{n}, y one row broadcast down (stride_ym = 0): a bias add",
-             (randn(m, n), randn(1, n).expand(m, n))),
-        Case(f"{small_m}x{small_n} float16, both transposed views", half_t),
+        Case(f"{rows}x{cols}, y one row broadcast down (stride_ym = 0): a bias add",
+             (randn(rows, cols), randn(1, cols).expand(rows, cols))),
+        Case(f"{small_m}x{small_n} float16, both transposed views",
+             tuple(randn(small_n, small_m, dtype=torch.float16).t() for _ in range(2))),
     ]
     if ON_GPU:
-        cases.append(Case(f"{m}x{n} bfloat16, y a transposed view",
-                          (randn(m, n, dtype=torch.bfloat16), randn(n, m, dtype=torch.bfloat16).t())))
+        cases.append(Case(f"{big_m}x{big_n} bfloat16, both contiguous",
+                          tuple(randn(big_m, big_n, dtype=torch.bfloat16) for _ in range(2))))
     return cases
 
 
