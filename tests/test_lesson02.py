@@ -9,6 +9,7 @@ from mutants import edit
 from helpers import check, exercises
 from helpers.check import CheckFailed
 from helpers.device import DEVICE, ON_GPU
+from helpers.exercises.lesson02 import LOW_PRECISION
 from helpers.solutions import load_solution
 
 lesson02 = load_solution("02")
@@ -93,13 +94,15 @@ def test_a_low_precision_add_before_the_upcast_fails():
         check("bias_gelu", late)
 
 
-def test_the_float32_result_rounded_once_is_within_half_an_ulp():
-    x = torch.randn(257, 129, dtype=torch.float16, device=DEVICE)
-    bias = torch.randn(129, dtype=torch.float16, device=DEVICE)
+@pytest.mark.parametrize("dtype", LOW_PRECISION)
+def test_the_float32_result_rounded_once_is_within_half_an_ulp(dtype):
+    x = torch.randn(257, 129, dtype=dtype, device=DEVICE)
+    bias = torch.randn(129, dtype=dtype, device=DEVICE)
     exact = torch.nn.functional.gelu(x.double() + bias.double(), approximate="tanh")
     err = (lesson02.bias_gelu(x, bias).double() - exact).abs()
-    atol, rtol = exercises.get("bias_gelu").tol[torch.float16]
-    assert (err <= 2.0**-11 * 1.001 * exact.abs() + 1e-7).all()  # half a unit in the last place
+    half_ulp = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}[dtype]  # relative, at most
+    atol, rtol = exercises.get("bias_gelu").tol[dtype]
+    assert (err <= half_ulp * 1.001 * exact.abs() + 1e-7).all()
     assert (err <= 0.85 * (atol + rtol * exact.abs())).all()  # with room to spare in the tolerance
 
 

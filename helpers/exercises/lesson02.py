@@ -90,8 +90,8 @@ EXERCISES = [
              lambda: matrices_and_bias(with_residual=False, low_precision=LOW_PRECISION),
              kernel=True, structure=_bias_gelu_fused,
              # Computed in float32 and rounded once at the store, a low-precision result is within
-             # half a unit in the last place of the exact one: 2**-11 of it in float16, 2**-9 in
+             # half a unit in the last place of the exact one: 2**-11 of it in float16, 2**-8 in
              # bfloat16 (atol covers float16's tiny subnormals). An add or multiply done in low
              # precision first rounds once more, and lands outside.
-             tol={torch.float16: (1e-5, 6e-4), torch.bfloat16: (1e-5, 2.5e-3)}),
+             tol={torch.float16: (1e-5, 6e-4), torch.bfloat16: (1e-5, 5e-3)}),
 ]
