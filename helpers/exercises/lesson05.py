@@ -56,9 +56,12 @@ SOFTMAX_NAN_HINT = ("If the NaNs are in fully masked rows (all -inf): this cours
 # ---------------------------------------------------------------- inputs
 
 
-def _odd(lo, hi):
-    """A random odd size in [lo, hi]: never a multiple of any block (blocks are powers of two)."""
-    return int(torch.randint(lo // 2, (hi - 1) // 2 + 1, ())) * 2 + 1
+def _odd(lo, hi, chunk=None):
+    """A random odd size in [lo, hi]: a multiple of no block (blocks are powers of two), nor of `chunk`."""
+    while True:
+        n = int(torch.randint(lo // 2, (hi - 1) // 2 + 1, ())) * 2 + 1
+        if chunk is None or n % chunk:
+            return n
 
 
 def _rows(n_rows, n_cols, dtype=torch.float32, kind="randn"):
@@ -92,6 +95,8 @@ def _strided_rows(n_rows, n_cols, dtype=torch.float32):
 
 
 FLAT_WHY = "near-constant rows, every output about 1/N: float16 exponentials or sums lose those digits"
+ASCENDING_WHY = "rows ascending from -1e4 to 1e4: the max grows at every "
+MASKED_WHY = "-inf entries, -inf prefixes, fully masked rows (0s)"
 
 
 # ---------------------------------------------------------------- 1. softmax_rows
@@ -122,20 +127,20 @@ def _softmax_rows_cases():
 
 
 def _online_torch_cases():
-    n, c = _odd(81, 119), _odd(9, 15)
+    # odd chunks, and odd widths that they do not divide
+    c1, c2, c3, c4, c5 = _odd(9, 15), _odd(17, 31), _odd(17, 47), _odd(33, 63), _odd(33, 47)
     specs = [((5, 1), 4, F32, "randn", "one column, a chunk wider than the row"),
-             ((7, n), c, F32, "randn", "the chunk does not divide the width"),
+             ((7, _odd(81, 119, c1)), c1, F32, "randn", "the chunk does not divide the width"),
              ((6, _odd(41, 63)), 1, F32, "randn", "chunks of one element: the recurrence element by element"),
-             ((4, 512), 32, F32, "ascending", "rows ascending from -1e4 to 1e4: the max grows every chunk"),
-             ((8, _odd(251, 349)), _odd(17, 31), F32, "huge", "uniform in [-1e4, 1e4]"),
-             ((12, _odd(151, 249)), _odd(17, 47), F32, "masked", "-inf entries, -inf prefixes, fully masked "
-                                                                 "rows (0s)"),
+             ((4, _odd(401, 511)), 32, F32, "ascending", ASCENDING_WHY + "chunk"),
+             ((8, _odd(251, 349, c2)), c2, F32, "huge", "uniform in [-1e4, 1e4]"),
+             ((12, _odd(151, 249, c3)), c3, F32, "masked", MASKED_WHY),
              ((4, _odd(1501, 2047)), 16, F32, "flat", FLAT_WHY),
-             ((10, _odd(251, 349)), _odd(33, 63), F64, "randn", "float64")]
+             ((10, _odd(251, 349, c4)), c4, F64, "randn", "float64")]
     cases = [Case(f"{m}x{n} {str(dt)[6:]}, chunk={c} ({why})", (_rows(m, n, dt, kind), c))
              for (m, n), c, dt, kind, why in specs]
-    chunk = _odd(33, 47)
-    cases += [Case(f"{label}, chunk={chunk}", (x, chunk)) for label, x in _strided_rows(9, _odd(201, 299))]
+    strided = _strided_rows(9, _odd(201, 299, c5))
+    cases += [Case(f"{label}, chunk={c5}", (x, c5)) for label, x in strided]
     return cases
 
 
@@ -273,10 +278,10 @@ def _tiled_cases():
     specs = [((3, 1), 16, F32, "randn", "a single column"),
              ((5, _odd(901, 1023)), 128, F32, "randn", "a ragged last tile"),
              ((4, _odd(65, 255)), 256, F32, "randn", "the row is shorter than one tile"),
-             ((4, 512), 64, F32, "ascending", "rows ascending from -1e4 to 1e4: the max grows every tile"),
+             ((4, _odd(401, 511)), 64, F32, "ascending", ASCENDING_WHY + "tile"),
              ((6, _odd(513, 767)), 128, F16, "randn", "float16: accumulate in float32"),
              ((6, _odd(257, 511)), 128, F16, "huge", "float16, uniform in [-1e4, 1e4]"),
-             ((12, _odd(257, 383)), 64, F32, "masked", "-inf entries, -inf prefixes, fully masked rows (0s)"),
+             ((12, _odd(257, 383)), 64, F32, "masked", MASKED_WHY),
              ((flat_rows, flat_cols), flat_block, F16, "flat", f"float16, {FLAT_WHY}"),
              ((long_rows, long_cols), long_block, F32, "randn", "a long row, many tiles")]
     cases = [Case(f"{m}x{n} {str(dt)[6:]}, block={b} ({why})", (_rows(m, n, dt, kind),), {"block": b})
