@@ -40,9 +40,9 @@ def matrices_and_bias(with_residual, low_precision=()):
 def fused(fn, *args):
     """None if `fn` did its whole job in one Triton launch, else what ran besides it."""
     before = interpreter.launch_count()
-    # copy_ is the interpreter moving arguments (and a launcher's .contiguous()); fill_ and zero_
-    # only clear an output.
-    ops = sorted({op for op, _ in eager_traffic(fn, *args).ops} - {"copy_", "fill_", "zero_"})
+    # copy_ is the interpreter moving arguments to and from the kernel; the others only clear an output.
+    allowed = {"copy_", "zeros", "zeros_like", "zero_", "fill_"}
+    ops = sorted({op for op, _ in eager_traffic(fn, *args).ops} - allowed)
     launched = interpreter.launch_count() - before
     if launched > 1:
         return (f"it launched {launched} Triton kernels for one call: fusion means one kernel that "
