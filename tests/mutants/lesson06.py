@@ -34,7 +34,7 @@ forward, forward_causal = edit("06", "flash_forward"), edit("06", "flash_forward
 
 
 class TritonForwardAutogradBackward(torch.autograd.Function):
-    """The Triton forward, then a backward that lets autograd differentiate the naive formula."""
+    """The Triton forward, then a backward that lets autograd differentiate the naive formula (in float32)."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, sm_scale):
@@ -44,10 +44,11 @@ class TritonForwardAutogradBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v = (t.detach().requires_grad_() for t in ctx.saved_tensors)
+        q, k, v = (t.detach().float().requires_grad_() for t in ctx.saved_tensors)
         with torch.enable_grad():
             out = attention_reference(q, k, v, ctx.causal, ctx.sm_scale)[0]
-        return (*torch.autograd.grad(out, (q, k, v), dout), None, None)
+        grads = torch.autograd.grad(out, (q, k, v), dout.float())
+        return (*(g.to(dout.dtype) for g in grads), None, None)
 
 
 def autograd_backward(q, k, v, causal=False, sm_scale=None):
