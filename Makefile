@@ -42,10 +42,16 @@ lab: $(STAMP)
 test: $(STAMP) lint
 	$(BIN)/python -m pytest tests
 
-# CI also runs the unit tests on the oldest Triton the course supports (with the venv's numpy).
+# CI also runs the unit tests and the solved notebooks on the oldest Triton the course supports
+# (with the venv's numpy). PYTHONPATH must be absolute: nbval starts each notebook's kernel in
+# the notebook's folder, and the kernels must import this Triton too (the tests check, through
+# COURSE_EXPECT_TRITON).
+OLDEST_TRITON := 3.6.0
+OLDEST_ENV    := PYTHONPATH="$(CURDIR)/$(VENV)/oldest-triton" COURSE_EXPECT_TRITON=$(OLDEST_TRITON)
 test-oldest-triton: $(STAMP)
-	$(BIN)/python -m pip install --quiet --target $(VENV)/oldest-triton --no-deps triton==3.6.0
-	PYTHONPATH=$(VENV)/oldest-triton $(BIN)/python -m pytest tests -m "not notebooks" -q
+	$(BIN)/python -m pip install --quiet --target $(VENV)/oldest-triton --no-deps triton==$(OLDEST_TRITON)
+	$(OLDEST_ENV) $(BIN)/python -m pytest tests -m "not notebooks" -q
+	$(OLDEST_ENV) $(BIN)/python -m pytest tests/test_notebooks.py::test_solved_notebooks_pass -q
 
 grade: $(STAMP)
 	$(BIN)/python -m helpers.grade $(if $(LESSON),--lesson $(LESSON))

@@ -1,13 +1,16 @@
 """The lesson notebooks: in sync with their .py, clean, passing when solved, failing as shipped."""
 
 import json
+import os
+import re
 
 import jupytext
 import nbformat
 import pytest
+import triton
 
 from helpers import exercises
-from helpers.grade import run_notebooks, table
+from helpers.grade import read_events, run_notebooks, summarize, summary_lines, table
 from helpers.notebooks import NOTEBOOKS, defined_names, is_exercise, lesson_notebooks, solved_copy
 from helpers.solutions import load_solution
 
@@ -57,13 +60,43 @@ def test_every_lesson_with_exercises_has_a_notebook():
     assert set(exercises.by_lesson()) <= have
 
 
+# The Triton this run tests: `make test-oldest-triton` sets COURSE_EXPECT_TRITON=3.6.0 and puts that
+# Triton first on PYTHONPATH, which the notebooks' kernels (subprocesses of nbval) inherit.
+EXPECTED_TRITON = os.environ.get("COURSE_EXPECT_TRITON") or triton.__version__
+
+
+def test_tests_and_notebook_kernels_import_the_expected_triton(tmp_path):
+    assert triton.__version__ == EXPECTED_TRITON, f"the tests imported triton {triton.__version__}"
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(
+        f"import triton\nprint('triton', triton.__version__, triton.__file__)\n"
+        f"assert triton.__version__ == {EXPECTED_TRITON!r}, triton.__version__")]
+    nbformat.write(nb, tmp_path / "versions.ipynb")
+    events = tmp_path / "cells.jsonl"
+    code = run_notebooks([tmp_path / "versions.ipynb"], tmp_path / "results.jsonl", log=tmp_path / "log",
+                         events=events)
+    said = [ev.get("stdout", "") + ev.get("evalue", "") for ev in read_events(events)]
+    assert code == 0, f"the notebook kernel did not import triton {EXPECTED_TRITON}: {said}"
+
+
 @pytest.mark.notebooks
 def test_solved_notebooks_pass(tmp_path):
     solved = [solved_copy(p, tmp_path / "solved") for p in LESSONS]
-    results = tmp_path / "results.jsonl"
-    code = run_notebooks(solved, results, ["-n", "2", "--dist", "loadfile"])
-    not_passing = [r for r in table(results, {p.name[:2] for p in LESSONS}) if r[3] != "pass"]
-    assert code == 0 and not not_passing, f"nbval exit {code}; exercises not passing: {not_passing}"
+    results, events_file, log = tmp_path / "results.jsonl", tmp_path / "cells.jsonl", tmp_path / "nbval.log"
+    code = run_notebooks(solved, results, ["-n", "2", "--dist", "loadfile"], log=log, events=events_file)
+    rows = table(results, {p.name[:2] for p in LESSONS})
+    events = read_events(events_file)
+    not_passing = [r for r in rows if r[3] != "pass"]
+    cells = "\n".join(summary_lines(summarize(events, rows)))
+    tail = "\n".join(log.read_text().splitlines()[-40:])
+    assert code == 0 and not not_passing, \
+        f"nbval exit {code}; exercises not passing: {not_passing}{cells}\n--- end of {log}:\n{tail}"
+    # each lesson prints describe() ("CPU: ... | torch ... | triton X") first: its kernel's own Triton
+    describe = re.compile(r"^(?:CPU|GPU): .* \| triton (\S+)$", re.M)
+    printed = {m.group(1) for ev in events for m in describe.finditer(ev.get("stdout", ""))}
+    assert printed == {EXPECTED_TRITON}, \
+        f"the notebooks' kernels imported triton {printed}, not {EXPECTED_TRITON}"
 
 
 @pytest.mark.notebooks
