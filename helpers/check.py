@@ -117,9 +117,10 @@ class _Guarded:
         what = f"a tensor of shape {tuple(self.shape)} ({self.dtype}) that your function allocated"
         if after.any():
             first = int(torch.nonzero(after)[0])
-            return (f"your kernel wrote {int(after.sum())} element(s) past the end of {what} (the first "
-                    f"{first} element(s) after it). A store is missing a mask, or its mask lets rows or "
-                    f"columns past the end through (e.g. `offs_m < M`).")
+            where = "right after its end" if first == 0 else f"starting {first} element(s) past its end"
+            return (f"your kernel wrote {int(after.sum())} element(s) past the end of {what}, {where}. "
+                    f"A store is missing a mask, or its mask lets rows or columns past the end through "
+                    f"(e.g. `offs_m < M`).")
         return (f"your kernel wrote {int(before.sum())} element(s) before the start of {what}: an offset "
                 f"went negative.")
 
@@ -450,11 +451,26 @@ def _where(exc):
     return f"\n  at line {f.lineno} of {place}: `{(f.line or '').strip()}`"
 
 
+class GPUCrashed(CheckFailed):
+    """A kernel touched memory far outside its tensors and broke the GPU context."""
+
+
+def _gpu_crash(e):
+    text = str(e)
+    return ON_GPU and ("illegal memory access" in text or "illegal address" in text
+                       or "unspecified launch failure" in text)
+
+
 def _explain_exception(e):
     """What an exception raised by the learner's code (or inside their kernel) says, shortly."""
     known = _find_cause(e, (OutOfBounds, CheckFailed))  # the interpreter wraps what a kernel raises
     if known is not None:
         return str(known)
+    if _gpu_crash(e):
+        return ("your kernel touched memory far outside its tensors, and the GPU stopped it (CUDA: "
+                "illegal memory access). The GPU context is now unusable: restart the notebook's kernel "
+                "before anything else. Then look for a missing mask or a wrong stride; with "
+                "COURSE_DEVICE=cpu the interpreter names the exact load or store.")
     inner = e
     while type(inner).__name__ == "InterpreterError" and (inner.__cause__ or inner.__context__):
         inner = inner.__cause__ or inner.__context__  # the error inside the kernel, not its wrapper
@@ -498,7 +514,13 @@ def _run_cases(ex, fn):
         if failures and wrote_something and time.monotonic() - started > MORE_CASES_S:
             skipped += 1  # one failure is known: the rest only while they are quick
             continue
-        problem, wrote = _run_case(ex, fn, case, tol_for)
+        try:
+            problem, wrote = _run_case(ex, fn, case, tol_for)
+        except GPUCrashed as crash:
+            if not failures:
+                raise CheckFailed(f"failed on case '{case.label}':\n{crash}") from None
+            failures.append((case.label, "it crashed the GPU context: restart the notebook's kernel."))
+            break
         wrote_something = wrote_something or wrote
         if problem:
             failures.append((case.label, problem))
@@ -543,6 +565,8 @@ def _run_case(ex, fn, case, tol_for):
         timeout = _find_cause(e, KernelTimeout)  # raised inside a kernel, wrapped by the interpreter
         if timeout is not None:
             raise KernelTimeout(f"on case '{case.label}': {timeout}") from None
+        if _gpu_crash(e):  # nothing more can run on this GPU context
+            raise GPUCrashed(_explain_exception(e)) from None
         return _explain_exception(e), True
     launched = interpreter.launch_count() - launches
     if out is None:

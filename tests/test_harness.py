@@ -1,5 +1,7 @@
 """The grading harness itself: check() must pass good kernels and fail bad ones, clearly."""
 
+import importlib
+
 import pytest
 import torch
 import triton
@@ -340,3 +342,14 @@ def test_a_kernel_that_loads_through_a_tensor_descriptor_runs():
 def test_a_kernel_writing_past_the_end_is_caught_on_a_gpu():
     with pytest.raises(CheckFailed, match="past the end of a tensor of shape"):
         check("vector_add", launcher(no_mask_kernel))
+
+
+def test_a_crashed_gpu_context_says_restart(monkeypatch):
+    check_module = importlib.import_module("helpers.check")
+    monkeypatch.setattr(check_module, "ON_GPU", True)  # the message is about a GPU's error
+
+    def crash(x, y):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    with pytest.raises(CheckFailed, match="restart the notebook's kernel") as caught:
+        check("vector_add", crash)
+    assert "Also failing" not in str(caught.value)  # nothing more runs on a broken context
