@@ -537,7 +537,10 @@ def _run_cases(ex, fn):
     if failures:
         raise NotDone("Nothing was written to the output in any case: the kernel body looks untouched.")
     if ex.structure is not None:
-        problem = ex.structure(fn)
+        try:
+            problem = ex.structure(fn)
+        except Exception as e:  # noqa: BLE001  (the learner's code, run once more to measure it)
+            problem = f"measuring its structure on a small input, {_explain_exception(e)}"
         if problem:
             raise CheckFailed(f"every case gives the right values, but {problem}")
     return len(cases)
