@@ -5,6 +5,7 @@ import statistics
 import matplotlib
 import pytest
 import torch
+from mutants.lesson03 import one_shot, timer  # the same mistaken timers the mutation suite uses
 
 from helpers import DEVICE, check
 from helpers.check import CheckFailed
@@ -64,44 +65,13 @@ def test_ridge_predictions_badly_formed(answers, message):
         check("ridge_predictions", lambda: answers)
 
 
-def timer(warmup=True, sync=True, rotate=True, per_run=True, aggregate=statistics.median, scale=1e3):
-    """A timer with one of the usual mistakes switched on."""
-    def time_ms(launch, inputs, clock, synchronize, warmup_runs=5, reps=50):
-        if warmup:
-            for i in range(warmup_runs):
-                launch(inputs[i % len(inputs)])
-            synchronize()
-        if not per_run:  # one reading before and after all runs
-            start = clock()
-            for i in range(reps):
-                launch(inputs[i % len(inputs)])
-            synchronize()
-            return (clock() - start) / reps * scale
-        times = []
-        for i in range(reps):
-            start = clock()
-            launch(inputs[i % len(inputs)] if rotate else inputs[0])
-            if sync:
-                synchronize()
-            times.append(clock() - start)
-        return aggregate(times) * scale
-    return time_ms
-
-
-def one_shot(launch, inputs, clock, synchronize, warmup=5, reps=50):
-    start = clock()
-    launch(inputs[0])
-    synchronize()
-    return (clock() - start) * 1e3
-
-
 @pytest.mark.parametrize("mistake, message", [
     (timer(warmup=False), "first launch compiles"),  # the median alone would hide it
     (one_shot, "first launch compiles"),
     (timer(sync=False), r"Call synchronize\(\) after each launch"),
     (timer(rotate=False), "still in the cache"),
-    (timer(aggregate=statistics.mean), "the mean of its runs"),
-    (timer(aggregate=sum), "the total of its 50 runs"),
+    (timer(combine=statistics.mean), "the mean of its runs"),
+    (timer(combine=sum), "the total of its 50 runs"),
     (timer(scale=1), "a time in seconds"),
     (timer(scale=1e6), "a time in microseconds"),
     (timer(per_run=False), "timed together"),
