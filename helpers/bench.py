@@ -8,7 +8,10 @@ timings mean nothing, so the lessons show what `make bench` recorded on a GPU:
 Each solutions module may define `benchmarks()`, yielding `Bench` items;
 `python -m helpers.bench` (what `make bench` runs) times them all in one run,
 checks every implementation against the first one before timing it, and writes
-`helpers/recorded/bench.json` plus one plot per group in `notebooks/figures/`.
+the figures of the GPU it ran on to `helpers/recorded/bench/<gpu>.json` (one file
+per GPU, every row naming its device, copy ceiling, date and versions; a partial
+run replaces only its own groups in its own GPU's file) plus one plot per group
+in `notebooks/figures/`.
 A solutions module may also define `record_artifacts(folder)`: after the timings
 it writes into `helpers/recorded/` what its notebook shows of a GPU (compiled
 code, generated code) when run without one.
@@ -18,6 +21,7 @@ import dataclasses
 import datetime
 import json
 import pathlib
+import re
 import sys
 from typing import Callable
 
@@ -26,8 +30,10 @@ import torch
 from helpers import solutions
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RECORDED = ROOT / "helpers" / "recorded" / "bench.json"
+RECORDED = ROOT / "helpers" / "recorded" / "bench"   # one JSON file per GPU
 FIGURES = ROOT / "notebooks" / "figures"
+# Without a GPU the lessons show this GPU's figures first, then the others recorded.
+PREFERRED = ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
 
 
 @dataclasses.dataclass
@@ -67,20 +73,37 @@ def copy_ceiling(gib=1):
     return gbps(2 * src.nbytes, ms)
 
 
-def recorded():
-    """The figures `make bench` recorded on a GPU (a dict), or None if none are recorded."""
-    if not RECORDED.exists():
-        return None
-    return json.loads(RECORDED.read_text())
+def device_file(device):
+    """The file holding one GPU's recorded figures: helpers/recorded/bench/nvidia-h200.json."""
+    return RECORDED / (re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") + ".json")
 
 
-def recorded_rows(group):
-    """The recorded rows of one group, with the device they were measured on."""
-    data = recorded()
+def recorded_devices():
+    """The GPUs with recorded figures, the preferred one first."""
+    names = [json.loads(p.read_text())["device"] for p in sorted(RECORDED.glob("*.json"))]
+    return sorted(names, key=lambda d: (PREFERRED.index(d) if d in PREFERRED else len(PREFERRED), d))
+
+
+def recorded(device=None):
+    """The figures `make bench` recorded on one GPU (default: the preferred one), or None."""
+    devices = recorded_devices()
+    if device is None and devices:
+        device = devices[0]
+    path = device_file(device) if device else None
+    return json.loads(path.read_text()) if path and path.exists() else None
+
+
+def recorded_rows(group, device=None):
+    """The recorded rows of one group on one GPU, and a line saying where and when they were measured."""
+    data = recorded(device)
     if not data:
         return [], "no GPU figures recorded yet (run `make bench` on a GPU)"
     rows = [r for r in data["results"] if r["group"] == group]
-    where = f"recorded on {data['device']} ({data['date']}, torch {data['torch']}, triton {data['triton']})"
+    if not rows:
+        return [], f"nothing recorded for {group} on {data['device']}"
+    first = rows[0]
+    where = (f"recorded on {first['device']} ({first['date']}, torch {first['torch']}, "
+             f"triton {first['triton']}; copy ceiling {first['copy_gbps']:.0f} GB/s)")
     return rows, where
 
 
@@ -129,17 +152,16 @@ def compare(group, make_benches):
         print_rows(rows, f"{group}: measured now on {torch.cuda.get_device_name()} "
                          f"(copy ceiling {_ceiling:.0f} GB/s)")
         return rows
-    rows, where = recorded_rows(group)
-    if rows:
-        data = recorded()
-        print_rows(rows, f"{group}: no GPU here, so these are the figures {where}; "
-                         f"copy ceiling {data['copy_gbps']:.0f} GB/s")
-    elif recorded():
-        print(f"{group}: no GPU here, and no figures recorded for this group yet "
-              f"(run `make bench` on a GPU).")
-    else:
-        print(f"{group}: no GPU here and {where}.")
-    return rows
+    shown = []
+    for device in recorded_devices():  # every GPU recorded, the preferred one first
+        rows, where = recorded_rows(group, device)
+        if rows:
+            print_rows(rows, f"{group}: no GPU here, so these are the figures {where}")
+            shown.append(rows)
+    if not shown:
+        print(f"{group}: no GPU here, and no figures recorded for it yet (run `make bench` on a GPU).")
+        return []
+    return shown[0]  # the preferred GPU's rows, for the cells that read them
 
 
 # ---------------------------------------------------------------- make bench
@@ -172,20 +194,27 @@ def run(module, ceiling):
     return results
 
 
-def save(ceiling, results, partial=False):
-    """Write the JSON and the plots; a partial run (some lessons) keeps the other groups' old rows."""
+def save(ceiling, results):
+    """Write this GPU's rows into its own file, replacing the groups measured now; then the plots.
+
+    Rows of other groups stay (a partial run, `make bench LESSON=06`), each still naming the
+    device, date, versions and copy ceiling it was measured with; other GPUs' files are not touched.
+    """
     import triton
 
-    old = recorded() or {}
-    if partial and old.get("results"):
-        groups = {r["group"] for r in results}
-        results = [r for r in old["results"] if r["group"] not in groups] + results
-    data = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "triton": triton.__version__, "date": datetime.date.today().isoformat(),
-            "copy_gbps": ceiling, "results": results}
-    RECORDED.parent.mkdir(parents=True, exist_ok=True)
-    RECORDED.write_text(json.dumps(data, indent=1) + "\n")
+    device = torch.cuda.get_device_name()
+    stamp = {"device": device, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+             "triton": triton.__version__, "copy_gbps": ceiling}
+    results = [{**row, **stamp} for row in results]
+    old = recorded(device) or {}
+    groups = {r["group"] for r in results}
+    kept = [r for r in old.get("results", []) if r["group"] not in groups]
+    data = {**stamp, "results": kept + results}
+    path = device_file(device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
     plot_all(data)
+    return path
 
 
 def plot_all(data):
@@ -237,10 +266,10 @@ def main(argv=None):
         if hasattr(module, "benchmarks"):
             results += run(module, ceiling)
         # saved after each lesson, so an interrupted run keeps what it measured
-        save(ceiling, results, partial=lessons is not None)
+        path = save(ceiling, results)
         if hasattr(module, "record_artifacts"):  # what the notebook shows of a GPU besides timings
             module.record_artifacts(RECORDED.parent)
-    print(f"wrote {RECORDED.relative_to(ROOT)} and plots in {FIGURES.relative_to(ROOT)}/")
+    print(f"wrote {path.relative_to(ROOT)} and plots in {FIGURES.relative_to(ROOT)}/")
     return 0
 
 

@@ -9,7 +9,7 @@ which, drawn against intensity on log-log axes, is a roof: a slope (memory-bound
 flat ceiling (compute-bound) at the *ridge point*, intensity = peak / bandwidth.
 
 The chip figures below are NVIDIA's datasheet numbers (dense, no sparsity). Measured ceilings
-(a large copy, cuBLAS's best matmul) come from `helpers/recorded/bench.json` when `make bench`
+(a large copy, cuBLAS's best matmul) come from `helpers/recorded/bench/<gpu>.json` when `make bench`
 has recorded them.
 """
 
