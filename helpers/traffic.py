@@ -10,9 +10,13 @@
 * `show_programs(fn, *args, arg=...)` draws which elements of one argument each
   program of the (last) launch touched.
 
-Both counters report what reaches memory from the kernel's point of view (HBM
-on a GPU); caches can make real traffic lower, never the count of a correct
-kernel higher.
+Both counters report the bytes a kernel asks memory for, not what HBM moves on
+a GPU. Caches can make real traffic lower (a small vector read by every program
+is fetched once). Memory also moves whole 32-byte sectors, so a strided or
+scattered access (a column of a row-major matrix, a gather) can make it higher:
+up to a full sector for each element used. For contiguous loads and stores the
+count is an upper bound on HBM traffic; for strided or scattered ones it may be
+too low.
 """
 
 import contextlib

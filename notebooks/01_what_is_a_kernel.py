@@ -77,6 +77,11 @@ print(y)   # printing needs the values, so the host waits for the device here
 #
 # The length `n` is rarely a multiple of `BLOCK`, so the last program's block runs past the end.
 # The **mask** `offs < n` switches those lanes off: a masked-off lane loads nothing and stores nothing.
+#
+# A masked-off lane of `tl.load` still holds *some* value in the block, and it is undefined. When the
+# code goes on to use those lanes (a sum over the block, a maximum), say what they should hold with
+# `other=`: `tl.load(x_ptr + offs, mask=mask, other=0.0)` fills them with zeros. A copy never uses
+# them, so it needs no `other`.
 
 # %%
 @triton.jit
@@ -220,7 +225,9 @@ torch::Tensor add_cuda(torch::Tensor x, torch::Tensor y) {
 #
 # Triton's block is spread over the threads of a thread block by the compiler (`num_warps`
 # warps of 32 threads); it also picks vector widths and staging through shared memory. That is
-# why a Triton kernel is often a tenth of the CUDA code for the same speed.
+# why a Triton kernel is shorter than the CUDA code for the same work. Whether it is as fast is a
+# question for measurement: the lessons that follow time each kernel beside PyTorch's and the
+# libraries', on a GPU or from the figures recorded on one.
 #
 # With a GPU and NVIDIA's compiler `nvcc` present, the next cell compiles the CUDA version (about a
 # minute, once) and checks it against PyTorch. Elsewhere it says why it did not.
@@ -280,37 +287,47 @@ print(meter, f"= {meter.bytes // n} bytes per element for a float32 copy")
 # %% [markdown]
 # ## Launch overhead
 #
-# Each launch costs the host a few microseconds of work and the device a short gap before the
-# kernel starts. For a large vector that is nothing; for a tiny one it is everything. Below, the
-# same 4M-element copy is done by one launch, and by one launch per 1024 elements (4096 launches).
-# On a GPU the cell measures both now; elsewhere it shows the figures `make bench` recorded on one.
+# Every launch costs a fixed amount of time, however little work the kernel does. For a large
+# vector that is nothing; for a tiny one it is everything. Below, your `add` of two vectors of 4M
+# elements is done by one launch, and by one launch per 1024 elements (4096 launches). On a GPU the
+# cell measures both now; elsewhere it shows the figures `make bench` recorded on one. The last line
+# divides the time of the 4096 launches by 4096: the cost of one launch.
 
 # %%
-def copy_in_pieces(x, piece=1024):
-    """The same copy as copy(x), made by one launch per `piece` elements."""
+def add_in_pieces(x, y, piece=1024):
+    """The same x + y as add(x, y), made by one launch per `piece` elements."""
     out = torch.empty_like(x)
     n = x.numel()
     for start in range(0, n, piece):
-        copy_kernel[(1,)](x[start:], out[start:], min(piece, n - start), BLOCK=piece)
+        add_kernel[(1,)](x[start:], y[start:], out[start:], min(piece, n - start), BLOCK=piece)
     return out
 
 
 def launch_benches():
     n = 2**22
-    x = torch.randn(n, device=DEVICE)
-    return [Bench("launch_overhead", n, bytes=8 * n, flops=0, label=f"n={n}",
-                  impls={"1 launch": lambda: copy(x, BLOCK=1024),
-                         "4096 launches": lambda: copy_in_pieces(x)})]
+    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    return [Bench("launch_overhead", n, bytes=3 * 4 * n, flops=n, label="n=2^22",
+                  impls={"1 launch": lambda: add(x, y), "4096 launches": lambda: add_in_pieces(x, y)})]
 
 
 rows = compare("launch_overhead", launch_benches)
-if rows:
-    one, many = rows[0]["ms"], rows[1]["ms"]
-    print(f"\n{many / one:,.0f}x slower: about {1000 * (many - one) / 4096:.1f} µs per extra launch")
+ms = {row["impl"]: row["ms"] for row in rows}
+if ms:
+    per_launch = ms["4096 launches"] / 4096
+    print(f"\n4096 launches: {ms['4096 launches']:.1f} ms, that is {1000 * per_launch:.1f} µs per launch")
+    print(f"1 launch doing all the work: {1000 * ms['1 launch']:.1f} µs, "
+          f"{ms['1 launch'] / per_launch:.1f}x the time of one small launch")
 
 # %% [markdown]
-# The many-launch version moves the same bytes but spends most of its time between kernels. This
-# is why a model made of many small operations can leave a GPU mostly idle, and why the next lesson
+# Read the last two lines together: the single launch does the work of all 4096 pieces in about the
+# time that one small launch costs. So the time of a small launch is not the GPU working on its
+# 12 KB; it is the host getting the launch out, while the GPU waits. A Triton launch from Python
+# runs Python code on every call: here it slices the tensors (`x[start:]`), binds the arguments to
+# the kernel's parameters, inspects each one (its type; for an integer, whether it is 1 or a
+# multiple of 16, since the compiled code may be specialised on that), looks the compiled kernel up
+# in a cache, and only then asks the CUDA driver to launch it.
+#
+# This is why a model made of many small operations can leave a GPU mostly idle. The next lesson
 # fuses operations: fewer launches, and, above all, fewer trips to memory.
 #
 # ## When is a custom kernel worth writing?
@@ -328,7 +345,8 @@ if rows:
 # - A kernel runs on the device; the host launches it asynchronously on a grid of programs.
 # - In Triton each program handles a block: `offs = pid * BLOCK + tl.arange(0, BLOCK)`.
 # - The mask `offs < n` keeps the last block in bounds; without it a GPU reads and writes garbage.
-# - A launch costs microseconds: many tiny kernels waste the GPU.
+# - Every launch costs the host a fixed time (printed above, per launch): many tiny kernels leave the GPU
+#   waiting.
 # - Custom kernels pay off for uncovered patterns and, above all, fusion.
 
 # %%

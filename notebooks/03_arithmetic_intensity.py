@@ -25,7 +25,7 @@
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe
-from helpers.bench import Bench, compare, measure, recorded
+from helpers.bench import Bench, compare, measure, recorded, recorded_devices, recorded_rows
 from helpers.cards import flashcards, self_check
 from helpers.exercises.lesson03 import OPERATIONS, SimulatedGPU
 from helpers.roofline import CHIPS, chip_for, chip_table, plot, timed_point
@@ -77,11 +77,28 @@ print(chip_table())
 # has the same arithmetic as the H100 and 43% more bandwidth, so its ridge is lower: more kernels are
 # compute-bound on it, and memory-bound ones simply run faster.
 #
-# Datasheet peaks are not reached in practice. Measured for this course on an H200: a large
-# device-to-device copy moves 4.28 TB/s (89% of the datasheet's 4.8), and cuBLAS's float16 matmul
-# of 8192³ runs at 695 TFLOP/s (70% of 989). Those measured ceilings are the real roofs; the plot
-# below draws them when `make bench` has recorded them.
-#
+# Datasheet peaks are not reached in practice. The cell below prints what `make bench` measured on
+# each GPU it ran on: a large device-to-device copy (bytes read plus bytes written) and the best
+# float16 matmul cuBLAS reached, each against the datasheet figure above. Those measured ceilings
+# are the real roofs; the roofline plot further down draws them.
+
+# %%
+for device in recorded_devices():
+    data, chip = recorded(device), chip_for(device)
+    cublas = [r for r in data["results"] if r["impl"].startswith("cuBLAS") and "fp16" in r["group"]]
+    print(f"{device}, recorded {data['date']}:")
+    print(f"  copy:  {data['copy_gbps'] / 1000:.2f} TB/s" +
+          (f", {100 * data['copy_gbps'] / 1000 / chip.bandwidth_tbs:.0f}% of the datasheet's "
+           f"{chip.bandwidth_tbs}" if chip else ""))
+    if cublas:
+        best = max(cublas, key=lambda r: r["tflops"])
+        print(f"  cuBLAS fp16 matmul, best size ({best['label']}): {best['tflops']:.0f} TFLOP/s" +
+              (f", {100 * best['tflops'] / chip.tflops['fp16']:.0f}% of the datasheet's "
+               f"{chip.tflops['fp16']:.0f}" if chip else ""))
+if not recorded_devices():
+    print("no GPU figures recorded yet (run `make bench` on a GPU)")
+
+# %% [markdown]
 # ## Counting FLOPs and bytes
 #
 # A vector add of `n` float32 elements does `n` additions and must move `3n` elements of 4 bytes:
@@ -189,8 +206,9 @@ check("ridge_predictions", ridge_predictions)
 # %% [markdown]
 # What the answers say:
 #
-# - A **512³ matmul** is memory-bound on an H100: its intensity, 512 / 3 = 171, is under the ridge
-#   of 295. (A matmul that small is also too short to keep 132 SMs busy.)
+# - A **512³ matmul** is memory-bound on an H100 by the roofline: its intensity, 512 / 3 = 171, is
+#   under the ridge of 295. That is the roofline's answer, and the check's. The real kernel is held
+#   back by something else first, as the next section shows.
 # - Applying a layer to **16 tokens** reads the whole 8192 × 8192 weight for 16 rows of output:
 #   about 16 FLOP per byte. This is why generating text one token at a time (LLM decoding) is
 #   limited by memory bandwidth, and why batching requests helps.
@@ -199,6 +217,46 @@ check("ridge_predictions", ridge_predictions)
 #   the N × N output dwarfs the inputs. FlashAttention (lesson 06) never writes them.
 # - A float32 polynomial of degree 100 does enough work per element to cross the fp32 ridge:
 #   elementwise code can be compute-bound, if it computes a lot.
+#
+# ## A third regime: too small to fill the GPU
+#
+# The roofline assumes the whole chip is at work. A small kernel cannot keep it so. A matmul is
+# split into output tiles, one per program (lesson 04); a 512 × 512 output makes few of them:
+
+# %%
+sms = CHIPS["H100 SXM"].sms
+for tile in (64, 128):
+    print(f"512 x 512 output in tiles of {tile} x {tile}: {(512 // tile) ** 2} programs, for {sms} SMs")
+
+# %% [markdown]
+# With large tiles most SMs get nothing to do; with small ones, at most one program each, where an
+# SM needs several at once to hide the wait for memory. And each program walks K = 512 in a handful
+# of steps, so the kernel ends about as soon as its loads start to flow: the fixed cost of starting
+# it is a large share of so short a run. Neither bandwidth nor arithmetic is the limit then.
+#
+# The recording shows it. For each size, cuBLAS's time and rate, and the roof at that size: the
+# smaller of the datasheet peak and the intensity times the measured copy bandwidth.
+
+# %%
+for device in recorded_devices():
+    by_size, where = recorded_rows("matmul_by_size_fp16", device)
+    chip_rec = chip_for(device)
+    if not by_size or not chip_rec:
+        continue
+    print(f"cuBLAS float16 matmul, {where}")
+    for r in by_size:
+        memory_roof = (r["size"] / 3) * r["copy_gbps"] / 1000  # intensity n/3 times TB/s: TFLOP/s
+        roof = min(chip_rec.tflops["fp16"], memory_roof)
+        side = "memory" if memory_roof < chip_rec.tflops["fp16"] else "compute"
+        print(f"  {r['label']:>7}: {1000 * r['ms']:7.1f} µs, {r['tflops']:6.1f} TFLOP/s, "
+              f"roof {roof:4.0f} TFLOP/s ({side}): {100 * r['tflops'] / roof:4.1f}% of its roof")
+
+# %% [markdown]
+# The 512³ matmul is on the memory side of the ridge, yet it reaches a small fraction of its memory
+# roof: something other than bytes holds it back. This is the third regime, *too small to fill the
+# GPU*: latency and occupancy, not bandwidth or arithmetic. The fraction of the roof climbs with
+# the size until the tiles far outnumber the SMs and each program's loop is long. A point far under
+# the roof does not always mean wasted bytes: count the programs too.
 #
 # ## Counted bytes: a matmul with no reuse
 #
@@ -267,12 +325,32 @@ def rowwise_bytes(M, N, K, BLOCK_N=64, itemsize=2):
 print(rowwise_bytes(M, N, K), "bytes by the formula;", counted.bytes, "counted")
 
 # %% [markdown]
-# On a GPU the repeated reads of B are partly served by the L2 cache, so HBM sees less than the
-# count; the meter counts what the kernel asks of memory, an upper bound on HBM traffic. Either way
-# the kernel wastes the tensor cores: it uses no `tl.dot`, and it reloads B for every row. Measured
-# for this course on an H200, it reaches 2.9 TFLOP/s at 4096³, where cuBLAS reaches about 690. Lesson 04
-# fixes both with *tiles*: a program computes a block of C, so each value of A and B it loads is
-# used `BLOCK_N` or `BLOCK_M` times.
+# The meter counts the bytes the kernel asks for, which is not exactly what HBM moves. On a GPU the
+# repeated reads of B are partly served by the L2 cache, so HBM sees less than the count. The other
+# way round, memory moves whole 32-byte sectors: a strided or scattered load (a column of a row-major
+# matrix, a gather) fetches a full sector for every element it uses, and HBM sees more than the
+# count. This kernel's loads are contiguous rows, so for it the count is an upper bound.
+#
+# Either way the kernel wastes the tensor cores: it uses no `tl.dot`, and it reloads B for every row.
+# Here is what that costs, beside cuBLAS on the same sizes (measured now on a GPU, else recorded):
+
+# %%
+def rowwise_benches():
+    benches = []
+    for n_r in (1024, 2048, 4096):
+        a_r, b_r = (torch.randn(n_r, n_r, device=DEVICE, dtype=torch.float16) for _ in range(2))
+        impls = {"row-at-a-time (Triton)": lambda a_r=a_r, b_r=b_r: rowwise_matmul(a_r, b_r),
+                 "cuBLAS (torch.matmul)": lambda a_r=a_r, b_r=b_r: a_r @ b_r}
+        benches.append(Bench("rowwise_matmul_fp16", n_r, bytes=6 * n_r**2, flops=2 * n_r**3,
+                             label=f"{n_r}^3", metric="TFLOP/s", impls=impls))
+    return benches
+
+
+compare("rowwise_matmul_fp16", rowwise_benches);
+
+# %% [markdown]
+# Lesson 04 fixes both with *tiles*: a program computes a block of C, so each value of A and B it
+# loads is used `BLOCK_N` or `BLOCK_M` times.
 #
 # ## Your kernels on the roofline
 #
@@ -316,14 +394,14 @@ def chain_inputs():
     return gpu_randn(rows, cols), gpu_randn(cols), gpu_randn(rows, cols), 0.5  # x, bias, residual, scale
 
 
-def square_fp16():
-    return [gpu_randn(n_mm, n_mm, dtype=torch.float16)] * 2
+def square_fp16(n=None):  # two distinct matrices: one tensor passed twice would be read from cache
+    return [gpu_randn(n or n_mm, n or n_mm, dtype=torch.float16) for _ in range(2)]
 
 
 n_add, rows, cols, n_mm = 2**24, 8192, 8192, 4096
 points = [
     timed_point("vector add (lesson 01)", n_add, 12 * n_add, lesson01.add,
-                lambda: [gpu_randn(n_add)] * 2, ("vector_add", "triton", n_add)),
+                lambda: [gpu_randn(n_add) for _ in range(2)], ("vector_add", "triton", n_add)),
     timed_point("eager chain (lesson 02)", 4 * rows * cols, 12 * rows * cols, lesson02.chain_eager,
                 chain_inputs, ("fused_chain", "torch eager (4 kernels)", rows * cols)),
     timed_point("fused chain (lesson 02)", 4 * rows * cols, 12 * rows * cols, lesson02.fused_chain,
@@ -335,11 +413,11 @@ points = [
 ]
 for n_cu in (512, 2048, 8192):  # float16: 2n³ FLOPs, each of the three matrices moved once
     points.append(timed_point(f"cuBLAS matmul {n_cu}³", 2 * n_cu**3, 6 * n_cu**2, torch.matmul,
-                              lambda n_cu=n_cu: [gpu_randn(n_cu, n_cu, dtype=torch.float16)] * 2,
+                              lambda n_cu=n_cu: square_fp16(n_cu),
                               ("matmul_by_size_fp16", "cuBLAS (torch.matmul)", n_cu)))
 
 for p in points:
-    timing = f"{p.tflops:8.3f} TFLOP/s" if p.ms else "  (no timing recorded)"
+    timing = f"{p.tflops:8.3f} TFLOP/s {p.bytes / p.ms / 1e6:6.0f} GB/s" if p.ms else "  (no timing recorded)"
     print(f"{p.name:>42}: {p.intensity:8.2f} FLOP/B {timing}")
 
 # %% [markdown]
@@ -356,9 +434,11 @@ ax = plot(points, chip=chip, title=f"Kernels of lessons 01-03 on the roofline of
 # - The elementwise points sit far left, where only bandwidth matters. The vector add and the fused
 #   chain are close to the roof: they move about the minimum and run near the memory's speed. The
 #   eager chain does the same work at the same intensity but sits about three times lower: it moves
-#   three times the bytes. Fusion closes that gap; nothing lifts a point above the roof.
-# - cuBLAS climbs with the size: a 512³ matmul is under the ridge (and too short to fill the chip),
-#   while large ones sit near the flat roof.
+#   three times the bytes. Fusion closes that gap. No point rises above the datasheet roof; the
+#   dashed measured roof is the copy's, a stream of half reads and half writes, and a kernel that
+#   reads two bytes for each one it writes can sit a hair above it (lesson 02 printed such cases).
+# - cuBLAS climbs with the size: a 512³ matmul sits far under its memory roof (too small to fill the
+#   chip, the third regime), while large ones sit near the flat roof.
 # - The row-at-a-time matmul has the intensity of a large matmul as an operation, but it re-reads
 #   B for every row and uses no tensor cores, so it lands far below the roof. No tuning fixes that;
 #   tiles do (next lesson).
@@ -386,9 +466,10 @@ ax = plot(points, chip=chip, title=f"Kernels of lessons 01-03 on the roofline of
 # 6. **Report a rate against a ceiling**: GB/s against the copy bandwidth for memory-bound kernels,
 #    TFLOP/s against cuBLAS for compute-bound ones, not bare milliseconds.
 #
-# `triton.testing.do_bench` (which `helpers.bench.measure` calls) does 1 to 4 for you: it times
-# with CUDA events, warms up for 25 ms, runs for about 100 ms more, clears the L2 cache before every
-# run by writing a 256 MB buffer, and returns the median.
+# `triton.testing.do_bench` (which `helpers.bench.measure` calls) does most of 1 to 4 for you: it
+# times with CUDA events, warms up for 25 ms, runs for about 100 ms more, and clears the L2 cache
+# before every timed run by writing a 256 MB buffer. What it returns is your choice, and its default
+# is the *mean* (`return_mode="mean"`): pass `return_mode="median"` for rule 3, as `measure` does.
 #
 # ### A timing that lies
 #
@@ -440,8 +521,8 @@ check("time_ms", time_ms)
 # On a GPU, the next cell times a real kernel three ways: the naive timer, your timer (with
 # `time.perf_counter` as the clock and four 256 MB inputs, together far larger than L2), and
 # `do_bench`. The last two should agree within about 10%: your timer also counts the launch and the
-# synchronisation, a few microseconds per run, which CUDA events leave out. (On an H200, for this
-# course: 0.141 ms against do_bench's 0.131 ms.) Without a GPU it runs your timer on a simulated one.
+# synchronisation on every run, which CUDA events leave out. Without a GPU it runs your timer on a
+# simulated one.
 
 # %%
 if ON_GPU:
@@ -458,9 +539,9 @@ else:
 # %% [markdown]
 # Rule 5 on a real GPU: the next cell times one float16 matmul of 8192³ on zeros and on random
 # numbers. Same instructions, same bytes; any difference comes from the data (flipping fewer bits
-# draws less power, which lets the clocks stay higher). Measured for this course on an H200 (torch
-# 2.11, Triton 3.6): 754 TFLOP/s on zeros against 676 on random data, 12% faster on zeros. Without a
-# GPU, the cell shows what `make bench` recorded for cuBLAS on random data, by size.
+# draws less power, which can let the clocks stay higher, so zeros can run faster). `make bench` has
+# not recorded that comparison, so without a GPU the cell shows what it recorded for cuBLAS on random
+# data, by size.
 
 # %%
 def zeros_benches():
@@ -485,9 +566,11 @@ else:
 #   295 FLOP/byte for an H100's tensor cores, 20 for its float32 units.
 # - Below the ridge a kernel is memory-bound and its ceiling is `intensity × bandwidth`; measure it
 #   in GB/s. Above, it is compute-bound; measure it in TFLOP/s.
-# - Elementwise ops, reductions, matrix-vector products and small or skinny matmuls are
-#   memory-bound (elementwise code crosses the ridge only if it computes a lot per element); large
-#   matmuls, and attention done right, are compute-bound.
+# - Elementwise ops, reductions, matrix-vector products and skinny matmuls are memory-bound
+#   (elementwise code crosses the ridge only if it computes a lot per element); large matmuls, and
+#   attention done right, are compute-bound.
+# - A third regime: a kernel too small to fill the GPU (a 512³ matmul) runs far under its roof,
+#   held back by latency and occupancy. Count its programs against the SMs.
 # - Count the bytes your kernel really moves, not just what the algorithm needs: re-reads lower
 #   the intensity. Fusion and tiling raise it.
 # - Time with synchronization or events, after a warm-up, over many runs, with a median, on inputs

@@ -1,4 +1,4 @@
-"""Lesson 02 exercises: fuse an elementwise chain, and a bias + GELU epilogue."""
+"""Lesson 02 exercises: fuse an elementwise chain, and a bias + GELU."""
 
 import torch
 import torch.nn.functional as F
@@ -86,7 +86,7 @@ def _bias_gelu_fused(fn):
 EXERCISES = [
     Exercise("02", "fused_chain", "relu(x + bias) * scale + residual", chain_reference, _chain_cases,
              kernel=True, structure=_chain_fused),
-    Exercise("02", "bias_gelu", "GELU(x + bias) epilogue", bias_gelu_reference,
+    Exercise("02", "bias_gelu", "GELU(x + bias), fused", bias_gelu_reference,
              lambda: matrices_and_bias(with_residual=False, low_precision=LOW_PRECISION),
              kernel=True, structure=_bias_gelu_fused,
              # Computed in float32 and rounded once at the store, a low-precision result is within
