@@ -21,7 +21,8 @@
 #   when a new shape means a new compile, and what the modes `default`, `reduce-overhead` and
 #   `max-autotune` cost;
 # - how `jax.jit` hands a function to XLA, and how to read the fusions in XLA's optimized HLO;
-# - when a compiler wins, and when a hand-written kernel (FlashAttention) still does.
+# - when a compiler wins, and where it still relies on a kernel or template written by hand
+#   (FlashAttention).
 #
 # Exercises: predict, then count, the kernels Inductor makes; make a function compile without graph
 # breaks; count the fusions XLA makes.
@@ -32,7 +33,7 @@
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe
-from helpers.bench import ROOT, compare
+from helpers.bench import ROOT, compare, recorded
 from helpers.cards import flashcards, self_check
 from helpers.solutions import load_solution
 from helpers.traffic import eager_traffic
@@ -423,7 +424,8 @@ for dynamic in (None, False, True):
 #   with a single call. Costs extra memory for static buffers and a recording per shape, and an
 #   output is overwritten by the next call (clone it to keep it).
 # - `max-autotune`: benchmarks many Triton matmul templates and kernel configurations, keeps the
-#   fastest, and uses CUDA graphs too. Tens of seconds to minutes per graph.
+#   fastest, and uses CUDA graphs too (`max-autotune-no-cudagraphs` tunes without them). Its compile
+#   takes far longer than `default`'s: the recorded times are printed below.
 #
 # `reduce-overhead` pays off when launches, not bytes, dominate (small batches, many small kernels:
 # lesson 01's launch overhead). `max-autotune` pays off for matmul-heavy graphs you will run for a
@@ -441,12 +443,32 @@ if summary_path.exists():
           f"torch {summary['torch']}), each mode in a fresh process with empty caches:")
     for mode in ("default", "reduce-overhead", "max-autotune"):
         row = modes[mode]
+        extra = row["ms_per_call"] - modes["default"]["ms_per_call"]
         print(f"  {mode:16} first call (the compile) {row['first_call_s']:6.1f} s, then "
-              f"{row['ms_per_call']:.3f} ms per call (eager: {row['eager_ms_per_call']:.3f} ms)")
+              f"{row['ms_per_call']:.3f} ms per call (eager: {row['eager_ms_per_call']:.3f} ms)"
+              + (f", {extra:+.3f} ms against default" if mode != "default" else ""))
+    input_bytes = 2 * (8192 * 4096 + 4096 * 4096 + 2 * 4096)  # x, w, b, g in float16 (the line above)
+    bench = recorded(summary["device"])
+    if bench:  # the copy ceiling counts bytes read plus bytes written, as a copy of the inputs moves
+        copy_ms = 2 * input_bytes / (bench["copy_gbps"] * 1e6)
+        print(f"copying the inputs ({input_bytes / 2**20:.0f} MiB) into static buffers, at the copy "
+              f"ceiling recorded on {bench['device']} ({bench['copy_gbps']:.0f} GB/s): "
+              f"about {copy_ms:.3f} ms per call")
 else:
     print("No compile times recorded on a GPU yet (helpers/recorded/inductor_gpu/summary.json).")
 
 # %% [markdown]
+# Compare each mode's time per call with `default`'s. `block` is one large matrix product and one
+# fused kernel: two launches against a fraction of a millisecond of GPU work, so there is next to no
+# launch overhead for CUDA graphs to remove. What they add is a cost. A CUDA graph replays its kernels
+# on fixed addresses, so on every call `torch.compile` copies each input that is not static
+# (parameters and buffers are; these plain tensors are not) into the graph's own buffers. The last
+# line estimates that copy: set it beside the extra time of `reduce-overhead`. Where the estimate is
+# the smaller, the copy is only part of the cost, and the recording holds nothing that breaks down
+# the rest (a profile on a GPU would). `max-autotune` uses CUDA graphs too, so it pays the same copy;
+# the recording does not say which matrix product its tuning picked, so it cannot tell whether the
+# tuning itself gained or lost anything here. To separate the two, time `max-autotune-no-cudagraphs`.
+#
 # ## XLA through JAX
 #
 # JAX takes a stricter road to the same graph. `jax.jit(fn)` calls `fn` once with abstract values
@@ -498,7 +520,11 @@ print(hlo_entry(hlo))
 # (`kind=kLoop`: an elementwise loop). Its body is the computation named in `calls=`, printed
 # above ENTRY in the full text: the broadcast of the bias, the add, the max, the multiply and the
 # residual add, with no intermediate array. **Each fusion instruction in ENTRY becomes one kernel**
-# (one loop nest on a CPU, one GPU kernel on a GPU).
+# (one loop nest on a CPU, one GPU kernel on a GPU). Fusions are not the only kernels, though: a
+# matrix product often stays a `dot` or becomes a `custom-call` to a library (cuBLAS on a GPU), and a
+# `copy` (a transpose or change of layout) runs as its own kernel when it is not fused. Parameters,
+# `tuple`, `get-tuple-element` and `bitcast` move no data. So the fusions count the loops XLA wrote;
+# to count every kernel, read every instruction of ENTRY.
 #
 # The eager and jitted versions side by side, measured now on this machine's CPU (real compiled
 # code, not Triton's interpreter), with PyTorch for comparison:
@@ -636,8 +662,8 @@ print("buffers of N x N scores:", [(name, shape) for name, shape in buffers if s
 # written to memory after the first matmul and the probabilities are written again for the second:
 # the memory traffic FlashAttention exists to avoid, growing as N². Fusing the two matmuls and the
 # softmax into one tiled kernel needs the online softmax *across tiles of K and V*, a change of
-# algorithm (lesson 06), not a fusion rule. That is where a hand kernel still wins. PyTorch's answer
-# for variants like this one is **FlexAttention** (`torch.nn.attention.flex_attention`): a
+# algorithm (lesson 06), not a fusion rule: the compiler will not find it by itself. PyTorch's
+# answer for variants like this one is **FlexAttention** (`torch.nn.attention.flex_attention`): a
 # FlashAttention kernel template written by people, into which `torch.compile` inlines your score
 # function. Again, the algorithm came from a person; the compiler fills in the details.
 #
@@ -648,6 +674,13 @@ print("buffers of N x N scores:", [(name, shape) for name, shape in buffers if s
 # against SDPA and lesson 06's FlashAttention; and the soft-capped variant, compiled naively and
 # through FlexAttention. With a GPU the cells below measure now; without one they show the recorded
 # figures.
+#
+# The `jax.jit` rows are not timed on equal terms. JAX runs on CUDA streams of its own, which the
+# timer's events do not see, so each timed call waits on the host for JAX's result (a round trip
+# through the CPU) and hands it to PyTorch through DLPack (no copy, but a conversion per call). And
+# the JAX attention (`attention_naive_jax` in `solutions/07_compilers.py`) computes its scores in
+# float32, so its N × N matrix is twice the bytes of PyTorch's float16 one. Read those rows as what
+# this setup measured, not as XLA against Inductor.
 
 # %%
 def lesson_benches(group):
@@ -664,32 +697,32 @@ attention_rows = compare("compile_attention", lambda: lesson_benches("compile_at
 softcap_rows = compare("compile_softcap_attention", lambda: lesson_benches("compile_softcap_attention"))
 
 # %% [markdown]
+# For the soft-capped version, the question is how the compiled naive code, with its N × N traffic,
+# fares against FlexAttention's tiled template as N grows:
+
+# %%
+for label in dict.fromkeys(r["label"] for r in softcap_rows):
+    times = {r["impl"]: r["ms"] for r in softcap_rows if r["label"] == label}
+    flex, naive = times.get("flex_attention (compiled template)"), times.get("torch.compile(naive)")
+    if flex and naive:
+        where = softcap_rows[0].get("device") or torch.cuda.get_device_name()
+        print(f"{label} on {where}: torch.compile(naive) takes {naive / flex:.2f} times FlexAttention's time")
+
+# %% [markdown]
 # What to look for in these figures: the compiled naive softmax far above the eager one and close to
-# the hand kernels (a compiler's home ground); compiled naive attention matching SDPA, since it *is*
-# SDPA after the pattern rewrite; and the soft-capped version, where the naive compile is held back
-# by its N × N traffic while FlexAttention's template is not.
+# the hand kernels (a compiler's home ground); compiled naive attention beside SDPA, since it *is*
+# SDPA after the pattern rewrite; and the soft-capped version. There no pattern applies, and the
+# compiled naive code's N × N traffic grows as N² while the template's stays linear: read in the
+# line above how the ratio moves from the shorter sequence to the longer one. At the short one, a
+# compiled matmul-softmax-matmul can keep up with a tiled template; the course measures only these two
+# sizes, and no hand-written soft-capped kernel of its own.
 #
-# ## Worked exercises: explain the speed-up
+# ## Worked exercise: explain the gap
 #
-# Two questions of the kind you will meet reading papers and profiles. Answer each, then unfold.
+# A question of the kind you will meet reading profiles (lesson 06's self-check has its partner, a
+# paper's attention speed-up). Answer it, then unfold.
 #
-# **A.** A paper reports 2× throughput on long-context attention, with the model unchanged. What is
-# almost certainly responsible, and what would you look for in the paper to confirm it?
-#
-# <details><summary>Worked answer</summary>
-#
-# Almost certainly a fused attention kernel in the FlashAttention family: the same mathematics,
-# with the N × N scores kept on chip in tiles and the softmax computed online across them, so
-# memory traffic drops from O(N²) to O(N·d) per head. To confirm, look for: the kernel itself (tile
-# sizes, online softmax, recomputation in the backward); a gain that *grows with sequence length*
-# (a data-movement win does; a constant-factor tweak does not); peak memory that grows linearly
-# in N instead of quadratically; outputs equal to the baseline's within rounding. Then read the
-# baseline: "2×" over eager naive attention is not the same claim as 2× over SDPA's
-# FlashAttention-2; compare with the ratios `make bench` recorded above for this course's kernels.
-#
-# </details>
-#
-# **B.** A training step has small operations between its matmuls (a bias add, an activation, a
+# A training step has small operations between its matmuls (a bias add, an activation, a
 # normalisation), and the GPU reports about 30% of its peak FLOP/s. What would you change, and what
 # would you expect?
 #
@@ -698,14 +731,16 @@ softcap_rows = compare("compile_softcap_attention", lambda: lesson_benches("comp
 # The small ops are memory-bound: each reads and writes a tensor as large as the matmul's output,
 # doing a few FLOPs per element, while the tensor cores wait. First try the cheap route:
 # `torch.compile` the step. Inductor fuses the bias, activation and normalisation into one or two
-# kernels per gap (exercise 2 showed one kernel after a matmul), cutting their traffic by about the
+# kernels per gap (exercise 1 showed one kernel after a matmul), cutting their traffic by about the
 # number of ops fused. Check with `torch._dynamo.explain` that no graph break splits the step. If
 # profiling shows many tiny kernels (small batches), launch overhead is part of the gap:
 # `mode="reduce-overhead"` replays the step as a CUDA graph. If the normalisation still sits alone
 # between two matmuls, the next step is a hand-written epilogue or prologue fusion into the matmul
 # (lessons 04 and 05). Expect the gaps to shrink by the bytes saved; the whole step speeds up only
-# by the share of time those gaps took (Amdahl), and the matmuls themselves won't get faster, so
-# 30% might become 40-50% of peak, not 100%. Measure before and after.
+# by the share of time those gaps took (Amdahl), and the matmuls themselves won't get faster: expect
+# a clear rise, nowhere near peak. Measure before and after, and try each `mode` on the real step
+# rather than assuming: the modes table above shows CUDA graphs losing on a block whose launches were
+# already cheap.
 #
 # </details>
 #
@@ -718,9 +753,10 @@ softcap_rows = compare("compile_softcap_attention", lambda: lesson_benches("comp
 #   `fullgraph=True`; remove branches on tensor values, `.item()` and `print` from compiled code.
 # - New shapes recompile; the default makes a changed dimension symbolic on the second shape;
 #   `dynamic=False/True` chooses up front. `reduce-overhead` and `max-autotune` cost compile time
-#   and memory for launch-overhead and tuning gains.
-# - `jax.jit` traces a whole pure function; XLA's optimized HLO shows each kernel as a `fusion`
-#   instruction in ENTRY.
+#   and memory, and their CUDA graphs copy non-static inputs on every call: they pay off only where
+#   launches dominate, or tuning finds a faster matmul. Measure them.
+# - `jax.jit` traces a whole pure function; in XLA's optimized HLO each `fusion` instruction in ENTRY
+#   is one kernel, and so is each `dot`, `custom-call` (a library call) or unfused `copy`.
 # - Compilers know the tricks people taught them (fusion rules, the online softmax of a row, the
 #   attention pattern → FlashAttention). A new algorithm, such as tiling attention for a variant
 #   nobody wrote a pattern for, still takes a hand-written kernel or a hand-written template.
