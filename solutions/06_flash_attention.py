@@ -49,18 +49,19 @@ def attention_tiled(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16
     """FlashAttention's algorithm in plain PyTorch: (out, lse), one block_m x block_n score tile at a time."""
     B, H, N, D = q.shape
     sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    stats = torch.promote_types(q.dtype, torch.float32)             # m, l, acc, lse: float32 at least
     out = torch.empty_like(q)
-    lse = torch.empty(B, H, N, dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, H, N, dtype=stats, device=q.device)
     for i in range(0, N, block_m):
         qi = q[:, :, i:i + block_m]                                  # stays "on chip"
         rows = torch.arange(i, i + qi.shape[2], device=q.device)
-        m = torch.full(qi.shape[:3], float("-inf"), dtype=q.dtype, device=q.device)  # running max
-        l = torch.zeros(qi.shape[:3], dtype=q.dtype, device=q.device)                # running sum
-        acc = torch.zeros_like(qi)                                                  # unnormalized output
+        m = torch.full(qi.shape[:3], float("-inf"), dtype=stats, device=q.device)  # running max
+        l = torch.zeros(qi.shape[:3], dtype=stats, device=q.device)                # running sum
+        acc = torch.zeros(qi.shape, dtype=stats, device=q.device)                 # unnormalized output
         stop = min(N, i + block_m) if causal else N                  # causal: no tile right of the diagonal
         for j in range(0, stop, block_n):
             kj, vj = k[:, :, j:j + block_n], v[:, :, j:j + block_n]  # streamed past
-            s = (qi @ kj.transpose(-2, -1)) * sm_scale
+            s = (qi @ kj.transpose(-2, -1)).to(stats) * sm_scale
             if causal:
                 cols = torch.arange(j, j + kj.shape[2], device=q.device)
                 s = s.masked_fill(cols[None, :] > rows[:, None], float("-inf"))
@@ -68,7 +69,7 @@ def attention_tiled(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16
             alpha = torch.exp(m - m_new)                             # rescales what was summed so far
             p = torch.exp(s - m_new[..., None])
             l = l * alpha + p.sum(dim=-1)
-            acc = acc * alpha[..., None] + p @ vj
+            acc = acc * alpha[..., None] + p @ vj.to(stats)
             m = m_new
         out[:, :, i:i + block_m] = acc / l[..., None]
         lse[:, :, i:i + block_m] = m + torch.log(l)

@@ -104,7 +104,8 @@ def test_allowed_entries_are_still_used():
     ("about 18–22 µs per launch, 0.141 ms against", ["18–22 µs", "0.141 ms"]),
     ("it runs 1.3–1.6× as fast; 12x faster; 0.93×", ["1.3–1.6×", "12x faster", "0.93×"]),
     ("4,370 GB/s at 2^28", ["4,370 GB/s"]),
-    ("12% faster on zeros, at 101% of copy; 6 to 7 times faster", ["12% faster", "101% of copy", "6 to 7 times faster"]),
+    ("12% faster on zeros, at 101% of copy; 6 to 7 times faster",
+     ["12% faster", "101% of copy", "6 to 7 times faster"]),
 ])
 def test_the_pattern_finds_typed_figures(text, figures):
     assert [m.group(0) for m in FIGURE.finditer(text)] == figures

@@ -64,7 +64,7 @@ WRONG = [
     Wrong("attention_tiled", "the naive N x N reference", naive),
     Wrong("attention_tiled", "a whole row of scores per query block (no key tiles)", whole_rows),
     Wrong("attention_tiled", "acc not rescaled when the max grows", edit(
-        "06", "attention_tiled", ("acc = acc * alpha[..., None] + p @ vj", "acc = acc + p @ vj"))),
+        "06", "attention_tiled", ("acc = acc * alpha[..., None] + p @ vj.to(stats)", "acc = acc + p @ vj.to(stats)"))),
     Wrong("attention_tiled", "sm_scale hard-coded to 1/sqrt(D)", edit(
         "06", "attention_tiled", ("    B, H, N, D = q.shape\n    sm_scale = D ** -0.5 if sm_scale is None else sm_scale",
                                   "    B, H, N, D = q.shape\n    sm_scale = D ** -0.5"))),
