@@ -208,16 +208,22 @@ def benchmarks():
 # ---------------------------------------------------------------- on a GPU: check, time, read the code
 
 
-def compiled_excerpt(kernel, limit=6):
-    """The telling lines of a compiled kernel's IR and PTX, and its register and shared-memory use."""
-    wanted = {"ttir": ("tt.dot", "tt.load"), "ttgir": ("dot", "local_alloc", "async_copy"),
-              "ptx": ("wgmma", "mma.sync", "cp.async", "ld.global")}
+# What the notebook's excerpt looks for in each stage of the compiled code.
+LOOK_FOR = {"ttir": ("tt.load", "tt.dot"),
+            "ttgir": ("local_alloc", "async_copy", "warp_group_dot", "tt.dot"),
+            "ptx": ("cp.async", "wgmma.mma_async", "mma.sync", "ld.global")}
+
+
+def compiled_excerpt(kernel):
+    """Registers, spills, shared memory, and the first line of each thing to look for, per stage."""
     regs, spills = getattr(kernel, "n_regs", "?"), getattr(kernel, "n_spills", "?")
     lines = [f"registers per thread: {regs}, spilled: {spills}, shared memory: {kernel.metadata.shared} B"]
-    for stage, needles in wanted.items():
-        found = [ln.strip() for ln in kernel.asm[stage].splitlines() if any(n in ln for n in needles)]
-        lines.append(f"--- {stage}: {len(found)} matching lines, the first {min(limit, len(found))}:")
-        lines += [ln[:150] for ln in found[:limit]]
+    for stage, needles in LOOK_FOR.items():
+        code = kernel.asm[stage].splitlines()
+        lines.append(f"--- {stage}: the first line of each, [how many lines hold it]")
+        for needle in needles:
+            found = [ln.strip() for ln in code if needle in ln]
+            lines.append(f"{needle} [{len(found)}]: {found[0][:130] if found else '(none)'}")
     return "\n".join(lines)
 
 
