@@ -167,6 +167,15 @@ def compare(group, make_benches):
 # ---------------------------------------------------------------- make bench
 
 
+def show_recorded():
+    """Print every recorded group, GPU by GPU (what `make bench` shows without a GPU)."""
+    for device in recorded_devices():
+        for group in dict.fromkeys(r["group"] for r in recorded(device)["results"]):
+            rows, where = recorded_rows(group, device)
+            print_rows(rows, f"{group}: {where}")
+            print()
+
+
 def solution_modules(lessons=None):
     """Every solutions module (or those of the given lessons, e.g. ["01", "02"])."""
     for name in solutions.lessons():
@@ -252,8 +261,9 @@ def main(argv=None):
     parser.add_argument("--lesson", help="only these lessons, e.g. 05 or 01,02")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("make bench needs a CUDA GPU, and PyTorch sees none here: nothing to time. "
-              "The notebooks show the figures recorded on a GPU instead.")
+        print("No CUDA GPU here, so nothing is timed: these are the figures `make bench` recorded on "
+              "a GPU (the notebooks show them too).\n")
+        show_recorded()
         return 0
     import helpers  # picks the GPU before the solutions define their kernels
 
