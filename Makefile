@@ -12,7 +12,7 @@ help:
 	@echo "make lab      install (first time) and open the course in JupyterLab"
 	@echo "make test     install (first time) and run every test (no GPU needed)"
 	@echo "make grade    re-run your notebooks and print which exercises pass (LESSON=02 for one)"
-	@echo "make bench    time every solution kernel beside its baselines (GPU only)"
+	@echo "make bench    time every solution kernel beside its baselines (GPU); without one, print the recorded figures"
 	@echo "make review   drill the flashcards that are due (LESSON=02 for one lesson)"
 	@echo "make progress exercises passed and cards learned, lesson by lesson"
 	@echo "make flashcards  a printable deck in build/flashcards.html (and .pdf)"
