@@ -32,7 +32,7 @@
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe, pick
-from helpers.bench import Bench, compare
+from helpers.bench import Bench, compare, recorded_devices, recorded_rows
 from helpers.cards import flashcards, self_check
 from helpers.traffic import eager_traffic, show_programs, triton_traffic
 
@@ -109,8 +109,8 @@ print(f"least possible: {2 * x.nbytes:,} bytes (read the matrix once, write it o
 # there as often as it likes, and writes the result once. The row must fit: the block is the row
 # length rounded up to a power of two (`triton.next_power_of_2`), the lanes past the end are masked,
 # and the number of warps grows with the block so that each thread holds a modest number of values.
-# (On an H200, about 16 values per thread, at most 16 warps, ran at or near the best for every width
-# from 1,024 to 16,384: a float16 row of 4,096 ran at 0.95 of the copy bandwidth on 8 warps, 0.80 on 16.)
+# (The rule below, about 16 values per thread and at most 16 warps, was chosen by timing rows of 1,024
+# to 16,384 values on an H200; `make bench` does not record that sweep, so try others on your GPU.)
 
 # %%
 MAX_ROW_BLOCK = 16384  # the widest row one program holds in registers here
@@ -127,14 +127,16 @@ def row_warps(block):
 # RMSNorm, the normalization of most recent transformers, scales each row by the inverse of its
 # root mean square, then by a learned vector $\gamma$: $y = x / \sqrt{\mathrm{mean}(x^2) + \epsilon}
 # \cdot \gamma$. One reduction (the sum of squares), then elementwise work. The kernel computes in
-# float32 whatever the storage type, and masked lanes load 0 so they add nothing to the sum.
+# float32 whatever the storage type, and masked lanes load 0 so they add nothing to the sum. The row
+# index is made an int64 before it meets a stride: on a large matrix `row * stride_xm` passes what an
+# int32 holds (the traps table after exercise 3 shows when).
 
 # %%
 @triton.jit
 def rms_norm_kernel(x_ptr, g_ptr, out_ptr, n_cols, eps, stride_xm, stride_xn, stride_om,
                     BLOCK_N: tl.constexpr):
     """out[row] = x[row] / sqrt(mean(x[row]^2) + eps) * g, the whole row in registers."""
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride_xm can pass the int32 limit, 2^31 - 1
     offs = tl.arange(0, BLOCK_N)
     mask = offs < n_cols
     x = tl.load(x_ptr + row * stride_xm + offs * stride_xn, mask=mask, other=0.0).to(tl.float32)
@@ -224,15 +226,16 @@ rows = compare("rmsnorm", rms_benches)
 #   zeros, which is what such a row should contribute, and keeps NaN out of the loss. Use 0 in place
 #   of a `-inf` max (then every $e^{x - 0}$ is 0), and 1 in place of a zero sum (then $0 / 1 = 0$).
 #   For any other row the sum is at least 1: the max contributes $e^0$.
-# - **strides**: element `(row, j)` of `x` is at `x_ptr + row * stride_xm + j * stride_xn`; the
-#   output is contiguous.
+# - **strides**: element `(row, j)` of `x` is at `x_ptr + row * stride_xm + j * stride_xn`, with
+#   `row` an int64 as in `rms_norm_kernel`; the output is contiguous.
 
 # %% tags=["exercise"]
 @triton.jit
 def softmax_rows_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
     """Softmax of row program_id(0) of x, its n_cols <= BLOCK_N values held in registers."""
     # YOUR CODE HERE:
-    # 1. load the row (masked lanes: other=-float("inf")) and convert it to float32;
+    # 1. row = tl.program_id(0).to(tl.int64); load the row (masked lanes: other=-float("inf")) and
+    #    convert it to float32;
     # 2. m = its max (tl.max(x, axis=0)), with 0 where m is -inf (tl.where);
     # 3. e = tl.exp(x - m) and l = its sum, with 1 where l is 0;
     # 4. store e / l, converted with .to(out_ptr.dtype.element_ty), masked.
@@ -441,6 +444,7 @@ check("online_softmax_torch", online_softmax_torch)
 def softmax_tiled_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK: tl.constexpr):
     """Softmax of row program_id(0), any length: pass 1 finds its max and sum tile by tile, pass 2 writes."""
     # YOUR CODE HERE:
+    # the row: tl.program_id(0).to(tl.int64), as in exercise 1
     # pass 1: for each tile, load x (other=-float("inf")) as float32, then per lane
     #         m_new = max(m, x); safe = where(m_new == -inf, 0, m_new);
     #         l = l * exp(m - safe) + exp(x - safe); m = m_new
@@ -494,9 +498,10 @@ print(f"in units of the matrix: read {tiled.bytes_loaded / xt.nbytes:.0f}x, "
 # | `-inf` entries | none: $e^{-\infty} = 0$ | load masked lanes as `-inf` |
 # | all `-inf` so far, or a fully masked row | $-\infty - (-\infty)$ = NaN | a safe max (0), a safe sum (1) |
 # | float16 inputs | sums lose their low digits | accumulate in float32 |
+# | more than 2^31 elements | `row * stride_xm` wraps in int32: a negative offset | the row index in int64 |
 #
-# The last one is easy to underestimate. float16 has 11 significant bits, so above 2048 its spacing is
-# 2, and adding a 1 changes nothing:
+# The float16 one is easy to underestimate. float16 has 11 significant bits, so above 2048 its
+# spacing is 2, and adding a 1 changes nothing:
 
 # %%
 acc16 = torch.tensor(2048.0, dtype=torch.float16)
@@ -506,6 +511,21 @@ print("exp(12) in float16:", torch.exp(torch.tensor(12.0, dtype=torch.float16)).
 # %% [markdown]
 # A float16 running sum of a few thousand probabilities drifts for the same reason. The kernels in this
 # lesson load float16, compute and accumulate in float32, and round once, when they store.
+#
+# The last trap is in the addresses, not the values. `tl.program_id(0)` is an int32, and so is
+# a stride that fits in one, so their product is computed in int32 and wraps past 2^31 − 1. A logits
+# matrix of 32k tokens by a 128k vocabulary has 2^32 elements, and fits on one GPU; from row 16,384 on,
+# the row's offset wraps negative, and the kernel reads and writes the wrong memory:
+
+# %%
+n_vocab, row = 131072, torch.tensor(16384, dtype=torch.int32)   # 32k x 128k logits: row 16,384 of 32,768
+print("row * stride in int32:", (row * n_vocab).item())
+print("row * stride in int64:", (row.to(torch.int64) * n_vocab).item())
+
+# %% [markdown]
+# The kernels of this lesson turn the row index into an int64 first (`tl.program_id(0).to(tl.int64)`);
+# the product is then an int64. A 16k x 128k matrix (2^31 elements) still just fits in int32 offsets;
+# any larger, and the int32 version fails silently or with an illegal address.
 #
 # ## Autotuning the tile size
 #
@@ -620,7 +640,7 @@ def rmsnorm_linear_kernel(x_ptr, g_ptr, w_ptr, out_ptr, M, N, K, eps,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """One (BLOCK_M, BLOCK_N) tile of rms_norm(x) * g @ w.T; the normalized x never leaves registers."""
     # YOUR CODE HERE:
-    # 1. pid_m, pid_n from tl.program_id(0) and tl.cdiv(N, BLOCK_N); offs_m, offs_n, offs_k;
+    # 1. pid_m, pid_n from tl.program_id(0) and tl.cdiv(N, BLOCK_N); offs_m, offs_n (.to(tl.int64)), offs_k;
     # 2. acc = zeros (BLOCK_M, BLOCK_N) float32, sum_sq = zeros (BLOCK_M,) float32;
     # 3. for k0 in range(0, K, BLOCK_K): load the x tile, the gamma slice and the w.T tile (masked);
     #    sum_sq += sum of x*x along axis 1 (in float32); acc = tl.dot((x * gamma).to(x.dtype), w, acc);
@@ -655,28 +675,38 @@ check("rmsnorm_linear", rmsnorm_linear)
 #
 # $$\frac{\text{time saved}}{\text{time of the matmul}} = \frac{4MK / B}{2MNK / P} = \frac{2P}{N B}.$$
 #
-# $M$ and $K$ cancel: only the output width $N$ and the device's ratio $P/B$ matter. With the course's
-# H200 baselines (cuBLAS bf16 at 680 TFLOP/s, a copy at 4.3 TB/s):
+# $M$ and $K$ cancel: only the output width $N$ and the device's ratio $P/B$ matter. For $P$ and $B$,
+# take what `make bench` measured: cuBLAS's bf16 matmul on activations normalized in advance (the
+# best of the shapes below), and the copy ceiling of the same run.
 
 # %%
-def fusion_saving(N, tflops=680, tbps=4.3):
+def fusion_saving(N, tflops, tbps):
     """Fraction of the matmul's time that the unfused pair spends on the normalized activations."""
     return 2 * tflops * 1e12 / (N * tbps * 1e12)
 
 
-for n in (512, 1024, 4096, 14336):
-    print(f"N = {n:>5}: the unfused round trip costs {100 * fusion_saving(n):5.1f}% of the matmul's time")
+here = torch.cuda.get_device_name() if ON_GPU else None
+alone, where = recorded_rows("rmsnorm_linear", here if here in recorded_devices() else None)
+alone = [r for r in alone if r["impl"].startswith("matmul alone")]
+if alone:
+    P, B = max(r["tflops"] for r in alone), alone[0]["copy_gbps"] / 1000
+    print(f"P = {P:.0f} TFLOP/s, B = {B:.2f} TB/s, {where}")
+    for n in (512, 1024, 4096, 14336):
+        print(f"N = {n:>5}: the unfused round trip costs {fusion_saving(n, P, B):6.1%} of the matmul's time")
+else:
+    print(where)
 
 # %% [markdown]
 # So:
 # - **Wide outputs** (N = 4,096 and up, as in a square projection or an MLP's up-projection): the
-#   matmul dominates and the best a fusion can win is a few percent, and only if the fused kernel is
-#   as fast a matmul as cuBLAS. A Triton matmul that also scales `x` in registers before each `tl.dot`
-#   can easily lose more than that. Here the fusion does not pay by itself.
+#   matmul dominates and the best a fusion can win is the small share printed above, and only if the
+#   fused kernel is as fast a matmul as cuBLAS. A Triton matmul that also scales `x` in registers
+#   before each `tl.dot` can easily lose more than that. Here the fusion does not pay by itself.
 # - **Narrow outputs** (N of 512 to 1,024, such as the K and V projections of grouped-query attention):
 #   the normalized activations cost as much as a large fraction of the matmul; the fusion can pay.
 # - **Small M** (decoding, a few tokens): the matmul is bound by reading `w`, and `x` is tiny; the
-#   fusion saves one launch, a few microseconds, which matters at batch 1 and little otherwise.
+#   fusion saves one launch (lesson 01 measured what one costs), which matters at batch 1 and little
+#   otherwise.
 # - **Training**: the backward pass needs the normalized activations (or recomputes them), so the
 #   write the fusion avoids often comes back.
 #
@@ -710,35 +740,53 @@ rows = compare("rmsnorm_linear", fused_benches)
 # above; the recorded figures come from `solutions/`, where the launcher autotunes the tiles for large
 # problems, and add a second Triton version described below.
 #
-# ### What we measured, and why the fused kernel loses here
+# The same rows set against the matmul alone: for each version, its time and what it costs on top
+# of that matmul (the live run first on a GPU, then every GPU recorded; only the recording has the
+# second Triton version).
+
+# %%
+ALONE = "matmul alone (x normed in advance)"
+
+
+def against_matmul_alone(rows, title):
+    """Per shape: each version's time, and how much longer it takes than the matmul alone."""
+    print(title)
+    for label in dict.fromkeys(r["label"] for r in rows):
+        at = {r["impl"]: r for r in rows if r["label"] == label}
+        alone = at.pop(ALONE)
+        print(f"  {label}: the matmul alone takes {alone['ms']:.3f} ms")
+        for impl, r in at.items():
+            print(f"  {impl:>38}: {r['ms']:.3f} ms, {r['ms'] - alone['ms']:+.3f} ms on top of it")
+
+
+if ON_GPU:
+    against_matmul_alone(rows, f"measured now on {torch.cuda.get_device_name()}:")
+for device in recorded_devices():
+    recorded, where = recorded_rows("rmsnorm_linear", device)
+    if recorded:
+        against_matmul_alone(recorded, where + ":")
+
+# %% [markdown]
+# ### What the measurements show, and why the fused kernel loses here
 #
-# When this lesson was written we measured, on one H200 (torch 2.11, Triton 3.6, bf16, M = 8192,
-# K = 4096, medians of `do_bench`; the copy ran at 4,251 GB/s):
+# Read what each line costs on top of the matmul. The `F.rms_norm + matmul` and
+# `torch.compile(both)` lines are what an unfused pair pays for the round trip of the normalized
+# activations (and a launch): that is all any fusion could win against them. The fused kernel of
+# exercise 4 pays far more than that on top of the matmul, because it is a slower matmul:
 #
-# | | N = 4096 | N = 1024 |
-# |---|---|---|
-# | cuBLAS matmul alone, on activations normalized in advance | 0.349 ms (788 TFLOP/s) | 0.098 ms (700) |
-# | `F.rms_norm` + matmul | 0.431 ms (637) | 0.140 ms (491) |
-# | `torch.compile` of both | 0.385 ms (714) | 0.130 ms (529) |
-# | the fused kernel of exercise 4, best of five tile shapes | 0.777 ms (354) | 0.199 ms (346) |
-# | Triton: a 1/rms pass, then a matmul that scales rows in its epilogue | 0.461 ms (597) | 0.148 ms (465) |
+# - **Its prologue.** The "1/rms pass + matmul epilogue" version differs from the fused kernel mainly
+#   in that `x` goes to `tl.dot` exactly as loaded ($\gamma$ is folded into the weights once, at load time,
+#   and 1/rms comes from a separate pass over `x` that writes M floats). Without the multiply and the
+#   squares done in registers on every tile (and with the separate pass over `x` included), it comes
+#   much closer to the matmul alone. On Hopper GPUs a fast matmul has the tensor cores read their
+#   operands straight from shared memory, loaded several steps ahead; an operand that must first be
+#   rewritten in registers is the likely cause of the loss.
+# - **The matmul itself.** Even that version costs more on top of the matmul alone than
+#   `F.rms_norm + matmul` does: a Triton matmul written this simply is slower than the library's, by
+#   more than the whole round trip the fusion saves.
 #
-# The unfused pair costs 0.08 ms (N = 4096) and 0.04 ms (N = 1024) more than the matmul alone: that
-# is all any fusion could win. The fused kernel gives far more back, because it is a slower matmul:
-#
-# - **Its prologue.** The last row's matmul differs from the fused kernel only in that `x` goes to
-#   `tl.dot` exactly as loaded ($\gamma$ is folded into the weights once, at load time, and 1/rms
-#   comes from a separate pass over `x` that writes M floats). Without the multiply and the squares
-#   done in registers on every tile (and with the separate pass over `x` included), it ran at
-#   597 TFLOP/s instead of 354. On Hopper GPUs a fast matmul has the tensor cores read their operands
-#   straight from shared memory, loaded several steps ahead; an operand that must first be rewritten
-#   in registers is the likely cause of the loss.
-# - **The matmul itself.** Even that version trails cuBLAS alone by 0.11 ms at N = 4096 (597 against
-#   788 TFLOP/s): a Triton matmul written this simply is slower than the library's, by more than the
-#   whole round trip the fusion saves.
-#
-# So, on this GPU, `F.rms_norm` + cuBLAS (or `torch.compile` of the pair, faster still) is the right
-# choice at these shapes. The fusion pays where the saved round trip is large
+# So, on the GPU recorded, `F.rms_norm` + cuBLAS (or `torch.compile` of the pair, faster still) is the
+# right choice at these shapes. The fusion pays where the saved round trip is large
 # next to the matmul (narrow N, many rows) *and* the fused kernel keeps its matmul as fast as the
 # library's: keep the operands untouched in the main loop and do the normalization in the epilogue,
 # on top of a matmul tuned for the GPU. `rmsnorm_linear_epilogue` in `solutions/` is that design.
@@ -756,7 +804,8 @@ rows = compare("rmsnorm_linear", fused_benches)
 #   compute in float32 whatever the storage type.
 # - RMSNorm fuses into the next matmul by scaling the accumulator in the epilogue. The most it saves
 #   is about $2P/(NB)$ of the matmul's time, so only narrow outputs stand to gain, and only if the
-#   fused kernel's matmul stays as fast as the library's: on an H200 ours did not, and lost.
+#   fused kernel's matmul stays as fast as the library's: in the course's H200 recording ours did
+#   not, and lost.
 # - The autotuner times every config on the first call per key and remembers the winner in memory;
 #   choose its key with care.
 

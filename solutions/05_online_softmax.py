@@ -23,9 +23,9 @@ MAX_ROW_BLOCK = 16384
 def row_warps(block):
     """Warps for a program that holds `block` values of one row: 16 values per thread, up to 16 warps.
 
-    Measured on an H200 for rows of 1,024 to 16,384 values: fewer warps leave too few loads in
-    flight; more make programs too small to keep the memory busy (a float16 row of 4,096 on 16 warps
-    ran at 0.80 of the copy bandwidth, on 8 warps at 0.95).
+    Chosen by timing rows of 1,024 to 16,384 values on an H200 (`make bench` does not record that
+    sweep): fewer warps leave too few loads in flight; more make programs too small to keep the
+    memory busy.
     """
     return min(16, max(2, block // 512))
 
@@ -37,7 +37,7 @@ def row_warps(block):
 def rms_norm_kernel(x_ptr, g_ptr, out_ptr, n_cols, eps, stride_xm, stride_xn, stride_om,
                     BLOCK_N: tl.constexpr):
     """out[row] = x[row] / sqrt(mean(x[row]^2) + eps) * g, the whole row in registers."""
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride_xm can pass the int32 limit, 2^31 - 1
     offs = tl.arange(0, BLOCK_N)
     mask = offs < n_cols
     x = tl.load(x_ptr + row * stride_xm + offs * stride_xn, mask=mask, other=0.0).to(tl.float32)
@@ -64,7 +64,7 @@ def rms_norm_rows(x, gamma, eps=1e-6):
 @triton.jit
 def softmax_rows_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK_N: tl.constexpr):
     """Softmax of row program_id(0) of x, its n_cols <= BLOCK_N values held in registers."""
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride_xm can pass the int32 limit, 2^31 - 1
     offs = tl.arange(0, BLOCK_N)
     mask = offs < n_cols
     # Lanes past the end load -inf: they leave the max alone and add exp(-inf) = 0 to the sum.
@@ -118,7 +118,7 @@ def online_softmax_torch(x, chunk):
 @triton.jit
 def softmax_tiled_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK: tl.constexpr):
     """Softmax of row program_id(0), any length: pass 1 finds its max and sum tile by tile, pass 2 writes."""
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)  # int64: row * stride_xm can pass the int32 limit, 2^31 - 1
     x_row = x_ptr + row * stride_xm
     out_row = out_ptr + row * stride_om
     offs = tl.arange(0, BLOCK)
@@ -195,8 +195,8 @@ def rmsnorm_linear_kernel(x_ptr, g_ptr, w_ptr, out_ptr, M, N, K, eps,
     pid = tl.program_id(0)
     n_tiles_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = pid // n_tiles_n, pid % n_tiles_n   # neighbouring programs share rows of x
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # int64: offs_m * stride_xm and
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)  # offs_n * stride_wn may pass 2^31
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -254,7 +254,7 @@ def rmsnorm_linear(x, gamma, w, eps=1e-6):
 def inv_rms_kernel(x_ptr, inv_ptr, n_rows, n_cols, eps, stride_xm, stride_xn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """inv[row] = 1 / sqrt(mean(x[row]^2) + eps) for BLOCK_M rows, walking them BLOCK_N columns at a time."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # rows * stride_xm: int64
     sum_sq = tl.zeros((BLOCK_M,), tl.float32)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -272,8 +272,8 @@ def matmul_row_scale_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
     pid = tl.program_id(0)
     n_tiles_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = pid // n_tiles_n, pid % n_tiles_n
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # int64: offs_m * stride_xm and
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)  # offs_n * stride_wn may pass 2^31
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
