@@ -168,7 +168,8 @@ chain_rows = compare("fused_chain", chain_benches)
 for row in chain_rows:
     if row["impl"].startswith("torch eager"):
         fused_row = next(r for r in chain_rows if r["size"] == row["size"])  # the fused kernel, first
-        print(f"{row['label']}: eager reaches {row['gbps'] / fused_row['gbps']:.2f}x the rate of {fused_row['impl']}")
+        ratio = row["gbps"] / fused_row["gbps"]
+        print(f"{row['label']}: eager reaches {ratio:.2f}x the rate of {fused_row['impl']}")
 
 # %% [markdown]
 # GB/s is computed from the bytes the *fused* kernel must move (3·MN elements) for every row, so it
