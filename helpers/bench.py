@@ -32,8 +32,8 @@ from helpers import solutions
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "helpers" / "recorded" / "bench"   # one JSON file per GPU
 FIGURES = ROOT / "notebooks" / "figures"
-# Without a GPU the lessons show this GPU's figures first, then the others recorded.
-PREFERRED = ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
+# Without a GPU the lessons show this GPU's figures first (the prose reads them), then the others recorded.
+PREFERRED = ("NVIDIA H200", "NVIDIA H100 80GB HBM3")
 
 
 @dataclasses.dataclass

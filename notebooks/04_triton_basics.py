@@ -581,8 +581,9 @@ epilogue_verdict(timings)
 # %% [markdown]
 # Read it row by row. Against the eager chain the fusion saves two round trips of C and two launches.
 # Against addmm + GELU it saves only one round trip (addmm already folds the bias into cuBLAS's
-# matmul), and in the H200 recording that is not enough: the fused kernel wins at one shape, by a
-# hair, and loses at the others (the counts above). Two things decide it:
+# matmul), and in the recordings that is a close call: the two stay within a few percent of each
+# other, and which one wins changes with the shape and with the GPU (the counts above). Two things
+# decide it:
 #
 # - **The main loop.** The fused kernel is your matmul with a few lines added, and cuBLAS's matmul is
 #   faster than the course's (the ratios printed after exercise 3). The epilogue's saving comes on top

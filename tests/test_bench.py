@@ -25,7 +25,7 @@ def test_each_gpu_has_its_own_file_and_every_row_names_it(folder, monkeypatch):
     _save_on(monkeypatch, "NVIDIA H200", ["a", "b"], 4200.0)
     _save_on(monkeypatch, "NVIDIA H100 80GB HBM3", ["a"], 3000.0)
     assert sorted(p.name for p in folder.glob("*.json")) == ["nvidia-h100-80gb-hbm3.json", "nvidia-h200.json"]
-    assert bench.recorded_devices() == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]  # the preferred GPU first
+    assert bench.recorded_devices() == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]  # the preferred GPU first
     for device, copy in (("NVIDIA H200", 4200.0), ("NVIDIA H100 80GB HBM3", 3000.0)):
         for row in bench.recorded(device)["results"]:
             assert row["device"] == device and row["copy_gbps"] == copy
@@ -49,4 +49,4 @@ def test_without_a_gpu_compare_shows_every_recorded_gpu(folder, monkeypatch, cap
     rows = bench.compare("a", lambda: [])
     out = capsys.readouterr().out
     assert "recorded on NVIDIA H100 80GB HBM3" in out and "recorded on NVIDIA H200" in out
-    assert rows[0]["device"] == "NVIDIA H100 80GB HBM3"
+    assert rows[0]["device"] == "NVIDIA H200"
