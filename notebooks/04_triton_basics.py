@@ -606,26 +606,13 @@ epilogue_verdict(timings)
 # answers questions no timing can: are the loads vectorised, did `tl.dot` become tensor-core
 # instructions, how many registers does a thread use, did anything spill to memory?
 #
-# The helper below picks, for each stage, the first line that holds each thing worth looking for
-# (`LOOK_FOR`), and counts the lines that hold it.
+# `compiled_excerpt` (in `helpers/compiled.py`) picks, for each stage, the first line that holds each
+# thing worth looking for (`LOOK_FOR`, shown below), and counts the lines that hold it.
 
 # %%
-LOOK_FOR = {"ttir": ("tt.load", "tt.dot"),                                  # the loads, the matmul
-            "ttgir": ("local_alloc", "async_copy", "warp_group_dot", "tt.dot"),  # shared memory, copies
-            "ptx": ("cp.async", "wgmma.mma_async", "mma.sync", "ld.global")}    # the instructions
+from helpers.compiled import LOOK_FOR, compiled_excerpt
 
-
-def compiled_excerpt(kernel):
-    """Registers, spills, shared memory, and the first line of each thing to look for, per stage."""
-    regs, spills = getattr(kernel, "n_regs", "?"), getattr(kernel, "n_spills", "?")
-    lines = [f"registers per thread: {regs}, spilled: {spills}, shared memory: {kernel.metadata.shared} B"]
-    for stage, needles in LOOK_FOR.items():
-        code = kernel.asm[stage].splitlines()
-        lines.append(f"--- {stage}: the first line of each, [how many lines hold it]")
-        for needle in needles:
-            found = [ln.strip() for ln in code if needle in ln]
-            lines.append(f"{needle} [{len(found)}]: {found[0][:130] if found else '(none)'}")
-    return "\n".join(lines)
+LOOK_FOR
 
 
 # %% [markdown]

@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from helpers.bench import Bench
+from helpers.compiled import compiled_excerpt
 from helpers.device import pick
 
 # ---------------------------------------------------------------- a 2-D kernel over strided tensors
@@ -206,25 +207,6 @@ def benchmarks():
 
 
 # ---------------------------------------------------------------- on a GPU: check, time, read the code
-
-
-# What the notebook's excerpt looks for in each stage of the compiled code.
-LOOK_FOR = {"ttir": ("tt.load", "tt.dot"),
-            "ttgir": ("local_alloc", "async_copy", "warp_group_dot", "tt.dot"),
-            "ptx": ("cp.async", "wgmma.mma_async", "mma.sync", "ld.global")}
-
-
-def compiled_excerpt(kernel):
-    """Registers, spills, shared memory, and the first line of each thing to look for, per stage."""
-    regs, spills = getattr(kernel, "n_regs", "?"), getattr(kernel, "n_spills", "?")
-    lines = [f"registers per thread: {regs}, spilled: {spills}, shared memory: {kernel.metadata.shared} B"]
-    for stage, needles in LOOK_FOR.items():
-        code = kernel.asm[stage].splitlines()
-        lines.append(f"--- {stage}: the first line of each, [how many lines hold it]")
-        for needle in needles:
-            found = [ln.strip() for ln in code if needle in ln]
-            lines.append(f"{needle} [{len(found)}]: {found[0][:130] if found else '(none)'}")
-    return "\n".join(lines)
 
 
 def record_artifacts(folder):

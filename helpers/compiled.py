@@ -1,0 +1,27 @@
+"""Reading what Triton compiled: the few lines of each stage worth looking at.
+
+A compiled kernel (what `kernel[grid](...)` returns on a GPU) carries its code at every stage in
+`kernel.asm`: `ttir` (Triton's IR), `ttgir` (the same with GPU layouts), `llir`, `ptx` and the
+binary. `compiled_excerpt` prints the kernel's registers, spills and shared memory, and for each
+stage the first line holding each thing in `LOOK_FOR`, with how many lines hold it.
+"""
+
+# What to look for in each stage: the loads and the matmul, then shared memory and asynchronous
+# copies, then the instructions themselves (wgmma is Hopper's tensor-core matmul, mma.sync the
+# older one; ld.global is a plain load from memory).
+LOOK_FOR = {"ttir": ("tt.load", "tt.dot"),
+            "ttgir": ("local_alloc", "async_copy", "warp_group_dot", "tt.dot"),
+            "ptx": ("cp.async", "wgmma.mma_async", "mma.sync", "ld.global")}
+
+
+def compiled_excerpt(kernel, look_for=LOOK_FOR):
+    """Registers, spills, shared memory, and the first line of each thing to look for, per stage."""
+    regs, spills = getattr(kernel, "n_regs", "?"), getattr(kernel, "n_spills", "?")
+    lines = [f"registers per thread: {regs}, spilled: {spills}, shared memory: {kernel.metadata.shared} B"]
+    for stage, needles in look_for.items():
+        code = kernel.asm[stage].splitlines()
+        lines.append(f"--- {stage}: the first line of each, [how many lines hold it]")
+        for needle in needles:
+            found = [ln.strip() for ln in code if needle in ln]
+            lines.append(f"{needle} [{len(found)}]: {found[0][:130] if found else '(none)'}")
+    return "\n".join(lines)
