@@ -8,7 +8,10 @@ has an *arithmetic intensity* of flops / bytes (FLOP per byte). No kernel runs f
 which, drawn against intensity on log-log axes, is a roof: a slope (memory-bound) that meets a
 flat ceiling (compute-bound) at the *ridge point*, intensity = peak / bandwidth.
 
-The chip figures below are NVIDIA's datasheet numbers (dense, no sparsity). Measured ceilings
+The chip figures below are NVIDIA's published numbers: peaks (dense, no sparsity), HBM size and
+bandwidth from each GPU's datasheet; SM count, L2 size, register file and shared memory per SM from
+NVIDIA's architecture whitepapers (Ampere GA100, Hopper GH100; the H200 is the same GH100 chip with
+more and faster HBM). On-chip sizes are as NVIDIA writes them (KB = 1024 bytes). Measured ceilings
 (a large copy, cuBLAS's best matmul) come from `helpers/recorded/bench/<gpu>.json` when `make bench`
 has recorded them.
 """
@@ -26,8 +29,11 @@ class Chip:
     name: str
     bandwidth_tbs: float  # HBM bandwidth, TB/s (10**12 bytes per second)
     tflops: dict          # precision -> dense peak TFLOP/s
-    l2_mb: float          # L2 cache, MB
+    l2_mb: float          # L2 cache, MB, one for the whole chip
     sms: int              # streaming multiprocessors
+    register_kb: int      # register file per SM, KB
+    shared_kb: int        # shared memory per SM, KB: the most a program can use of the SM's L1/shared SRAM
+    hbm_gb: int           # device memory (HBM), GB
 
     def ridge(self, precision="fp16"):
         """The intensity (FLOP/byte) above which a kernel can be compute-bound."""
@@ -41,10 +47,12 @@ class Chip:
 # "fp16"/"bf16": tensor cores, dense; "tf32": tensor cores on float32 inputs; "fp32": ordinary
 # float32 units (what elementwise code and a float32 matmul without TF32 use).
 CHIPS = {
-    "H100 SXM": Chip("H100 SXM", 3.35, {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp32": 66.9}, 50, 132),
-    "H200": Chip("H200 SXM", 4.8, {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp32": 66.9}, 50, 132),
+    "H100 SXM": Chip("H100 SXM", 3.35, {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp32": 66.9}, 50, 132,
+                     register_kb=256, shared_kb=228, hbm_gb=80),
+    "H200": Chip("H200 SXM", 4.8, {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp32": 66.9}, 50, 132,
+                 register_kb=256, shared_kb=228, hbm_gb=141),
     "A100 SXM": Chip("A100 SXM 80GB", 2.039, {"fp16": 312.0, "bf16": 312.0, "tf32": 156.0, "fp32": 19.5},
-                     40, 108),
+                     40, 108, register_kb=256, shared_kb=164, hbm_gb=80),
 }
 
 PRECISION_NAMES = {"fp16": "fp16 tensor cores", "bf16": "bf16 tensor cores",
@@ -72,6 +80,25 @@ def chip_table(precisions=("fp16", "fp32")):
         row += "".join(f"{chip.tflops[p]:>15.1f}{chip.ridge(p):>7.0f}" for p in precisions)
         lines.append(row)
     lines.append("(ridge: FLOP per byte where the bandwidth slope meets the compute ceiling)")
+    return "\n".join(lines)
+
+
+def memory_table(chips=("H100 SXM", "H200")):
+    """The memory levels of `chips` (CHIPS keys), nearest the arithmetic first, as a text table."""
+    chips = [CHIPS[name] for name in chips]
+    rows = [
+        ("registers", "per SM", [f"{c.register_kb} KB" for c in chips]),
+        ("", "all SMs", [f"{c.register_kb * c.sms / 1024:.0f} MB" for c in chips]),
+        ("shared memory", "per SM, at most", [f"{c.shared_kb} KB" for c in chips]),
+        ("", "all SMs", [f"{c.shared_kb * c.sms / 1024:.0f} MB" for c in chips]),
+        ("L2 cache", "one, for all SMs", [f"{c.l2_mb:.0f} MB" for c in chips]),
+        ("HBM", "device memory", [f"{c.hbm_gb} GB" for c in chips]),
+        ("HBM bandwidth", "datasheet", [f"{1000 * c.bandwidth_tbs:.0f} GB/s" for c in chips]),
+    ]
+    lines = [f"{'level':<15}{'where':<18}" + "".join(f"{c.name:>12}" for c in chips),
+             f"{'SMs':<15}{'':<18}" + "".join(f"{c.sms:>12}" for c in chips)]
+    lines += [f"{level:<15}{where:<18}" + "".join(f"{v:>12}" for v in values)
+              for level, where, values in rows]
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@
 # - what the host (CPU) and the device (GPU) each do, and what a *launch* is;
 # - how a Triton kernel splits work into a *grid of programs*, each owning a block of elements;
 # - why the last block needs a *mask*, and what happens without one;
+# - why programs run in any order, and where their data lives (registers, shared memory, L2, HBM);
 # - how the same vector add looks in CUDA C++;
 # - why thousands of tiny kernels are slow (launch overhead);
 # - when writing a custom kernel is worth it.
@@ -185,6 +186,67 @@ def add(x, y):
 check("vector_add", add)
 
 # %% [markdown]
+# ## How the programs of a grid run
+#
+# The GPU hands the programs of a launch to its SMs. Each SM runs several programs at once, as many
+# as its resources allow (registers and shared memory above all: next section), and takes a new one
+# whenever one finishes, until the grid is done.
+#
+# So the programs of one launch run in **any order**, possibly at the same time, and they **cannot
+# wait for each other**. A program that waited for another could wait forever: there may be more
+# programs than fit on the GPU at once, and the one it waits for may not have started.
+#
+# The only point where the whole grid is in step is the **end of the launch**: the next kernel
+# starts once every program of this one has finished. That is why each program here writes its own
+# block and reads nothing another program writes. A result that needs every program's work, such as
+# the sum of a whole vector, takes a second launch, or atomic additions (lesson 06) that combine the
+# programs' parts without waiting.
+
+# %% [markdown]
+# ## Where the data lives
+#
+# A GPU has several levels of memory. The nearer a level sits to the arithmetic, the faster and the
+# smaller it is:
+#
+# - **registers**: private to each thread. The block that `tl.load` returns lives here, and so do
+#   the values computed from it.
+# - **shared memory**: on each SM, shared by the threads of one program. Triton stages tiles through
+#   it for you (lesson 04's matmul).
+# - **L2 cache**: one for the whole chip, shared by every SM. It keeps recently used data from HBM.
+# - **HBM**: the device memory, where tensors live. A kernel's loads are served from here, unless L2
+#   still holds the data.
+#
+# The next cell prints the sizes from NVIDIA's published figures for the two GPUs this course was
+# measured on, and below them the copy ceiling that `make bench` measured on each.
+
+# %%
+from helpers.bench import copy_ceiling, recorded, recorded_devices
+from helpers.roofline import chip_for, memory_table
+
+print(memory_table(("H100 SXM", "H200")))
+print("\nHBM copy ceiling, measured (bytes read + bytes written by a large copy):")
+for device in recorded_devices():
+    measured, chip = recorded(device)["copy_gbps"], chip_for(device)
+    versus = f", {100 * measured / (1000 * chip.bandwidth_tbs):.0f}% of the datasheet" if chip else ""
+    print(f"  {device}: {measured:.0f} GB/s{versus} (recorded by make bench)")
+if ON_GPU:
+    print(f"  {torch.cuda.get_device_name()}: {copy_ceiling():.0f} GB/s (measured now)")
+
+# %% [markdown]
+# Read the sizes first. All the registers and shared memory of the chip add up to tens of
+# megabytes, and L2 to 50 MB; HBM holds over a thousand times as much. Any tensor of real size
+# lives in HBM, and a kernel that reads it once must stream it from there.
+#
+# Then the bandwidth. The datasheets give none for registers, shared memory or L2; they are on the
+# chip and far faster than HBM. HBM's is printed, and a real copy reaches only part of it, as the
+# percentages show. The course measures memory-bound kernels against that measured copy, not the
+# datasheet.
+#
+# Much of what follows is keeping data in the fast levels: fusion keeps intermediates in registers
+# (lesson 02), a matmul reuses tiles from shared memory (lesson 04), FlashAttention never sends its
+# big intermediate to HBM (lesson 06).
+
+# %% [markdown]
 # ## The same kernel in CUDA C++
 #
 # CUDA, NVIDIA's C++ dialect, works one level lower. A CUDA kernel is written for **one thread**,
@@ -345,6 +407,8 @@ if ms:
 # - A kernel runs on the device; the host launches it asynchronously on a grid of programs.
 # - In Triton each program handles a block: `offs = pid * BLOCK + tl.arange(0, BLOCK)`.
 # - The mask `offs < n` keeps the last block in bounds; without it a GPU reads and writes garbage.
+# - Programs run in any order and cannot wait for each other; only the end of a launch syncs the grid.
+# - Tensors live in HBM; registers, shared memory and L2 are far smaller and faster, on the chip.
 # - Every launch costs the host a fixed time (printed above, per launch): many tiny kernels leave the GPU
 #   waiting.
 # - Custom kernels pay off for uncovered patterns and, above all, fusion.

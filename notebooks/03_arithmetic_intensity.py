@@ -264,6 +264,18 @@ for device in recorded_devices():
 # matmul written the simplest way: each program takes one row of A and a strip of `BLOCK_N` columns
 # of B, and walks along K.
 
+# %% [markdown]
+# The kernel addresses matrices, not vectors. A matrix is stored one row after another, so row `m`
+# of A starts `m * stride_am` elements after `a_ptr`. The **stride** counts the elements from one
+# row to the next (K, for a contiguous A); `stride_ak` counts those from one column to the next
+# (1). So `a_ptr + m * stride_am + offs_k * stride_ak` addresses `BLOCK_K` elements of row `m`:
+# the row's start, plus the column offsets, as in lesson 01.
+#
+# B's load does the same in two dimensions. `offs_k[:, None]` is a column of row indices and
+# `offs_n[None, :]` a row of column indices; added, they broadcast into a `BLOCK_K` × `BLOCK_N` grid
+# of addresses, one per element. The launcher passes the strides PyTorch reports (`*a.stride()`),
+# so the kernel assumes no layout. Lesson 04 teaches strides in full.
+
 # %%
 @triton.jit
 def rowwise_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
