@@ -11,7 +11,8 @@ flat ceiling (compute-bound) at the *ridge point*, intensity = peak / bandwidth.
 The chip figures below are NVIDIA's published numbers: peaks (dense, no sparsity), HBM size and
 bandwidth from each GPU's datasheet; SM count, L2 size, register file and shared memory per SM from
 NVIDIA's architecture whitepapers (Ampere GA100, Hopper GH100; the H200 is the same GH100 chip with
-more and faster HBM). On-chip sizes are as NVIDIA writes them (KB = 1024 bytes). Measured ceilings
+more and faster HBM, and more of its L2 enabled, as the device itself reports). On-chip sizes are as
+NVIDIA writes them (KB = 1024 bytes). Measured ceilings
 (a large copy, cuBLAS's best matmul) come from `helpers/recorded/bench/<gpu>.json` when `make bench`
 has recorded them.
 """
@@ -49,7 +50,10 @@ class Chip:
 CHIPS = {
     "H100 SXM": Chip("H100 SXM", 3.35, {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp32": 66.9}, 50, 132,
                      register_kb=256, shared_kb=228, hbm_gb=80),
-    "H200": Chip("H200 SXM", 4.8, {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp32": 66.9}, 50, 132,
+    # The H200 enables more of GH100's L2 than the H100: it reports 62,914,560 bytes (60 MB), read from
+    # torch.cuda.get_device_properties on the course's H200 (2026-11-22), with 132 SMs, 65,536 registers
+    # and 228 KB of shared memory per SM.
+    "H200": Chip("H200 SXM", 4.8, {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp32": 66.9}, 60, 132,
                  register_kb=256, shared_kb=228, hbm_gb=141),
     "A100 SXM": Chip("A100 SXM 80GB", 2.039, {"fp16": 312.0, "bf16": 312.0, "tf32": 156.0, "fp32": 19.5},
                      40, 108, register_kb=256, shared_kb=164, hbm_gb=80),

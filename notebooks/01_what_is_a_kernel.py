@@ -234,7 +234,7 @@ if ON_GPU:
 
 # %% [markdown]
 # Read the sizes first. All the registers and shared memory of the chip add up to tens of
-# megabytes, and L2 to 50 MB; HBM holds over a thousand times as much. Any tensor of real size
+# megabytes, and L2 to 50 or 60 MB; HBM holds over a thousand times as much. Any tensor of real size
 # lives in HBM, and a kernel that reads it once must stream it from there.
 #
 # Then the bandwidth. The datasheets give none for registers, shared memory or L2; they are on the
