@@ -12,9 +12,8 @@ The chip figures below are NVIDIA's published numbers: peaks (dense, no sparsity
 bandwidth from each GPU's datasheet; SM count, L2 size, register file and shared memory per SM from
 NVIDIA's architecture whitepapers (Ampere GA100, Hopper GH100; the H200 is the same GH100 chip with
 more and faster HBM, and more of its L2 enabled, as the device itself reports). On-chip sizes are as
-NVIDIA writes them (KB = 1024 bytes). Measured ceilings
-(a large copy, cuBLAS's best matmul) come from `helpers/recorded/bench/<gpu>.json` when `make bench`
-has recorded them.
+NVIDIA writes them (KB = 1024 bytes). Measured ceilings (a large copy, cuBLAS's best matmul) come
+from `helpers/recorded/bench/<gpu>.json` when `make bench` has recorded them.
 """
 
 import dataclasses
