@@ -112,11 +112,13 @@ PRUNE = {"early_config_prune": small_problems_one_config}
 
 @triton.jit
 def fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, lo, hi, n_ctx, qk_scale,
-                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr):
+                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                  SOFTCAP: tl.constexpr = 0.0):
     """Stream the K/V tiles lo..hi past one Q block, updating (acc, l_i, m_i) by online softmax.
 
     MASK: "none" (every key valid), "keys" (hide keys >= n_ctx), "causal" (hide keys after the query).
     Scores are kept in base-2 units: s2 = (q . k) * sm_scale * log2(e).
+    SOFTCAP > 0 soft-caps the scores (lesson 07): cap * tanh(score / cap), with SOFTCAP = cap * log2(e).
     """
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
@@ -130,6 +132,9 @@ def fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, lo, hi, n_ctx, qk_scal
             kT = tl.load(kT_ptrs, mask=offs_n[None, :] < n_ctx, other=0.0)
             v = tl.load(v_ptrs, mask=offs_n[:, None] < n_ctx, other=0.0)
         s = tl.dot(q, kT)                                                # (BLOCK_M, BLOCK_N), fp32
+        if SOFTCAP > 0:   # in base-2 units the cap is the same formula: SOFTCAP * tanh(s2 / SOFTCAP)
+            t = s * (qk_scale / SOFTCAP)                                 # tanh(t) = 2 sigmoid(2t) - 1
+            s = (2 * tl.sigmoid(2 * t) - 1) * (SOFTCAP / qk_scale)       # back in q . k units
         if MASK == "keys":
             s = tl.where(offs_n[None, :] < n_ctx, s, float("-inf"))
         if MASK == "causal":
@@ -147,7 +152,8 @@ def fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, lo, hi, n_ctx, qk_scal
 @triton.autotune(configs=FWD_CONFIGS, key=["n_ctx", "HEAD_DIM"], prune_configs_by=PRUNE)
 @triton.jit
 def flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_ctx, qk_scale,
-                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     SOFTCAP: tl.constexpr = 0.0):
     """One program: BLOCK_M query rows of one (batch, head); out and lse for those rows."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1).to(tl.int64)                # int64: B*H*N*D may pass 2**31
@@ -165,9 +171,9 @@ def flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_ctx, qk_scale,
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     n_full = (n_ctx // BLOCK_N) * BLOCK_N             # whole tiles need no mask; the last partial one does
     acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, 0, n_full, n_ctx, qk_scale,
-                                  HEAD_DIM, BLOCK_N, "none")
+                                  HEAD_DIM, BLOCK_N, "none", SOFTCAP)
     acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, n_full, n_ctx, n_ctx, qk_scale,
-                                  HEAD_DIM, BLOCK_N, "keys")
+                                  HEAD_DIM, BLOCK_N, "keys", SOFTCAP)
     out = acc / l_i[:, None]
     tl.store(o_ptr + offs_m[:, None] * HEAD_DIM + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
              mask=row_ok[:, None])
@@ -184,19 +190,23 @@ def _prepare(q, k, v, sm_scale):
     return q.contiguous(), k.contiguous(), v.contiguous(), sm_scale
 
 
-def _forward(kernel, q, k, v, sm_scale):
+def _forward(kernel, q, k, v, sm_scale, **constexprs):
     q, k, v, sm_scale = _prepare(q, k, v, sm_scale)
     B, H, N, D = q.shape
     out = torch.empty_like(q)
     lse = torch.empty(B, H, N, device=q.device, dtype=torch.float32)
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
-    kernel[grid](q, k, v, out, lse, N, sm_scale * LOG2E.value, HEAD_DIM=D)
+    kernel[grid](q, k, v, out, lse, N, sm_scale * LOG2E.value, HEAD_DIM=D, **constexprs)
     return out, lse
 
 
-def flash_forward(q, k, v, sm_scale=None):
-    """Non-causal attention of (B, H, N, D) tensors with the Triton kernel: (out, lse)."""
-    return _forward(flash_fwd_kernel, q, k, v, sm_scale)
+def flash_forward(q, k, v, sm_scale=None, softcap=None):
+    """Non-causal attention of (B, H, N, D) tensors with the Triton kernel: (out, lse).
+
+    softcap: soft-cap the scaled scores at +-softcap (softcap * tanh(score / softcap)), lesson 07.
+    """
+    constexprs = {"SOFTCAP": softcap * LOG2E.value} if softcap else {}
+    return _forward(flash_fwd_kernel, q, k, v, sm_scale, **constexprs)
 
 
 # ---------------------------------------------------------------- exercise 3
