@@ -232,10 +232,10 @@ def _course_softmax():
 
 
 def _course_attention():
-    """Lesson 06's Triton FlashAttention forward, when that lesson's solutions are present."""
+    """Lesson 06's solutions module (its Triton FlashAttention), when it is present."""
     from helpers.solutions import lessons, load_solution
 
-    return load_solution("06").attention if "06" in lessons() else None
+    return load_solution("06") if "06" in lessons() else None
 
 
 def benchmarks():
@@ -256,32 +256,43 @@ def benchmarks():
                     impls=impls)
         del x, impls
 
-    flash = _course_attention()
+    lesson06 = _course_attention()
     compiled_attention = torch.compile(attention_naive, dynamic=False)
     compiled_softcap = torch.compile(attention_softcap, dynamic=False)
     from torch.nn.attention.flex_attention import flex_attention
 
     compiled_flex = torch.compile(flex_attention, dynamic=False)
     H, D = 16, 128
+    qkv_of = lambda B, N: tuple(torch.randn(B, H, N, D, device="cuda", dtype=torch.float16)  # noqa: E731
+                                for _ in range(3))
     for B, N in ((16, 1024), (4, 4096)):
-        q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.float16) for _ in range(3))
-        qkv = (q, k, v)
-        flops = 4 * B * H * N * N * D
-        impls = {"triton FlashAttention (lesson 06)": lambda qkv=qkv: flash(*qkv)} if flash else {}
+        qkv = qkv_of(B, N)
+        impls = {}
+        if lesson06:
+            impls["triton FlashAttention (lesson 06)"] = lambda qkv=qkv: lesson06.attention(*qkv)
         impls.update({"torch.compile(naive)": lambda qkv=qkv: compiled_attention(*qkv),
                       "torch eager naive": lambda qkv=qkv: attention_naive(*qkv),
                       "SDPA (default backend)": lambda qkv=qkv: F.scaled_dot_product_attention(*qkv)})
         if gpu is not None:
-            impls["jax.jit(naive)"] = _jax_impl(attention_naive_jax, gpu, q, k, v)
-        yield Bench("compile_attention", N, bytes=4 * q.nbytes, flops=flops, label=f"B{B} N{N}",
-                    metric="TFLOP/s", impls=impls)
+            impls["jax.jit(naive)"] = _jax_impl(attention_naive_jax, gpu, *qkv)
+        yield Bench("compile_attention", N, bytes=4 * qkv[0].nbytes, flops=4 * B * H * N * N * D,
+                    label=f"B{B} N{N}", metric="TFLOP/s", impls=impls)
+        del qkv, impls
+        torch.cuda.empty_cache()
+
+    for B, N in ((16, 1024), (4, 4096), (1, 16384)):
+        qkv = qkv_of(B, N)
         impls = {"flex_attention (compiled template)":
-                 lambda qkv=qkv: compiled_flex(*qkv, score_mod=_softcap_score_mod),
-                 "torch.compile(naive)": lambda qkv=qkv: compiled_softcap(*qkv),
-                 "torch eager naive": lambda qkv=qkv: attention_softcap(*qkv)}
+                 lambda qkv=qkv: compiled_flex(*qkv, score_mod=_softcap_score_mod)}
+        if lesson06:
+            impls["triton FlashAttention + soft-cap (lesson 06)"] = \
+                lambda qkv=qkv: lesson06.flash_forward(*qkv, softcap=30.0)[0]
+        impls["torch.compile(naive)"] = lambda qkv=qkv: compiled_softcap(*qkv)
+        if N <= 4096:   # eager keeps several N x N tensors alive at once: tens of GB at N = 16384
+            impls["torch eager naive"] = lambda qkv=qkv: attention_softcap(*qkv)
         if gpu is not None:
-            impls["jax.jit(naive)"] = _jax_impl(attention_naive_jax, gpu, q, k, v, cap=30.0)
-        yield Bench("compile_softcap_attention", N, bytes=4 * q.nbytes, flops=flops, label=f"B{B} N{N}",
-                    metric="TFLOP/s", impls=impls)
-        del q, k, v, qkv, impls
+            impls["jax.jit(naive)"] = _jax_impl(attention_naive_jax, gpu, *qkv, cap=30.0)
+        yield Bench("compile_softcap_attention", N, bytes=4 * qkv[0].nbytes, flops=4 * B * H * N * N * D,
+                    label=f"B{B} N{N}", metric="TFLOP/s", impls=impls)
+        del qkv, impls
         torch.cuda.empty_cache()
