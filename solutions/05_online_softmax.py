@@ -116,8 +116,11 @@ def online_softmax_torch(x, chunk):
 
 
 @triton.jit
-def softmax_tiled_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK: tl.constexpr):
-    """Softmax of row program_id(0), any length: pass 1 finds its max and sum tile by tile, pass 2 writes."""
+def softmax_tiled_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK: tl.constexpr,
+                         REVERSE: tl.constexpr = False):
+    """Softmax of row program_id(0), any length: pass 1 finds its max and sum tile by tile, pass 2 writes.
+
+    REVERSE: pass 2 walks the tiles from the last one back (lesson 08's change)."""
     row = tl.program_id(0).to(tl.int64)  # int64: row * stride_xm can pass the int32 limit, 2^31 - 1
     x_row = x_ptr + row * stride_xm
     out_row = out_ptr + row * stride_om
@@ -138,8 +141,10 @@ def softmax_tiled_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om
     l_row = tl.sum(l * tl.exp(m - m_row), axis=0)
     l_row = tl.where(l_row == 0.0, 1.0, l_row)                # fully masked row: outputs 0
     # Pass 2: read the row again and write exp(x - max) / sum.
-    for start in range(0, n_cols, BLOCK):
-        cols = start + offs
+    n_tiles = tl.cdiv(n_cols, BLOCK)
+    for i in range(0, n_tiles):
+        tile = n_tiles - 1 - i if REVERSE else i
+        cols = tile * BLOCK + offs
         mask = cols < n_cols
         x = tl.load(x_row + cols * stride_xn, mask=mask, other=-float("inf")).to(tl.float32)
         tl.store(out_row + cols, (tl.exp(x - m_row) / l_row).to(out_ptr.dtype.element_ty), mask=mask)
