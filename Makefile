@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LESSON ?=
 
-.PHONY: help install lab test test-oldest-triton install-browser-test grade bench review flashcards \
+.PHONY: help install lab test test-oldest-triton install-browser-test grade bench profile review flashcards \
 	progress sync lint clean
 
 help:
@@ -13,6 +13,7 @@ help:
 	@echo "make test     install (first time) and run every test (no GPU needed)"
 	@echo "make grade    re-run your notebooks and print which exercises pass (LESSON=02 for one)"
 	@echo "make bench    time every solution kernel beside its baselines (GPU); without one, print the recorded figures"
+	@echo "make profile  record lesson 08's profiles: torch.profiler, Nsight Compute, proton (GPU)"
 	@echo "make review   drill the flashcards that are due (LESSON=02 for one lesson)"
 	@echo "make progress exercises passed and cards learned, lesson by lesson"
 	@echo "make flashcards  a printable deck in build/flashcards.html (and .pdf)"
@@ -58,6 +59,9 @@ grade: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m helpers.bench $(if $(LESSON),--lesson $(LESSON))
+
+profile: $(STAMP)
+	$(BIN)/python -m helpers.profile
 
 review: $(STAMP)
 	$(BIN)/python -m helpers.review $(if $(LESSON),--lesson $(LESSON))

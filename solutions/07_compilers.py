@@ -288,10 +288,10 @@ def benchmarks():
             impls["triton FlashAttention + soft-cap (lesson 06)"] = \
                 lambda qkv=qkv: lesson06.flash_forward(*qkv, softcap=30.0)[0]
         impls["torch.compile(naive)"] = lambda qkv=qkv: compiled_softcap(*qkv)
-        if N <= 4096:   # eager keeps several N x N tensors alive at once: tens of GB at N = 16384
+        if N <= 4096:   # eager and JAX keep several N x N tensors alive: tens of GB at N = 16384
             impls["torch eager naive"] = lambda qkv=qkv: attention_softcap(*qkv)
-        if gpu is not None:
-            impls["jax.jit(naive)"] = _jax_impl(attention_naive_jax, gpu, *qkv, cap=30.0)
+            if gpu is not None:
+                impls["jax.jit(naive)"] = _jax_impl(attention_naive_jax, gpu, *qkv, cap=30.0)
         yield Bench("compile_softcap_attention", N, bytes=4 * qkv[0].nbytes, flops=4 * B * H * N * N * D,
                     label=f"B{B} N{N}", metric="TFLOP/s", impls=impls)
         del qkv, impls
