@@ -31,6 +31,7 @@ from helpers import DEVICE, ON_GPU, check, describe, pick
 from helpers.bench import ROOT, Bench, compare, recorded
 from helpers.cards import flashcards, self_check
 from helpers.roofline import CHIPS, chip_for, plot, timed_point
+from helpers.solutions import load_solution
 from helpers.traffic import eager_traffic, show_programs, triton_traffic
 
 import matplotlib.pyplot as plt
@@ -347,7 +348,13 @@ for group_m in (1, 8):
 #
 # ### Exercise 3 · The tiled matmul
 #
-# Write `matmul_kernel`. Each program computes one `BLOCK_M x BLOCK_N` tile of `C = A @ B`:
+# Each program computes one `BLOCK_M x BLOCK_N` tile of `C = A @ B`. Write it in two parts. The
+# **mainloop**, `matmul_tile`, computes the program's tile in registers and returns it; the kernel,
+# `matmul_kernel`, calls it and stores the tile. `matmul_tile` is a `@triton.jit` function with no
+# grid of its own: a kernel calls it like a Python function, Triton inlines it, and it may return
+# several values. In exercise 4 a second kernel calls the same mainloop.
+#
+# In `matmul_tile`:
 #
 # 1. Turn `tl.program_id(0)` into `(pid_m, pid_n)` with the grouped order (the grid is 1-D; the
 #    number of tile rows is `tl.cdiv(M, BLOCK_M)`; `min` works inside a kernel).
@@ -358,21 +365,37 @@ for group_m in (1, 8):
 #    in float16 would lose digits over a long K; tensor cores accumulate in float32 at full speed.
 # 4. Loop over `tl.cdiv(K, BLOCK_K)` steps: load both tiles with masks (rows past M, columns past N,
 #    and `k` past K on the last step) and `other=0.0`, so the padding adds nothing; `acc =
-#    tl.dot(a, b, acc)`; move both pointers `BLOCK_K` along K.
-# 5. Store the tile, converted to C's type (`acc.to(c_ptr.dtype.element_ty)`), with a mask.
+#    tl.dot(a, b, acc)`; move both pointers `BLOCK_K` along K. Then `return acc, offs_m, offs_n`:
+#    the tile, and the rows and columns of C it belongs to.
+#
+# In `matmul_kernel`:
+#
+# 5. Call `matmul_tile`, then store the tile, converted to C's type (`acc.to(c_ptr.dtype.element_ty)`),
+#    with a mask.
 #
 # The launcher is written for you; the grid is a function of the chosen config, so that autotuning
 # can change the tile size. The check's sizes are multiples of no block (except one case), and one
 # case has a K of a few thousand, where a float16 accumulator drifts past the tolerance.
 
 # %% tags=["exercise"]
+@triton.jit
+def matmul_tile(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """The mainloop: this program's BLOCK_M x BLOCK_N tile of A @ B, summed in float32.
+
+    Returns (acc, offs_m, offs_n): the tile, still in registers, and the rows and columns of C it is for.
+    """
+    # YOUR CODE HERE: steps 1 to 4 above.
+    pass
+
+
 @triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K"])
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """C = A @ B for one BLOCK_M x BLOCK_N tile of C; A (M, K), B (K, N), C (M, N)."""
-    # YOUR CODE HERE: the five steps above.
+    # YOUR CODE HERE: step 5.
     pass
 
 
@@ -467,9 +490,9 @@ ax = plot(points, chip=chip, precisions=("fp16",))
 #
 # A linear layer followed by an activation is, in eager PyTorch, three kernels: the matmul writes C
 # to memory, the bias add reads it and writes it again, the GELU reads it and writes it once more.
-# In your kernel the tile of C is still in registers after the K loop: adding the bias and applying
-# the activation there, before the single store, costs almost nothing. This is an **epilogue**.
-# Here is what it saves, on a small example:
+# In the matmul the tile of C is still in registers after the K loop: add the bias and apply the
+# activation there, before the single store, and C goes through memory once. This is an
+# **epilogue**. Here is what it saves, on a small example:
 
 # %%
 def linear_gelu_eager(a, b, bias):
@@ -485,10 +508,29 @@ print("eager:", eager)
 print("fused, at least:", 4 * (M * K + K * N + M * N + N), "bytes in 1 kernel")
 
 # %% [markdown]
-# Write `matmul_bias_gelu_kernel`: your matmul, plus the epilogue. Load the tile's `BLOCK_N` bias
-# values (mask them), add them to every row of the accumulator (`acc + bias[None, :]`), apply GELU
-# in float32 with lesson 02's tanh approximation, `x * sigmoid(2u)` with `u = 0.7978845608028654 *
-# (x + 0.044715 x³)`, and store.
+# Exercise 3 split the matmul into its mainloop and a store. When `matmul_tile` returns, `acc` is the
+# program's whole tile of `A @ B`, in registers. Whatever the kernel does to it before the store
+# reads no more of A, B or C: the epilogue only loads `BLOCK_N` bias values per program, and spends a
+# few instructions per element of C, where the mainloop spent `2K` FLOPs. C still goes to memory
+# once. That is why an epilogue is almost free.
+#
+# So that this exercise does not depend on your exercise 3, the next cell loads the course's own
+# mainloop, `course.matmul_tile`. It takes the same arguments as yours and returns the same three
+# values: `acc`, the float32 tile; `offs_m` and `offs_n`, its rows and columns of C (on the last
+# tiles some lie past M or N).
+
+# %%
+course = load_solution("04")   # the course's solutions to this lesson: solutions/04_triton_basics.py
+help(course.matmul_tile.fn)
+
+# %% [markdown]
+# Write `matmul_bias_gelu_kernel`: the mainloop is called for you; write the epilogue. Load the
+# tile's `BLOCK_N` bias values (masked: the last tile column runs past N), add them to every row of
+# the accumulator (`acc + bias[None, :]`), apply GELU in float32 with lesson 02's tanh approximation,
+# `x * sigmoid(2u)` with `u = 0.7978845608028654 * (x + 0.044715 x³)`, convert to C's type and store
+# once, with the 2-D mask. The check holds you to that: a float32 epilogue rounded once at the store
+# (a step done in float16 shows), and one kernel (PyTorch finishing the job after it does not pass,
+# even with the right values).
 
 # %% tags=["exercise"]
 @triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K"])
@@ -498,8 +540,10 @@ def matmul_bias_gelu_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_M: tl.constexpr):
     """C = gelu_tanh(A @ B + bias) for one tile: the epilogue runs in registers, before the one store."""
-    # YOUR CODE HERE: matmul_kernel's body, with the bias and GELU applied to acc before the store.
-    pass
+    acc, offs_m, offs_n = course.matmul_tile(a_ptr, b_ptr, M, N, K,   # the mainloop, given
+                                             stride_am, stride_ak, stride_bk, stride_bn,
+                                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+    # YOUR CODE HERE: the bias and GELU on acc, in float32; then one masked store of the tile.
 
 
 def matmul_bias_gelu(a, b, bias):
@@ -665,6 +709,8 @@ else:
 # - A tiled matmul loads each value of A and B once per tile column or row, not once per output:
 #   the tile size sets the intensity. `tl.dot` runs on tensor cores; accumulate in float32.
 # - Grouped tile order makes each wave of programs share its strips of A and B in L2.
+# - A mainloop written once, as a `@triton.jit` helper that returns the tile, serves every kernel
+#   that needs it; each adds its own epilogue before its store.
 # - An epilogue fused into the matmul (bias, activation, residual) saves whole passes over C; it
 #   pays only when the matmul under it is as fast as the one it replaces, and most when K is short.
 

@@ -1,13 +1,11 @@
 """Lesson 04 solutions: a 2-D kernel over strided tensors, grouped tile order, a tiled matmul, and a
 matmul whose epilogue adds a bias and applies GELU before the single store.
 
-Run this file on a GPU, from the repository's root:
+Both matmul kernels call one mainloop, `matmul_tile`; they differ only in what they do with its tile
+before the store.
 
-    PYTHONPATH=. python3 solutions/04_triton_basics.py
-
-It times the matmuls against cuBLAS, checks every exercise there, and records the excerpt of the
-compiled code that the notebook shows on a CPU (helpers/recorded/04_matmul_compiled.txt; with $OUT
-set, the excerpt and a log go there instead).
+On a GPU, `make bench` times these kernels against cuBLAS (`benchmarks()`) and records the excerpt of
+the compiled code that the notebook shows on a CPU (`record_artifacts`).
 """
 
 import torch
@@ -81,27 +79,27 @@ MATMUL_CONFIGS = pick(
 
 
 @triton.jit
-def _tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """grouped_order, inside a kernel."""
+def matmul_tile(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """The mainloop: this program's BLOCK_M x BLOCK_N tile of A @ B, summed in float32.
+
+    Returns (acc, offs_m, offs_n): the tile, still in registers, and the rows and columns of C it is for.
+    """
+    pid = tl.program_id(0)                        # 1. which tile: grouped order, as in grouped_order
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     per_group = GROUP_M * num_pid_n
     first_m = (pid // per_group) * GROUP_M
     rows = min(num_pid_m - first_m, GROUP_M)
-    return first_m + (pid % per_group) % rows, (pid % per_group) // rows
-
-
-@triton.jit
-def _matmul_tile(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The float32 accumulator of one BLOCK_M x BLOCK_N tile of A @ B, and its row and column offsets."""
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    pid_m = first_m + (pid % per_group) % rows
+    pid_n = (pid % per_group) // rows
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # 2. offsets, and pointers to the first tiles
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak   # (BLOCK_M, BLOCK_K)
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn   # (BLOCK_K, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # 3. a float32 accumulator
+    for k in range(0, tl.cdiv(K, BLOCK_K)):       # 4. walk along K
         k_left = K - k * BLOCK_K                  # the last step may have fewer than BLOCK_K
         a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
         b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
@@ -117,10 +115,9 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """C = A @ B for one BLOCK_M x BLOCK_N tile of C; A (M, K), B (K, N), C (M, N)."""
-    pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc, offs_m, offs_n = _matmul_tile(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                       pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    acc, offs_m, offs_n = matmul_tile(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn   # 5. store, masked
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
@@ -147,9 +144,8 @@ def matmul_bias_gelu_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_M: tl.constexpr):
     """C = gelu_tanh(A @ B + bias) for one tile: the epilogue runs in registers, before the one store."""
-    pid_m, pid_n = _tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc, offs_m, offs_n = _matmul_tile(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                       pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K)
+    acc, offs_m, offs_n = matmul_tile(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)   # the mainloop, as in matmul
     bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
     x = acc + bias[None, :]                                  # one bias value per column
     u = 0.7978845608028654 * (x + 0.044715 * x * x * x)     # sqrt(2/pi) * (x + 0.044715 x^3)

@@ -137,6 +137,30 @@ def test_epilogue_without_bias_or_without_gelu_fails():
         check("matmul_bias_gelu", lambda a, b, bias: lesson04.matmul(a, b) + bias)
 
 
+def _matmul_in_float32(a, b):
+    """The solution's matmul kernel, storing C in float32: no rounding before the epilogue."""
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=torch.float32)
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+    lesson04.matmul_kernel[grid](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride())
+    return c
+
+
+def test_epilogue_run_by_pytorch_fails_though_its_values_pass():
+    def gelu_in_pytorch(a, b, bias):  # float32 throughout, rounded once: only the structure is wrong
+        return torch.nn.functional.gelu(_matmul_in_float32(a, b) + bias, approximate="tanh").to(a.dtype)
+    with pytest.raises(CheckFailed, match="right values, but PyTorch ran .*gelu"):
+        check("matmul_bias_gelu", gelu_in_pytorch)
+
+
+def test_epilogue_in_a_second_kernel_fails():
+    def two_kernels(a, b, bias):  # lesson 02's fused bias + GELU, after the matmul
+        return load_solution("02").bias_gelu(_matmul_in_float32(a, b), bias).to(a.dtype)
+    with pytest.raises(CheckFailed, match="right values, but it launched 2 Triton kernels"):
+        check("matmul_bias_gelu", two_kernels)
+
+
 def test_tiled_matmul_traffic_matches_the_formula():
     M, N, K = 100, 70, 90
     a = torch.randn(M, K, device=DEVICE, dtype=torch.float16)

@@ -52,15 +52,15 @@ WRONG += [
     Wrong("grouped_order", "first row of the group not scaled by group_m", edit(
         "04", "grouped_order", ("first_m = (pid // per_group) * group_m", "first_m = pid // per_group"))),
     Wrong("grouped_order", "column from // group_m instead of // rows", edit(
-        "04", "grouped_order", ("pid_n = (pid % per_group) // rows", "pid_n = (pid % per_group) // group_m"))),
+        "04", "grouped_order", ("pid_n = (pid % per_group) // rows             # ...then",
+                                "pid_n = (pid % per_group) // group_m          # ...then"))),
 ]
 
-# ---------------------------------------------------------------- matmul and matmul_bias_gelu
-# Edits of _matmul_tile and _tile change both kernels: each applies to matmul and to matmul_bias_gelu.
+# ---------------------------------------------------------------- matmul: the mainloop, matmul_tile
 
 _A_LOAD = "a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)"
 _B_LOAD = "b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)"
-_SHARED_SLIPS = {
+_MAINLOOP_SLIPS = {
     "no mask along K": [(_A_LOAD, "a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)"),
                         (_B_LOAD, "b = tl.load(b_ptrs, mask=offs_n[None, :] < N, other=0.0)")],
     "float16 accumulator": [("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
@@ -83,27 +83,50 @@ WRONG += [
     Wrong("matmul", "store without the M mask", edit(
         "04", "matmul", ("tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)",
                          "tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=offs_n[None, :] < N)"))),
-    *[Wrong("matmul", why, edit("04", "matmul", *changes)) for why, changes in _SHARED_SLIPS.items()],
+    *[Wrong("matmul", why, edit("04", "matmul", *changes)) for why, changes in _MAINLOOP_SLIPS.items()],
 ]
+
+# ---------------------------------------------------------------- matmul_bias_gelu: the epilogue
+# The mainloop is given (matmul_tile): every edit below is of the epilogue after it.
+
+_BIAS = "bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)"
+_X = "x = acc + bias[None, :]"
+_GELU = "y = x * tl.sigmoid(2.0 * u)"
+_STORE = "tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask)"
+
+
+def _epilogue(*changes):
+    return edit("04", "matmul_bias_gelu", *changes)
+
+
+def _torch_gelu_after_triton_matmul(a, b, bias):
+    """The bias and GELU in float32, but by PyTorch, after the Triton matmul has stored C."""
+    c = edit("04", "matmul")(a, b)
+    return F.gelu(c.float() + bias.float(), approximate="tanh").to(c.dtype)
+
 
 WRONG += [
     Wrong("matmul_bias_gelu", "pure PyTorch, no kernel",
           lambda a, b, bias: F.gelu(a @ b + bias, approximate="tanh")),
-    Wrong("matmul_bias_gelu", "store without the M mask", edit(
-        "04", "matmul_bias_gelu", ("tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask)",
-                                   "tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=offs_n[None, :] < N)"))),
-    Wrong("matmul_bias_gelu", "one bias value per row, not per column", edit(
-        "04", "matmul_bias_gelu", ("bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)",
-                                   "bias = tl.load(bias_ptr + offs_m, mask=offs_m < M, other=0.0)"),
-        ("x = acc + bias[None, :]", "x = acc + bias[:, None]"))),
-    Wrong("matmul_bias_gelu", "no bias", edit("04", "matmul_bias_gelu", ("x = acc + bias[None, :]", "x = acc"))),
-    Wrong("matmul_bias_gelu", "GELU applied before the bias", edit(
-        "04", "matmul_bias_gelu", ("x = acc + bias[None, :]", "x = acc"),
-        ("y = x * tl.sigmoid(2.0 * u)", "y = x * tl.sigmoid(2.0 * u) + bias[None, :]"))),
-    Wrong("matmul_bias_gelu", "sigmoid(u) instead of sigmoid(2u)", edit(
-        "04", "matmul_bias_gelu", ("y = x * tl.sigmoid(2.0 * u)", "y = x * tl.sigmoid(u)"))),
-    *[Wrong("matmul_bias_gelu", why, edit("04", "matmul_bias_gelu", *_SHARED_SLIPS[why]))
-      for why in ("no mask along K", "float16 accumulator", "pointers never moved along K")],
+    Wrong("matmul_bias_gelu", "PyTorch's bias and GELU after a Triton matmul", _torch_gelu_after_triton_matmul),
+    Wrong("matmul_bias_gelu", "one bias value per row, not per column", _epilogue(
+        (_BIAS, "bias = tl.load(bias_ptr + offs_m, mask=offs_m < M, other=0.0).to(tl.float32)"),
+        (_X, "x = acc + bias[:, None]"))),
+    Wrong("matmul_bias_gelu", "no bias", _epilogue((_X, "x = acc"))),
+    Wrong("matmul_bias_gelu", "GELU applied before the bias", _epilogue(
+        (_X, "x = acc"), (_GELU, "y = x * tl.sigmoid(2.0 * u) + bias[None, :]"))),
+    Wrong("matmul_bias_gelu", "sigmoid(u) instead of sigmoid(2u)", _epilogue((_GELU, "y = x * tl.sigmoid(u)"))),
+    Wrong("matmul_bias_gelu", "GELU through erf, not the tanh form the lesson asks", _epilogue(
+        (_GELU, "y = 0.5 * x * (1.0 + tl.math.erf(0.7071067811865476 * x))"))),
+    Wrong("matmul_bias_gelu", "bias add and GELU's polynomial in float16 (only the sigmoid in float32)", _epilogue(
+        (_BIAS, "bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)"),
+        (_X, "x = acc.to(c_ptr.dtype.element_ty) + bias[None, :]"), (_GELU, "y = x * tl.sigmoid(2.0 * u.to(tl.float32))"))),
+    Wrong("matmul_bias_gelu", "the tile rounded to float16 before the bias add", _epilogue(
+        (_X, "x = acc.to(c_ptr.dtype.element_ty) + bias[None, :]"))),
+    Wrong("matmul_bias_gelu", "store masked on the rows only", _epilogue(
+        (_STORE, "tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=offs_m[:, None] < M)"))),
+    Wrong("matmul_bias_gelu", "store masked on the columns only", _epilogue(
+        (_STORE, "tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=offs_n[None, :] < N)"))),
 ]
 
 
@@ -156,6 +179,9 @@ RIGHT = [
     Right("grouped_order", "divmod, the short group by subtraction", grouped_by_divmod),
     Right("matmul", "other tiles and groups", edit("04", "matmul", *_OTHER_TILES)),
     Right("matmul", "2-D grid in row-major order, pointers rebuilt from k", matmul_2d),
-    Right("matmul_bias_gelu", "other tiles and groups", edit("04", "matmul_bias_gelu", *_OTHER_TILES)),
+    Right("matmul_bias_gelu", "other tiles and groups", _epilogue(*_OTHER_TILES)),
+    Right("matmul_bias_gelu", "the bias loaded as a 1 x BLOCK_N row, GELU as 0.5 x (1 + tanh)", _epilogue(
+        (_BIAS, "bias = tl.load(bias_ptr + offs_n[None, :], mask=offs_n[None, :] < N, other=0.0).to(tl.float32)"),
+        (_X, "x = acc + bias"), (_GELU, "y = 0.5 * x * (1.0 + (2.0 * tl.sigmoid(2.0 * u) - 1.0))"))),
     Right("matmul_bias_gelu", "2-D grid, tanh through exp", matmul_2d),
 ]
