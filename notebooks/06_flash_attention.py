@@ -682,26 +682,94 @@ summarise("forward, causal", causal_rows)
 #
 # ## The backward pass, by recomputation
 #
-# Training needs $dQ$, $dK$, $dV$ from the gradient of the output, $dO$. With $P$ at hand (the
-# naive way keeps it: another $N^2$ per head), the chain rule through $O = PV$ and the softmax gives,
-# for $S = \text{scale} \cdot QK^\top$:
+# Training needs $dQ$, $dK$, $dV$ from $dO$, the gradient of the loss with respect to the output.
+# The naive way keeps $P$ from the forward pass (another $N^2$ per head) and lets autograd run back
+# through it. FlashAttention never stores $P$, so its backward is written by hand. Four steps: the
+# formulas, the same in plain PyTorch, two Triton kernels, and the wiring into autograd.
 #
-# $$dV = P^\top dO, \qquad dP = dO\, V^\top, \qquad dS_{ij} = P_{ij}\,(dP_{ij} - \delta_i), \qquad
-#   dQ = \text{scale} \cdot dS\, K, \qquad dK = \text{scale} \cdot dS^\top Q,$$
+# ### The gradients, step by step
 #
-# where $\delta_i = \sum_j P_{ij}\, dP_{ij}$ is the softmax's correction term. Two facts make it
-# tileable:
+# One head. $dX$ is the gradient of the loss with respect to $X$, and has the shape of $X$. The
+# forward pass is $S = \text{scale} \cdot Q K^\top$, then $P_i = \mathrm{softmax}(S_i)$ for each row
+# $i$, then $O = P V$.
+#
+# 1. $O_i = \sum_j P_{ij} V_j$, so $V_j$ receives $P_{ij}\, dO_i$ from every row $i$: $dV = P^\top dO$.
+# 2. The same sum, read as a function of $P$: $dP_{ij} = dO_i \cdot V_j$, that is $dP = dO\, V^\top$.
+# 3. One softmax row, $P_{ik} = e^{S_{ik}} / \sum_l e^{S_{il}}$, by the quotient rule:
+#    $\partial P_{ik} / \partial S_{ij} = P_{ik}\,(\mathbb{1}[k = j] - P_{ij})$.
+# 4. The chain rule along the row: $dS_{ij} = \sum_k dP_{ik}\, P_{ik}\,(\mathbb{1}[k = j] - P_{ij})
+#    = P_{ij}\, dP_{ij} - P_{ij} \sum_k P_{ik}\, dP_{ik}$.
+# 5. Name the sum $\delta_i = \sum_k P_{ik}\, dP_{ik}$, one number per row:
+#    $dS_{ij} = P_{ij}\,(dP_{ij} - \delta_i)$.
+# 6. With step 2, $\delta_i = \sum_k P_{ik}\,(dO_i \cdot V_k) = dO_i \cdot \sum_k P_{ik} V_k
+#    = dO_i \cdot O_i$.
+# 7. $S$ is a scaled matrix product: $dQ = \text{scale} \cdot dS\, K$ and
+#    $dK = \text{scale} \cdot dS^\top Q$.
+#
+# Causal attention changes nothing: a masked score has $P_{ij} = 0$, so its $dS_{ij}$ is 0 as well.
+#
+# Autograd agrees. On a small example in float64: the Jacobian of one softmax row (step 3), $dS$
+# (step 5) and $\delta$ (step 6), each against what autograd computes.
+
+# %%
+torch.manual_seed(0)
+scores = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)  # 4 rows of 6 scores
+values = torch.randn(6, 3, dtype=torch.float64)
+d_out = torch.randn(4, 3, dtype=torch.float64)                       # the gradient reaching O
+probs = torch.softmax(scores, dim=-1)
+outputs = probs @ values
+(d_scores,) = torch.autograd.grad(outputs, scores, d_out)            # autograd's dS
+probs, outputs = probs.detach(), outputs.detach()
+
+row = probs[0]
+jacobian = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, dim=-1), scores[0].detach())
+step3 = torch.diag(row) - row[:, None] * row[None, :]                # P_k (1[k = j] - P_j)
+d_probs = d_out @ values.T                                           # step 2
+delta = (probs * d_probs).sum(dim=-1, keepdim=True)                  # step 5
+print(f"step 3, softmax Jacobian:      max difference {(jacobian - step3).abs().max().item():.1e}")
+print(f"step 5, dS = P o (dP - delta): max difference "
+      f"{(probs * (d_probs - delta) - d_scores).abs().max().item():.1e}")
+print(f"step 6, delta = dO . O:        max difference "
+      f"{(delta - (d_out * outputs).sum(dim=-1, keepdim=True)).abs().max().item():.1e}")
+
+# %% [markdown]
+# Two facts make these formulas tileable:
 #
 # 1. **$P$ can be recomputed** from $Q$, $K$ and the saved log-sum-exp: $P_{ij} = e^{S_{ij} -
 #    \mathrm{lse}_i}$, one tile at a time, exactly normalised, with no running max needed. This is why
 #    the forward pass saves the lse: $N$ numbers per head instead of $N^2$. Recomputing costs FLOPs,
 #    which the tensor cores have to spare; storing costs memory and bandwidth, which they don't.
-# 2. **$\delta$ needs no $P$ at all**: $\delta_i = \sum_j P_{ij} (dO_i \cdot V_j) = dO_i \cdot
-#    \sum_j P_{ij} V_j = dO_i \cdot O_i$, a row-wise dot product of two $N \times D$ tensors. A tiny
-#    kernel computes it first.
+# 2. **$\delta$ needs no $P$** (step 6): it is a row-wise dot product of two $N \times D$ tensors,
+#    which a tiny kernel computes before the others.
 #
-# The sums then run in two directions: $dV$ and $dK$ sum over queries (for each key), $dQ$ over keys
-# (for each query). This lesson gives each its own kernel:
+# ## Exercise 4 · The gradients in plain PyTorch
+#
+# Write `attention_backward_torch`: from what the forward pass saved (`out`, `lse`) and the output's
+# gradient `dout`, return `(dq, dk, dv)`. Recompute $S$ (masked as in `naive_attention` when
+# `causal`) and $P = e^{S - \mathrm{lse}}$, then follow steps 1, 2, 5, 6 and 7. Tensors of
+# $N \times N$ are fine here: this is the algorithm, to get right before the kernels tile it.
+
+# %% tags=["exercise"]
+def attention_backward_torch(q, k, v, out, lse, dout, causal=False, sm_scale=None):
+    """(dq, dk, dv) in plain PyTorch from the saved out and lse: P recomputed, the gradients by hand."""
+    # YOUR CODE HERE: s (masked if causal) and p from the lse; then dv, dp, delta (one per row,
+    # keepdim=True), ds, dq, dk as in the steps above. x.transpose(-2, -1) is a transpose.
+    raise NotImplementedError("write attention_backward_torch")
+
+
+# %% [markdown]
+# The check compares your gradients with autograd's through the naive version, in float64, on
+# float32 and float64 inputs with both masks, random `sm_scale`s and scores up to about 100. Then it
+# watches autograd while your function runs: it must record nothing, since the gradients are yours.
+
+# %%
+check("attention_backward_torch", attention_backward_torch)
+
+# %% [markdown]
+# ## Two kernels
+#
+# In the formulas the sums run in two directions: $dV$ and $dK$ sum over queries (for each key), $dQ$
+# over keys (for each query). This lesson gives each its own kernel:
 #
 # - **dK/dV kernel**: one program per block of `BLOCK_N` keys, holding $K_j$, $V_j$ and the two
 #   accumulators; query blocks stream past. Per tile: $S^\top = K Q^\top$, $P^\top$ from the lse,
@@ -717,7 +785,8 @@ summarise("forward, causal", causal_rows)
 # many programs. Two kernels need no atomics and stay simple, at the price of about 40% more backward
 # arithmetic.
 #
-# The preprocessing kernel, $\delta = \mathrm{rowsum}(dO \circ O)$ over all $B \cdot H \cdot N$ rows:
+# First the preprocessing kernel, $\delta = \mathrm{rowsum}(dO \circ O)$ over all $B \cdot H \cdot N$
+# rows, with its launcher, and the block sizes the autotuner may pick for the two kernels:
 
 # %%
 @triton.jit
@@ -732,6 +801,16 @@ def bwd_preprocess_kernel(o_ptr, do_ptr, delta_ptr, n_rows, HEAD_DIM: tl.constex
     tl.store(delta_ptr + offs_m, tl.sum(o * do, 1), mask=offs_m < n_rows)
 
 
+def backward_delta(out, dout):
+    """delta = rowsum(dO * O), (B, H, N) in float32, by the preprocessing kernel."""
+    out, dout = out.contiguous(), dout.contiguous()
+    B, H, N, D = out.shape
+    delta = torch.empty(B, H, N, device=out.device, dtype=torch.float32)
+    rows, block = B * H * N, 64
+    bwd_preprocess_kernel[(triton.cdiv(rows, block),)](out, dout, delta, rows, HEAD_DIM=D, BLOCK=block)
+    return delta
+
+
 DKDV_CONFIGS = configs(cpu=[(32, 64, 4, 1)],
                        gpu=[(32, 64, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 3),
                             (64, 64, 4, 3)])
@@ -740,25 +819,23 @@ DQ_CONFIGS = configs(cpu=[(64, 32, 4, 1)],
                           (64, 64, 4, 3)])
 
 # %% [markdown]
-# ## Exercise 4 · Backward kernels and `torch.autograd.Function`
+# ## Exercise 5 · The dK/dV kernel
 #
-# Write the two loops, the two kernels, and the autograd wrapper; the launcher `flash_backward` and
-# `attention` are written for you. Guidance:
+# Write `bwd_dkdv_loop` and `bwd_dkdv_kernel`; the launcher `flash_backward_dkdv` is written for you
+# and returns `(dk, dv)`.
 #
-# - The kernels start like the forward: find the block, move every pointer (`q, k, v, do, dk, dv`
-#   or `dq` by `bh * n_ctx * HEAD_DIM`; `lse`, `delta` by `bh * n_ctx`), load what stays on chip.
-# - Work in base 2 as in the forward: `lse2 = lse * LOG2E`, `p = tl.exp2(s * qk_scale - lse2)`.
-# - Rows past `n_ctx`: in the dK/dV loop, load the lse with `other=float("inf")`, which makes those
-#   rows' $P$ zero; in the dQ loop, mask keys past `n_ctx` (`"keys"`) as in the forward.
-# - Masks go on the scores (`-inf`) before `tl.exp2`, so no exponential overflows.
+# - The kernel starts like the forward: find its key block and $(b, h)$ slice, move every pointer
+#   (`q, k, v, do, dk, dv` by `bh * n_ctx * HEAD_DIM`; `lse`, `delta` by `bh * n_ctx`), load $K_j$
+#   and $V_j$ (rows past `n_ctx` masked), and start `dk`, `dv` at 0 in float32.
+# - The loop streams query blocks: it loads `qT` $(D, B_M)$, `do` $(B_M, D)$ and the lse and $\delta$
+#   of those rows, then takes the per-tile steps above. Work in base 2 as in the forward:
+#   `lse2 = lse * LOG2E`, `pT = tl.exp2(sT * qk_scale - lse2[None, :])`.
+# - Rows past `n_ctx`: load their lse with `other=float("inf")`, which makes their $P$ zero.
+# - Causal: query blocks before `start_n` never see these keys. Start at `start_n`, masked up to
+#   `start_n + BLOCK_N` (`CAUSAL_MASK`: `-inf` where the key comes after the query, before
+#   `tl.exp2`), then unmasked to `n_ctx`. This needs `BLOCK_N % BLOCK_M == 0`, as the configs have.
 # - `tl.trans(x)` is a free transpose of a tile; `tl.dot(a, b, acc)` accumulates into `acc`.
-# - Multiply $dK$ and $dQ$ by `sm_scale` once, before storing.
-# - Causal: dK/dV streams query blocks from `start_n` (masked up to `start_n + BLOCK_N`, then
-#   unmasked to `n_ctx`; needs `BLOCK_N % BLOCK_M == 0`); dQ streams keys `0 .. start_m` unmasked,
-#   then the diagonal masked, numbering its blocks backwards like the forward.
-# - `FlashAttention.forward` runs the forward kernel of exercise 2 or 3, saves `q, k, v, out, lse`
-#   with `ctx.save_for_backward` and keeps `causal` and `sm_scale` on `ctx`; `backward` returns
-#   `dq, dk, dv, None, None` (one entry per input of `forward`).
+# - Multiply $dK$ by `sm_scale` once, before storing.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -767,7 +844,7 @@ def bwd_dkdv_loop(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, offs_n, lo, h
     """Stream Q blocks lo..hi past one K/V block, accumulating dK (unscaled) and dV."""
     # YOUR CODE HERE: for start_m in range(lo, hi, BLOCK_M): load qT (HEAD_DIM, BLOCK_M), do
     # (BLOCK_M, HEAD_DIM), lse2 and delta for those rows; sT = tl.dot(k, qT); the causal mask;
-    # pT; dv += pT @ do; dpT = v @ do^T; dsT = pT * (dpT - delta[None, :]); dk += dsT @ qT^T.
+    # pT; dv += pT @ do; dpT = v @ do^T; dsT; dk += dsT @ qT^T.
     return dk, dv
 
 
@@ -782,12 +859,49 @@ def bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_
     pass
 
 
+def flash_backward_dkdv(q, k, v, out, lse, dout, causal=False, sm_scale=None, delta=None):
+    """dk, dv by your dK/dV kernel; delta = rowsum(dO * O) is computed here unless given."""
+    q, k, v, lse, dout = (t.contiguous() for t in (q, k, v, lse, dout))
+    B, H, N, D = q.shape
+    sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    if delta is None:
+        delta = backward_delta(out, dout)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)  # noqa: E731
+    bwd_dkdv_kernel[grid](q, k, v, dout, lse, delta, dk, dv, N, sm_scale * LOG2E.value, sm_scale,
+                          HEAD_DIM=D, CAUSAL=causal)
+    return dk, dv
+
+
+# %% [markdown]
+# The check gives your launcher what the forward pass saved and a random $dO$, and compares $dK$ and
+# $dV$ with autograd's through the naive version in float64: float32 on the CPU (and one float16
+# case), float16 on a GPU, both masks, random `sm_scale`s, sequence lengths that no block divides.
+
+# %%
+check("flash_backward_dkdv", flash_backward_dkdv)
+
+# %% [markdown]
+# ## Exercise 6 · The dQ kernel
+#
+# Write `bwd_dq_loop` and `bwd_dq_kernel`; the launcher `flash_backward_dq` is written for you.
+#
+# - The kernel holds one query block: `q`, `do`, and the block's `lse2` and $\delta$ (loaded once,
+#   outside the loop), and `dq` at 0 in float32.
+# - The loop streams K/V tiles as `fwd_tile_loop` does, with the same three masks. Rows past
+#   `n_ctx` are never stored, so they need no care; keys past `n_ctx` are hidden with `"keys"`.
+# - Full attention: whole tiles with `"none"`, then the ragged last one with `"keys"`, as in the
+#   forward. Causal: keys `0 .. start_m` with `"none"`, then the diagonal with `"causal"`, numbering
+#   the query blocks backwards like the forward.
+# - Multiply $dQ$ by `sm_scale` once, before storing.
+
+# %% tags=["exercise"]
 @triton.jit
 def bwd_dq_loop(dq, q, do, lse2, delta, k_ptr, v_ptr, offs_m, lo, hi, n_ctx, qk_scale,
                 HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr):
     """Stream K/V tiles lo..hi past one Q block, accumulating dQ (unscaled)."""
     # YOUR CODE HERE: for each tile: kT, vT (HEAD_DIM, BLOCK_N); s = q @ kT; the mask ("none",
-    # "keys" or "causal"); p; dp = do @ vT; ds = p * (dp - delta[:, None]); dq += ds @ kT^T.
+    # "keys" or "causal"); p; dp = do @ vT; ds; dq += ds @ kT^T.
     return dq
 
 
@@ -802,19 +916,45 @@ def bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, n_ctx
     pass
 
 
-def flash_backward(q, k, v, out, lse, dout, causal, sm_scale):
-    """dq, dk, dv from the inputs, the output, its lse and the output's gradient (recomputing P)."""
-    q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
+def flash_backward_dq(q, k, v, out, lse, dout, causal=False, sm_scale=None, delta=None):
+    """dq by your dQ kernel; delta = rowsum(dO * O) is computed here unless given."""
+    q, k, v, lse, dout = (t.contiguous() for t in (q, k, v, lse, dout))
     B, H, N, D = q.shape
-    delta = torch.empty_like(lse)
-    rows, block = B * H * N, 64
-    bwd_preprocess_kernel[(triton.cdiv(rows, block),)](out, dout, delta, rows, HEAD_DIM=D, BLOCK=block)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    args = (q, k, v, dout, lse, delta)
-    grid_kv = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)  # noqa: E731
-    bwd_dkdv_kernel[grid_kv](*args, dk, dv, N, sm_scale * LOG2E.value, sm_scale, HEAD_DIM=D, CAUSAL=causal)
-    grid_q = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
-    bwd_dq_kernel[grid_q](*args, dq, N, sm_scale * LOG2E.value, sm_scale, HEAD_DIM=D, CAUSAL=causal)
+    sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    if delta is None:
+        delta = backward_delta(out, dout)
+    dq = torch.empty_like(q)
+    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
+    bwd_dq_kernel[grid](q, k, v, dout, lse, delta, dq, N, sm_scale * LOG2E.value, sm_scale,
+                        HEAD_DIM=D, CAUSAL=causal)
+    return dq
+
+
+# %% [markdown]
+# The same cases as for the dK/dV kernel, compared on $dQ$.
+
+# %%
+check("flash_backward_dq", flash_backward_dq)
+
+# %% [markdown]
+# ## Exercise 7 · `torch.autograd.Function`
+#
+# The last step wires the kernels into autograd, so that `loss.backward()` runs them.
+# `flash_backward` computes $\delta$ once and runs your two kernels; `attention` is the function a
+# model calls. Write `FlashAttention`:
+#
+# - `forward(ctx, q, k, v, causal, sm_scale)` runs the forward kernel of exercise 2 or 3, saves
+#   `q, k, v, out, lse` with `ctx.save_for_backward`, and keeps `causal` and `sm_scale` on `ctx`;
+# - `backward(ctx, dout)` reads the saved tensors, calls `flash_backward`, and returns one gradient
+#   per input of `forward`: `dq, dk, dv, None, None`.
+
+# %% tags=["exercise"]
+def flash_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None):
+    """dq, dk, dv: delta once, then your dK/dV and dQ kernels (each recomputes P from the lse)."""
+    dout = dout.contiguous()
+    delta = backward_delta(out, dout)  # shared by both kernels
+    dk, dv = flash_backward_dkdv(q, k, v, out, lse, dout, causal, sm_scale, delta)
+    dq = flash_backward_dq(q, k, v, out, lse, dout, causal, sm_scale, delta)
     return dq, dk, dv
 
 
@@ -840,10 +980,9 @@ def attention(q, k, v, causal=False, sm_scale=None):
 
 # %% [markdown]
 # The check runs forward and backward with a fixed random $dO$ and compares the output and the three
-# gradients with PyTorch's autograd through the naive reference in float64. Your kernels run in
-# float32 on the CPU and float16 on a GPU, with both masks and random `sm_scale`s. Then it makes sure
-# the backward is yours: Triton kernels must run in it, and no tensor of $N \times N$ may appear,
-# forward or backward.
+# gradients with PyTorch's autograd through the naive reference in float64, on the kernel cases
+# again. Then it makes sure the backward is yours: Triton kernels must run in it, and no tensor of
+# $N \times N$ may appear, forward or backward.
 
 # %%
 check("attention_backward", attention)

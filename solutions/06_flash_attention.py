@@ -9,7 +9,10 @@ exp(x) = exp2(x * log2(e)), with log2(e) folded into the score scale.
 Exercise 1: attention_tiled        (plain PyTorch, online softmax over tiles)
 Exercise 2: fwd_tile_loop, flash_fwd_kernel, flash_forward
 Exercise 3: flash_fwd_causal_kernel, flash_forward_causal
-Exercise 4: bwd_dkdv_kernel, bwd_dq_kernel, flash_backward, FlashAttention, attention
+Exercise 4: attention_backward_torch  (plain PyTorch, the gradients derived by hand)
+Exercise 5: bwd_dkdv_loop, bwd_dkdv_kernel, flash_backward_dkdv
+Exercise 6: bwd_dq_loop, bwd_dq_kernel, flash_backward_dq
+Exercise 7: FlashAttention (with flash_backward and attention)
 """
 
 import torch
@@ -250,6 +253,27 @@ def flash_forward_causal(q, k, v, sm_scale=None):
     return _forward(flash_fwd_causal_kernel, q, k, v, sm_scale)
 
 
+# ---------------------------------------------------------------- exercise 4
+
+
+def attention_backward_torch(q, k, v, out, lse, dout, causal=False, sm_scale=None):
+    """(dq, dk, dv) in plain PyTorch from the saved out and lse: P recomputed, the gradients by hand."""
+    sm_scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+    s = (q @ k.transpose(-2, -1)) * sm_scale
+    if causal:
+        n = q.shape[-2]
+        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        s = s.masked_fill(future, float("-inf"))
+    p = torch.exp(s - lse[..., None])                      # P, exactly normalised by the saved lse
+    dv = p.transpose(-2, -1) @ dout                        # dV = P^T dO
+    dp = dout @ v.transpose(-2, -1)                        # dP = dO V^T
+    delta = (dout * out).sum(dim=-1, keepdim=True)         # delta_i = dO_i . O_i
+    ds = p * (dp - delta)                                  # dS = P o (dP - delta)
+    dq = (ds @ k) * sm_scale                               # dQ = scale dS K
+    dk = (ds.transpose(-2, -1) @ q) * sm_scale             # dK = scale dS^T Q
+    return dq, dk, dv
+
+
 # ---------------------------------------------------------------- backward: preprocessing
 
 
@@ -265,7 +289,18 @@ def bwd_preprocess_kernel(o_ptr, do_ptr, delta_ptr, n_rows, HEAD_DIM: tl.constex
     tl.store(delta_ptr + offs_m, tl.sum(o * do, 1), mask=offs_m < n_rows)
 
 
-# ---------------------------------------------------------------- exercise 4
+def backward_delta(out, dout):
+    """delta = rowsum(dO * O), (B, H, N) in float32, by the preprocessing kernel."""
+    out, dout = out.contiguous(), dout.contiguous()
+    B, H, N, D = out.shape
+    delta = torch.empty(B, H, N, device=out.device, dtype=torch.float32)
+    rows = B * H * N
+    block = pick(cpu=32, gpu=64)
+    bwd_preprocess_kernel[(triton.cdiv(rows, block),)](out, dout, delta, rows, HEAD_DIM=D, BLOCK=block)
+    return delta
+
+
+# ---------------------------------------------------------------- exercise 5
 
 
 @triton.jit
@@ -328,6 +363,22 @@ def bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_
                                n_ctx, qk_scale, HEAD_DIM, BLOCK_M, False)
     tl.store(dk_ptr + kv_ptrs, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=key_ok)
     tl.store(dv_ptr + kv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=key_ok)
+
+
+def flash_backward_dkdv(q, k, v, out, lse, dout, causal=False, sm_scale=None, delta=None):
+    """dk, dv by the dK/dV kernel; delta = rowsum(dO * O) is computed here unless given."""
+    q, k, v, sm_scale = _prepare(q, k, v, sm_scale)
+    B, H, N, D = q.shape
+    if delta is None:
+        delta = backward_delta(out, dout)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)
+    bwd_dkdv_kernel[grid](q, k, v, dout.contiguous(), lse.contiguous(), delta, dk, dv, N,
+                          sm_scale * LOG2E.value, sm_scale, HEAD_DIM=D, CAUSAL=causal)
+    return dk, dv
+
+
+# ---------------------------------------------------------------- exercise 6
 
 
 @triton.jit
@@ -397,21 +448,28 @@ def bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, n_ctx
     tl.store(dq_ptr + q_ptrs, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
-def flash_backward(q, k, v, out, lse, dout, causal, sm_scale):
-    """dq, dk, dv from the inputs, the output, its lse and the output's gradient (recomputing P)."""
+def flash_backward_dq(q, k, v, out, lse, dout, causal=False, sm_scale=None, delta=None):
+    """dq by the dQ kernel; delta = rowsum(dO * O) is computed here unless given."""
     q, k, v, sm_scale = _prepare(q, k, v, sm_scale)
-    out, dout = out.contiguous(), dout.contiguous()
     B, H, N, D = q.shape
-    delta = torch.empty_like(lse)
-    rows = B * H * N
-    block = pick(cpu=32, gpu=64)
-    bwd_preprocess_kernel[(triton.cdiv(rows, block),)](out, dout, delta, rows, HEAD_DIM=D, BLOCK=block)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    args = (q, k, v, dout, lse, delta)
-    grid_kv = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)
-    bwd_dkdv_kernel[grid_kv](*args, dk, dv, N, sm_scale * LOG2E.value, sm_scale, HEAD_DIM=D, CAUSAL=causal)
-    grid_q = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
-    bwd_dq_kernel[grid_q](*args, dq, N, sm_scale * LOG2E.value, sm_scale, HEAD_DIM=D, CAUSAL=causal)
+    if delta is None:
+        delta = backward_delta(out, dout)
+    dq = torch.empty_like(q)
+    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
+    bwd_dq_kernel[grid](q, k, v, dout.contiguous(), lse.contiguous(), delta, dq, N,
+                        sm_scale * LOG2E.value, sm_scale, HEAD_DIM=D, CAUSAL=causal)
+    return dq
+
+
+# ---------------------------------------------------------------- exercise 7
+
+
+def flash_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None):
+    """dq, dk, dv: delta once, then the dK/dV and the dQ kernel (each recomputes P from the lse)."""
+    dout = dout.contiguous()
+    delta = backward_delta(out, dout)  # shared by both kernels
+    dk, dv = flash_backward_dkdv(q, k, v, out, lse, dout, causal, sm_scale, delta)
+    dq = flash_backward_dq(q, k, v, out, lse, dout, causal, sm_scale, delta)
     return dq, dk, dv
 
 

@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from helpers import INTERPRET, check, exercises
+from helpers import DEVICE, INTERPRET, check, exercises
 from helpers.check import CheckFailed, NotDone
 from helpers.exercises.lesson06 import attention_reference
 from helpers.solutions import load_solution
@@ -19,15 +19,62 @@ def test_solutions_pass():
     check("attention_tiled", lesson06.attention_tiled)
     check("flash_forward", lesson06.flash_forward)
     check("flash_forward_causal", lesson06.flash_forward_causal)
+    check("attention_backward_torch", lesson06.attention_backward_torch)
+    check("flash_backward_dkdv", lesson06.flash_backward_dkdv)
+    check("flash_backward_dq", lesson06.flash_backward_dq)
     check("attention_backward", lesson06.attention)
+
+
+BACKWARD_STEPS = ("attention_backward_torch", "flash_backward_dkdv", "flash_backward_dq",
+                  "attention_backward")
 
 
 def test_stubs_are_not_done():
     def stub(*args, **kwargs):
         raise NotImplementedError("write it")
-    for name in ("attention_tiled", "flash_forward", "flash_forward_causal", "attention_backward"):
+    for name in ("attention_tiled", "flash_forward", "flash_forward_causal", *BACKWARD_STEPS):
         with pytest.raises(NotDone):
             check(name, stub)
+
+
+@triton.jit
+def _untouched_kernel(x_ptr):
+    pass
+
+
+def test_untouched_backward_kernels_are_not_done():
+    """The kernel stubs launch and write nothing: 'not done yet', not a failure on the values."""
+    def untouched(q, k, v, out, lse, dout, causal=False, sm_scale=None):
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        _untouched_kernel[(1,)](dk)
+        return dk, dv
+    with pytest.raises(NotDone):
+        check("flash_backward_dkdv", untouched)
+    with pytest.raises(NotDone):
+        check("flash_backward_dq", lambda *args, **kwargs: untouched(*args, **kwargs)[0])
+
+
+def test_backward_cases_cover_both_masks_and_scales():
+    """Each backward step meets causal and full cases, each with and without a random sm_scale."""
+    for name in BACKWARD_STEPS:
+        seen = {(c.kwargs["causal"], "sm_scale" in c.kwargs) for c in exercises.get(name).cases()}
+        assert {(True, False), (True, True), (False, True)} <= seen, (name, seen)
+
+
+def test_saved_inputs_are_what_the_forward_saves():
+    """The backward steps get out in the inputs' dtype and lse in float32 at least, as the forward returns."""
+    for name in BACKWARD_STEPS[:3]:
+        for case in exercises.get(name).cases():
+            q, k, v, out, lse, dout = case.args
+            want_out, want_lse = attention_reference(q.double(), k.double(), v.double(), **case.kwargs)
+            assert out.dtype == q.dtype and lse.dtype == torch.promote_types(q.dtype, torch.float32)
+            assert torch.allclose(lse.double(), want_lse, atol=1e-5, rtol=1e-5), case.label
+
+
+def test_backward_delta_is_the_row_dot_product():
+    out = torch.randn(2, 3, 37, 32, device=DEVICE)
+    dout = torch.randn(2, 37, 3, 32, device=DEVICE).transpose(1, 2)  # strided, as a gradient may come
+    assert torch.allclose(lesson06.backward_delta(out, dout), (out * dout).sum(-1), atol=1e-5)
 
 
 def test_tiled_without_rescaling_fails():
@@ -73,6 +120,7 @@ def test_reference_keeps_lse_in_float32_at_least(dtype, lse_dtype):
     ("attention_tiled", "a whole row of scores per query block (no key tiles)", "larger than q"),
     ("flash_forward", "lse stored in the inputs' dtype", "dtype torch.float16, expected torch.float32"),
     ("flash_forward_causal", "no tile skipping: every tile loaded, then masked", "should not be loaded"),
+    ("attention_backward_torch", "autograd through the naive reference", "autograd recorded a graph"),
     ("attention_backward", "Triton forward, autograd over the naive graph backward", "ran no Triton kernel"),
 ])
 def test_mistake_is_named(exercise, why, message, monkeypatch):

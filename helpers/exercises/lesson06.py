@@ -7,11 +7,18 @@ every set of cases has a strided (B, N, H, D) layout seen through a transpose,
 scores large enough that exp() overflows unless the running maximum is
 subtracted, and random scales sm_scale besides the default 1/sqrt(D).
 
+The backward comes in four steps, each checked against PyTorch's autograd
+through the naive reference in float64: the gradients in plain PyTorch, the
+dK/dV kernel, the dQ kernel (both through launchers given in the lesson), and
+the torch.autograd.Function that runs them. The first three get what the
+forward pass saves (out, lse) and the output's gradient dout.
+
 Once the values are right, each check measures what the lesson teaches: the
 tiled PyTorch version never makes a tensor larger than q (a whole row of scores
 per query block is), the causal kernel skips the tiles right of the diagonal
-(counted in K/V bytes loaded), and the backward runs Triton kernels and holds no
-N x N tensor.
+(counted in K/V bytes loaded), the PyTorch backward writes the gradients itself
+(autograd records nothing), and the autograd.Function's backward runs Triton
+kernels and holds no N x N tensor.
 """
 
 import math
@@ -81,21 +88,54 @@ def _label(B, H, N, D, dtype, why):
     return f"B{B} H{H} N{N} D{D} {str(dtype).removeprefix('torch.')} ({why})"
 
 
-def _kernel_cases(with_causal=False, with_dout=False):
-    """Cases for the Triton exercises: every other one with a random sm_scale (never the large-score
-    one); `with_causal` alternates causal=True/False, `with_dout` adds the output's gradient."""
+def _kernel_cases():
+    """Cases for the forward kernels: every other one with a random sm_scale (never the large-score one)."""
     cases = []
     for i, (B, H, N, D, dtype, scale, strided, why) in enumerate(KERNEL_SPECS):
-        args = qkv(B, H, N, D, dtype, scale, strided, count=4 if with_dout else 3)
         label, kwargs = _label(B, H, N, D, dtype, why), {}
-        if with_causal:
-            kwargs["causal"] = i % 2 == 1
-            label += ", causal" if kwargs["causal"] else ", full"
         if i % 2 == 0 and scale == 1.0:
             kwargs["sm_scale"] = random_sm_scale(D)
             label += f", sm_scale={kwargs['sm_scale']}"
-        cases.append(Case(label, args, kwargs))
+        cases.append(Case(label, qkv(B, H, N, D, dtype, scale, strided), kwargs))
     return cases
+
+
+def _saved(q, k, v, causal, sm_scale):
+    """What the forward pass saves for the backward: out in the inputs' dtype, lse in float32 at least."""
+    with torch.no_grad():
+        out, lse = attention_reference(*(t.to(torch.float64) for t in (q, k, v)), causal, sm_scale)
+    return out.to(q.dtype), lse.to(torch.promote_types(q.dtype, torch.float32))
+
+
+def _backward_case(B, H, N, D, dtype, scale, strided, why, causal, with_scale, saved):
+    """(q, k, v, out, lse, dout) if `saved`, else (q, k, v, dout); causal and sm_scale as keywords."""
+    q, k, v, dout = qkv(B, H, N, D, dtype, scale, strided, count=4)
+    label = _label(B, H, N, D, dtype, why) + (", causal" if causal else ", full")
+    kwargs = {"causal": causal}
+    if with_scale:
+        kwargs["sm_scale"] = random_sm_scale(D)
+        label += f", sm_scale={kwargs['sm_scale']}"
+    args = (q, k, v, *_saved(q, k, v, causal, kwargs.get("sm_scale")), dout) if saved else (q, k, v, dout)
+    return Case(label, args, kwargs)
+
+
+def _backward_cases(saved=True):
+    """The kernel sizes for the backward: causal every other case, and a random sm_scale in all but the
+    large-score case and one causal one (so that causal cases meet both)."""
+    return [_backward_case(*spec, causal=i % 2 == 1, with_scale=i % 4 != 3 and spec[5] == 1.0, saved=saved)
+            for i, spec in enumerate(KERNEL_SPECS)]
+
+
+def _torch_backward_cases():
+    """The plain-PyTorch backward: float32 and float64, both masks, on either device (it is small)."""
+    specs = [(1, 1, 65, 32, torch.float32, 1.0, False, "one row past a power of two", False, True),
+             (2, 3, 99, 64, torch.float32, 1.0, False, "several heads", True, False),
+             (2, 1, 131, 32, torch.float64, 1.0, False, "float64", True, True),
+             (1, 2, 77, 16, torch.float64, 1.0, False, "float64", False, False),
+             (1, 2, 91, 64, torch.float32, BIG_SCALE, False, "scores up to ~100", False, False),
+             (1, 2, 91, 64, torch.float64, BIG_SCALE, False, "scores up to ~100", True, False),
+             (2, 2, 51, 32, torch.float32, 1.0, True, "strided views", True, True)]
+    return [_backward_case(*spec, saved=True) for spec in specs]
 
 
 def _tiled_cases():
@@ -115,6 +155,22 @@ def _tiled_cases():
             label += f", sm_scale={kwargs['sm_scale']}"
         cases.append(Case(label, qkv(B, H, N, D, dtype, scale, strided), kwargs))
     return cases
+
+
+def _gradients(q, k, v, out, lse, dout, causal=False, sm_scale=None):
+    """(dq, dk, dv) by autograd through the naive reference (which needs neither out nor lse)."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    with torch.enable_grad():
+        o = attention_reference(q, k, v, causal, sm_scale)[0]
+    return torch.autograd.grad(o, (q, k, v), dout)
+
+
+def _dkdv(*args, **kwargs):
+    return _gradients(*args, **kwargs)[1:]
+
+
+def _dq(*args, **kwargs):
+    return _gradients(*args, **kwargs)[0]
 
 
 def _forward_backward(fn, q, k, v, dout, **kwargs):
@@ -212,6 +268,24 @@ def _skips_tiles(fn):
     return None
 
 
+def _by_hand(fn):
+    """attention_backward_torch computes the gradients itself: autograd records no graph while it runs.
+
+    Autograd saves tensors for a backward pass whenever it records an operation; a hook counts them.
+    """
+    case = _backward_case(1, 1, 33, 16, torch.float32, 1.0, False, "", True, False, saved=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+        _, problem = _calling(fn, *case.args, **case.kwargs)
+    if problem:
+        return problem
+    if saved:
+        return (f"autograd recorded a graph while your function ran (it saved {len(saved)} tensors for a "
+                f"backward pass): the gradients came from autograd, not from the formulas. Write dV, dP, "
+                f"dS, dQ and dK yourself, with P recomputed from the lse, as the kernels will.")
+    return None
+
+
 def _recomputes(fn):
     """The backward runs Triton kernels, and nothing forward or backward grows as N x N."""
     *inputs, dout = qkv(1, 1, MEASURE_N // 2, MEASURE_D, KERNEL_DTYPE, count=4)
@@ -259,7 +333,13 @@ EXERCISES = [
              kernel=True),
     Exercise("06", "flash_forward_causal", "causal forward, tiles skipped", _causal, _kernel_cases,
              tol=FP32, kernel=True, structure=_skips_tiles, nan_hint=CAUSAL_NAN),
-    Exercise("06", "attention_backward", "backward kernels + autograd", _attention_out,
-             lambda: _kernel_cases(with_causal=True, with_dout=True), run=_forward_backward, tol=GRADS,
-             kernel=True, structure=_recomputes, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
+    Exercise("06", "attention_backward_torch", "attention gradients by hand (PyTorch)", _gradients,
+             _torch_backward_cases, tol=GRADS, structure=_by_hand, nan_hint=CAUSAL_NAN),
+    Exercise("06", "flash_backward_dkdv", "dK/dV kernel (Triton)", _dkdv, _backward_cases, tol=GRADS,
+             kernel=True, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
+    Exercise("06", "flash_backward_dq", "dQ kernel (Triton)", _dq, _backward_cases, tol=GRADS,
+             kernel=True, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
+    Exercise("06", "attention_backward", "autograd.Function over the kernels", _attention_out,
+             lambda: _backward_cases(saved=False), run=_forward_backward, tol=GRADS, kernel=True,
+             structure=_recomputes, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
 ]

@@ -1,4 +1,4 @@
-"""Lesson 06: attention_tiled, flash_forward, flash_forward_causal and attention_backward."""
+"""Lesson 06: attention_tiled, flash_forward(_causal), the four backward steps (PyTorch, dK/dV, dQ, autograd)."""
 
 import torch
 
@@ -30,7 +30,16 @@ def naive_out(q, k, v, causal=False, sm_scale=None):
     return attention_reference(q, k, v, causal, sm_scale)[0]
 
 
+def naive_grads(q, k, v, out, lse, dout, causal=False, sm_scale=None):
+    """The gradients by autograd through the naive reference, in the inputs' dtype."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    with torch.enable_grad():
+        o = attention_reference(q, k, v, causal, sm_scale)[0]
+    return torch.autograd.grad(o, (q, k, v), dout)
+
+
 forward, forward_causal = edit("06", "flash_forward"), edit("06", "flash_forward_causal")
+attention_backward_torch = edit("06", "attention_backward_torch")
 
 
 class TritonForwardAutogradBackward(torch.autograd.Function):
@@ -81,9 +90,11 @@ WRONG = [
     Wrong("flash_forward", "acc not rescaled when the max grows", edit(
         "06", "flash_forward", ("        acc = acc * alpha[:, None]\n", ""))),
     Wrong("flash_forward", "keys past N loaded as 0 but not masked in the scores", edit(
-        "06", "flash_forward", ("# (BLOCK_M, BLOCK_N), fp32\n        if MASK == \"keys\":\n"
-                                "            s = tl.where(offs_n[None, :] < n_ctx, s, float(\"-inf\"))\n",
-                                "# (BLOCK_M, BLOCK_N), fp32\n"))),
+        "06", "flash_forward", ("        if MASK == \"keys\":\n            s = tl.where(offs_n[None, :] < n_ctx, s, float(\"-inf\"))\n"
+                                "        if MASK == \"causal\":\n"
+                                "            s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        m_new",
+                                "        if MASK == \"causal\":\n"
+                                "            s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        m_new"))),
     Wrong("flash_forward", "lse without the max (log of l only)", edit(
         "06", "flash_forward", ("(m_i + tl.log2(l_i)) * LN2, mask=row_ok)   # back", "tl.log2(l_i) * LN2, mask=row_ok)   #"))),
     Wrong("flash_forward", "lse stored in the inputs' dtype", edit(
@@ -111,20 +122,69 @@ WRONG = [
         "06", "flash_forward_causal", ("(m_i + tl.log2(l_i)) * LN2, mask=row_ok)\n\n\ndef flash_forward_causal",
                                        "tl.log2(l_i) * LN2, mask=row_ok)\n\n\ndef flash_forward_causal"))),
 
+    Wrong("attention_backward_torch", "autograd through the naive reference", naive_grads),
+    Wrong("attention_backward_torch", "dS = P * dP: delta not subtracted", edit(
+        "06", "attention_backward_torch", ("ds = p * (dp - delta)  ", "ds = p * dp  "))),
+    Wrong("attention_backward_torch", "dQ and dK not multiplied by sm_scale", edit(
+        "06", "attention_backward_torch", ("dq = (ds @ k) * sm_scale", "dq = ds @ k"),
+        ("dk = (ds.transpose(-2, -1) @ q) * sm_scale", "dk = ds.transpose(-2, -1) @ q"))),
+    Wrong("attention_backward_torch", "dK = scale dS Q: dS not transposed", edit(
+        "06", "attention_backward_torch", ("dk = (ds.transpose(-2, -1) @ q)", "dk = (ds @ q)"))),
+    Wrong("attention_backward_torch", "delta = rowsum(dO): O left out", edit(
+        "06", "attention_backward_torch", ("delta = (dout * out).sum(", "delta = dout.sum("))),
+    Wrong("attention_backward_torch", "P recomputed without the causal mask", edit(
+        "06", "attention_backward_torch", ("        s = s.masked_fill(future, float(\"-inf\"))\n    p = torch.exp",
+                                           "    p = torch.exp"))),
+    Wrong("attention_backward_torch", "P = exp(S): the lse not subtracted", edit(
+        "06", "attention_backward_torch", ("p = torch.exp(s - lse[..., None])                      #", "p = torch.exp(s)  #"))),
+
+    Wrong("flash_backward_dkdv", "pure PyTorch, no kernel", lambda *args, **kwargs: attention_backward_torch(
+        *args[:6], **kwargs)[1:]),
+    Wrong("flash_backward_dkdv", "dK not multiplied by sm_scale", edit(
+        "06", "flash_backward_dkdv", ("(dk * sm_scale).to(dk_ptr.dtype.element_ty)", "dk.to(dk_ptr.dtype.element_ty)"))),
+    Wrong("flash_backward_dkdv", "dS = P * dP: delta not subtracted", edit(
+        "06", "flash_backward_dkdv", ("dsT = pT * (dpT - delta[None, :])", "dsT = pT * dpT"))),
+    Wrong("flash_backward_dkdv", "causal mask off by one (keys j < i)", edit(
+        "06", "flash_backward_dkdv", ("offs_m[None, :] >= offs_n[:, None]", "offs_m[None, :] > offs_n[:, None]"))),
+    Wrong("flash_backward_dkdv", "diagonal query blocks not masked", edit(
+        "06", "flash_backward_dkdv", ("n_ctx, qk_scale, HEAD_DIM, BLOCK_M, True)", "n_ctx, qk_scale, HEAD_DIM, BLOCK_M, False)"))),
+    Wrong("flash_backward_dkdv", "lse used in natural-log units by exp2", edit(
+        "06", "flash_backward_dkdv", ("other=float(\"inf\")) * LOG2E", "other=float(\"inf\"))"))),
+    Wrong("flash_backward_dkdv", "causal: the query blocks below the diagonal skipped", edit(
+        "06", "flash_backward_dkdv", ("offs_n, start_n + BLOCK_N,\n                               n_ctx, n_ctx,",
+                                      "offs_n, start_n + BLOCK_N,\n                               start_n + BLOCK_N, n_ctx,"))),
+
+    Wrong("flash_backward_dq", "pure PyTorch, no kernel", lambda *args, **kwargs: attention_backward_torch(
+        *args[:6], **kwargs)[0]),
+    Wrong("flash_backward_dq", "dQ not multiplied by sm_scale", edit(
+        "06", "flash_backward_dq", ("(dq * sm_scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)"))),
+    Wrong("flash_backward_dq", "dS = P * dP: delta not subtracted", edit(
+        "06", "flash_backward_dq", ("ds = p * (dp - delta[:, None])", "ds = p * dp"))),
+    Wrong("flash_backward_dq", "causal mask off by one (keys j < i)", edit(
+        "06", "flash_backward_dq", ("s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        p = tl.exp2",
+                                    "s = tl.where(offs_m[:, None] > offs_n[None, :], s, float(\"-inf\"))\n        p = tl.exp2"))),
+    Wrong("flash_backward_dq", "diagonal tiles not masked", edit(
+        "06", "flash_backward_dq", ("offs_m, start_m, hi, n_ctx, qk_scale,\n                         HEAD_DIM, BLOCK_N, \"causal\")",
+                                    "offs_m, start_m, hi, n_ctx, qk_scale,\n                         HEAD_DIM, BLOCK_N, \"keys\")"))),
+    Wrong("flash_backward_dq", "lse used in natural-log units by exp2", edit(
+        "06", "flash_backward_dq", ("lse2 = tl.load(lse_ptr + offs_m, mask=row_ok, other=0.0) * LOG2E",
+                                    "lse2 = tl.load(lse_ptr + offs_m, mask=row_ok, other=0.0)"))),
+    Wrong("flash_backward_dq", "causal: the tiles left of the diagonal skipped", edit(
+        "06", "flash_backward_dq", ("        dq = bwd_dq_loop(dq, q, do, lse2, delta, k_ptr, v_ptr, offs_m, 0, start_m, n_ctx, qk_scale,\n"
+                                    "                         HEAD_DIM, BLOCK_N, \"none\")\n        hi", "        hi"))),
+
     Wrong("attention_backward", "autograd through the naive reference, no kernel", naive_out),
     Wrong("attention_backward", "Triton forward, autograd over the naive graph backward", autograd_backward),
-    Wrong("attention_backward", "dS = P * dP: delta not subtracted", edit(
-        "06", "attention", ("dsT = pT * (dpT - delta[None, :])", "dsT = pT * dpT"),
-        ("ds = p * (dp - delta[:, None])", "ds = p * dp"))),
-    Wrong("attention_backward", "dK not multiplied by sm_scale", edit(
-        "06", "attention", ("(dk * sm_scale).to(dk_ptr.dtype.element_ty)", "dk.to(dk_ptr.dtype.element_ty)"))),
     Wrong("attention_backward", "sm_scale hard-coded to 1/sqrt(D)", edit(
         "06", "attention", ("    sm_scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale\n    return FlashAttention",
                             "    sm_scale = q.shape[-1] ** -0.5\n    return FlashAttention"))),
-    Wrong("attention_backward", "dK/dV causal mask off by one (keys j < i)", edit(
-        "06", "attention", ("offs_m[None, :] >= offs_n[:, None]", "offs_m[None, :] > offs_n[:, None]"))),
     Wrong("attention_backward", "gradients returned in the wrong order (dk, dq, dv)", edit(
         "06", "attention", ("return dq, dk, dv, None, None", "return dk, dq, dv, None, None"))),
+    Wrong("attention_backward", "backward always full: ctx.causal not passed on", edit(
+        "06", "attention", ("lse, dout, ctx.causal, ctx.sm_scale)", "lse, dout, False, ctx.sm_scale)"))),
+    Wrong("attention_backward", "forward always full: causal ignored", edit(
+        "06", "attention", ("out, lse = (flash_forward_causal if causal else flash_forward)(q, k, v, sm_scale)",
+                            "out, lse = flash_forward(q, k, v, sm_scale)"))),
 ]
 
 RIGHT = [
@@ -137,7 +197,7 @@ RIGHT = [
     Right("flash_forward", "one loop over every tile, all masked at N", edit(
         "06", "flash_forward",
         ("    acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, 0, n_full, n_ctx, qk_scale,\n"
-         "                                  HEAD_DIM, BLOCK_N, \"none\")\n", ""),
+         "                                  HEAD_DIM, BLOCK_N, \"none\", SOFTCAP)\n", ""),
         ("q, k_ptr, v_ptr, offs_m, n_full, n_ctx,", "q, k_ptr, v_ptr, offs_m, 0, n_ctx,"))),
     Right("flash_forward_causal", "blocks of 32 x 16 (32 x 32 on a GPU)", edit(
         "06", "flash_forward_causal", *FWD_BLOCKS)),
@@ -146,14 +206,27 @@ RIGHT = [
         ("    acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, 0, start_m, n_ctx, qk_scale,\n"
          "                                  HEAD_DIM, BLOCK_N, \"none\")\n", ""),
         ("q, k_ptr, v_ptr, offs_m, start_m, hi,", "q, k_ptr, v_ptr, offs_m, 0, hi,"))),
-    Right("attention_backward", "other blocks in both backward kernels", edit(
-        "06", "attention",
+    Right("attention_backward_torch", "P by softmax of the scores, delta as rowsum(P * dP)", edit(
+        "06", "attention_backward_torch", ("p = torch.exp(s - lse[..., None])                      #", "p = torch.softmax(s, dim=-1)  #"),
+        ("delta = (dout * out).sum(dim=-1, keepdim=True)", "delta = (p * (dout @ v.transpose(-2, -1))).sum(-1, True)"))),
+    Right("flash_backward_dkdv", "other blocks (16 x 32; 16 x 32 first on a GPU)", edit(
+        "06", "flash_backward_dkdv",
         ("DKDV_CONFIGS = _configs(cpu=[(32, 64, 4, 1)]", "DKDV_CONFIGS = _configs(cpu=[(16, 32, 4, 1)]"),
-        ("gpu=[(32, 64, 4, 3), (64, 128, 8, 2)", "gpu=[(16, 32, 4, 2), (64, 128, 8, 2)"),
+        ("gpu=[(32, 64, 4, 3), (64, 128, 8, 2)", "gpu=[(16, 32, 4, 2), (64, 128, 8, 2)"))),
+    Right("flash_backward_dq", "other blocks (32 x 16; 32 x 16 first on a GPU)", edit(
+        "06", "flash_backward_dq",
         ("DQ_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]", "DQ_CONFIGS = _configs(cpu=[(32, 16, 4, 1)]"),
         ("gpu=[(64, 32, 4, 3), (128, 64, 8, 3)", "gpu=[(32, 16, 4, 2), (128, 64, 8, 3)"))),
+    Right("flash_backward_dq", "full attention: every tile masked at N (one loop)", edit(
+        "06", "flash_backward_dq",
+        ("        dq = bwd_dq_loop(dq, q, do, lse2, delta, k_ptr, v_ptr, offs_m, 0, n_full, n_ctx, qk_scale,\n"
+         "                         HEAD_DIM, BLOCK_N, \"none\")\n", ""),
+        ("delta, k_ptr, v_ptr, offs_m, n_full, n_ctx, n_ctx,", "delta, k_ptr, v_ptr, offs_m, 0, n_ctx, n_ctx,"))),
     Right("attention_backward", "delta = rowsum(dO * O) in PyTorch", edit(
-        "06", "attention",
-        ("    bwd_preprocess_kernel[(triton.cdiv(rows, block),)](out, dout, delta, rows, HEAD_DIM=D, BLOCK=block)",
-         "    delta = (out.float() * dout.float()).sum(-1)"))),
+        "06", "attention", ("delta = backward_delta(out, dout)  # shared by both kernels",
+                            "delta = (out.float() * dout.float()).sum(-1)"))),
+    Right("attention_backward", "backward calls the two launchers itself", edit(
+        "06", "attention", ("        dq, dk, dv = flash_backward(q, k, v, out, lse, dout, ctx.causal, ctx.sm_scale)\n",
+                            "        dk, dv = flash_backward_dkdv(q, k, v, out, lse, dout, ctx.causal, ctx.sm_scale)\n"
+                            "        dq = flash_backward_dq(q, k, v, out, lse, dout, ctx.causal, ctx.sm_scale)\n"))),
 ]
