@@ -206,15 +206,22 @@ def record_block(folder, variant, cfg, batch, seq, attention, dtype=torch.float1
 
 NCU_SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats",
                 "ComputeWorkloadAnalysis")
-# the raw metrics lesson 08 reads (substrings of ncu's metric names)
-NCU_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
-               "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-               "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-               "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-               "lts__t_sector_hit_rate.pct", "lts__t_bytes.sum", "l1tex__t_sector_hit_rate.pct",
-               "sm__warps_active.avg.pct_of_peak_sustained_active",
-               "sm__maximum_warps_per_active_cycle_pct", "launch__", "pipe_tensor",
-               "issue_stalled", "local_", "sm__inst_executed_pipe")
+# The metrics lesson 08 reads. The sections above do not collect the DRAM byte counts: asked for apart.
+NCU_EXTRA = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum")
+NCU_METRICS = (
+    "gpu__time_duration.sum", *NCU_EXTRA,
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",     # DRAM: % of its peak
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",           # compute (SM): % of its peak
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",  # tensor cores busy
+    "lts__t_sector_hit_rate.pct", "l1tex__t_sector_hit_rate.pct",  # L2 and L1 hit rates
+    "sm__warps_active.avg.pct_of_peak_sustained_active",          # achieved occupancy
+    "sm__maximum_warps_per_active_cycle_pct",                     # theoretical occupancy
+    "launch__registers_per_thread", "launch__shared_mem_per_block", "launch__block_size",
+    "launch__grid_size", "launch__waves_per_multiprocessor", "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem", "launch__occupancy_limit_warps", "launch__occupancy_limit_blocks",
+    "derived__local_spilling_requests",                           # register spills to local memory
+)
+NCU_STALLS = ("smsp__average_warps_issue_stalled_", "_per_issue_active.ratio")   # one per stall reason
 
 
 def record_ncu(folder):
@@ -225,7 +232,8 @@ def record_ncu(folder):
     report = folder / "ncu_report"
     sections = " ".join(f"--section {s}" for s in NCU_SECTIONS)
     command = (f"ncu --profile-from-start off --clock-control none {sections} "
-               f"-o {report.name} -f {sys.executable} -m helpers.profile --ncu-run")
+               f"--metrics {','.join(NCU_EXTRA)} -o {report.name} -f "
+               f"{sys.executable} -m helpers.profile --ncu-run")
     print("$", command, flush=True)
     run = subprocess.run(command.split(), cwd=folder, capture_output=True, text=True, env=_env())
     log = run.stdout[-4000:] + run.stderr[-4000:]
@@ -234,35 +242,35 @@ def record_ncu(folder):
         (folder / "ncu.json").write_text(json.dumps({**stamp(), "command": command, "error": log}, indent=1))
         print("ncu failed:\n" + log, flush=True)
         return
-    raw = subprocess.run(["ncu", "--import", str(rep), "--csv", "--page", "raw"], capture_output=True,
-                         text=True, check=True).stdout
-    details = subprocess.run(["ncu", "--import", str(rep), "--csv", "--page", "details"],
-                             capture_output=True, text=True, check=True).stdout
+    read = ["ncu", "--import", str(rep), "--csv", "--print-units", "base", "--page"]   # base: ns, bytes
+    raw = subprocess.run(read + ["raw"], capture_output=True, text=True, check=True).stdout
+    details = subprocess.run(read + ["details"], capture_output=True, text=True, check=True).stdout
     rep.unlink()
     (folder / "ncu_details.csv").write_text(details)
-    kernels = _ncu_raw_rows(raw)
+    kernels, units = _ncu_raw_rows(raw)
     names = list(targets)
     for i, k in enumerate(kernels):          # one profiled launch per target, in order
         k["target"] = names[i] if i < len(names) else None
         if k["target"]:
             k["counted"] = {key: targets[k["target"]][key] for key in ("bytes", "flops", "what")}
     version = subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-    record = {**stamp(), "ncu": version[-1] if version else "?", "command": command, "kernels": kernels}
+    record = {**stamp(), "ncu": version[-1] if version else "?", "command": command, "units": units,
+              "kernels": kernels}
     (folder / "ncu.json").write_text(json.dumps(record, indent=1))
     print(f"ncu: {len(kernels)} kernels profiled", flush=True)
 
 
 def _ncu_raw_rows(csv_text):
-    """ncu's raw page (a header row of metric names, a row of units, a row per kernel) -> dicts of
-    the metrics lesson 08 reads, numbers as floats."""
+    """ncu's raw page (a header row of metric names, a row of units, a row per kernel) -> a dict per
+    kernel of the metrics lesson 08 reads (numbers as floats), and the metrics' units."""
     import csv
     import io
 
     rows = list(csv.reader(io.StringIO(csv_text)))
     start = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
     names, units, data = rows[start], rows[start + 1], rows[start + 2:]
-    keep = [i for i, n in enumerate(names)
-            if n in ("Kernel Name", "Block Size", "Grid Size") or any(m in n for m in NCU_METRICS)]
+    keep = [i for i, n in enumerate(names) if n == "Kernel Name" or n in NCU_METRICS
+            or (n.startswith(NCU_STALLS[0]) and n.endswith(NCU_STALLS[1]))]
     out = []
     for r in data:
         row = {}
@@ -273,9 +281,8 @@ def _ncu_raw_rows(csv_text):
             except ValueError:
                 value = r[i]
             row[names[i]] = value
-        row["units"] = {names[i]: units[i] for i in keep if units[i]}
         out.append(row)
-    return out
+    return out, {names[i]: units[i] for i in keep if units[i]}
 
 
 def ncu_run():
