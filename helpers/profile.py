@@ -119,29 +119,6 @@ def cpu_ops(trace):
             for e in top]
 
 
-def kernel_table(kernels):
-    """Kernels grouped by name, most total time first: {name, calls, total_us, share}."""
-    totals = {}
-    for k in kernels:
-        calls, total = totals.get(k["name"], (0, 0.0))
-        totals[k["name"]] = (calls + 1, total + k["dur_us"])
-    busy = sum(total for _, total in totals.values()) or 1.0
-    rows = [{"name": name, "calls": calls, "total_us": round(total, 3), "share": total / busy}
-            for name, (calls, total) in totals.items()]
-    return sorted(rows, key=lambda r: -r["total_us"])
-
-
-def print_kernel_table(rows, top=10, width=60):
-    print(f"{'kernel':<{width}} {'calls':>5} {'total µs':>10} {'share':>6}")
-    for r in rows[:top]:
-        name = r["name"] if len(r["name"]) <= width else r["name"][:width - 1] + "…"
-        print(f"{name:<{width}} {r['calls']:>5} {r['total_us']:>10.1f} {r['share']:>6.1%}")
-    if len(rows) > top:
-        rest = rows[top:]
-        print(f"{f'({len(rest)} more kernels)':<{width}} {sum(r['calls'] for r in rest):>5} "
-              f"{sum(r['total_us'] for r in rest):>10.1f} {sum(r['share'] for r in rest):>6.1%}")
-
-
 # ---------------------------------------------------------------- recorded profiles
 
 
