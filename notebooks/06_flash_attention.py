@@ -24,13 +24,13 @@
 #   past, with the online softmax carried across them and the output rescaled as the max grows;
 # - to write it in plain PyTorch first, then as a Triton kernel;
 # - causal masking, and why skipping the tiles above the diagonal makes it about twice as fast;
-# - the backward pass by recomputation: $dV$, $dK$, $dQ$ from the saved log-sum-exp, wrapped in a
-#   `torch.autograd.Function` so that `loss.backward()` works;
+# - the backward pass by recomputation: the softmax's gradient derived, then $dV$, $dK$, $dQ$ from
+#   the saved log-sum-exp, wrapped in a `torch.autograd.Function` so that `loss.backward()` works;
 # - why the extra memory is $O(N)$, and how FlashAttention relates to grouped-query attention;
 # - what the often-quoted "two to four times faster" means, tested against what this course measures.
 #
-# Exercises: tiled attention in PyTorch, the Triton forward kernel, its causal version, and the
-# backward kernels with their autograd wrapper.
+# Exercises: tiled attention in PyTorch, the Triton forward kernel, its causal version, the backward
+# in PyTorch, its two kernels (dK/dV, then dQ), and the autograd wrapper.
 
 # %% [markdown]
 # ## Setting up
