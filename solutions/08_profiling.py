@@ -6,6 +6,9 @@
   (lesson 05's tiled softmax, second pass forwards, then backwards);
 - `proton_scopes(folder)`: Triton's profiler inside a kernel (the instrumentation backend), tried on
   a small kernel: what it reports, or why it does not run.
+
+And the lesson's exercises, pure Python over profile data: `kernel_table`, `gpu_idle_share`,
+`diagnose`, `roofline_point`.
 """
 
 import json
@@ -16,6 +19,7 @@ import triton
 import triton.language as tl
 import triton.profiler.language as pl
 
+from helpers.roofline import CHIPS
 from helpers.solutions import load_solution
 
 LONG_ROWS = ((2048, 65536), (512, 262144))   # lesson 05's long-row shapes, float32
@@ -118,3 +122,63 @@ def proton_scopes(folder):
         return {"ok": True, "tree": tree}
     except Exception as e:  # recorded as it is: the lesson says what did not run, and why
         return {"ok": False, "error": f"{type(e).__name__}: {str(e)[:2000]}"}
+
+
+# ---------------------------------------------------------------- exercises
+
+
+def kernel_table(kernels):
+    """Group kernel events by name: [{name, calls, total_us, share}], most total time first (equal
+    totals: by name), share = the name's time over the time of all kernels."""
+    rows = {}
+    for k in kernels:
+        row = rows.setdefault(k["name"], {"name": k["name"], "calls": 0, "total_us": 0.0})
+        row["calls"] += 1
+        row["total_us"] += k["dur_us"]
+    all_kernels = sum(row["total_us"] for row in rows.values())
+    for row in rows.values():
+        row["share"] = row["total_us"] / all_kernels
+    return sorted(rows.values(), key=lambda row: (-row["total_us"], row["name"]))
+
+
+def gpu_idle_share(kernels):
+    """The share of the span from the first kernel's start to the last kernel's end during which
+    no kernel runs. Kernels may overlap (several streams) and come in any order."""
+    intervals = sorted((k["start_us"], k["start_us"] + k["dur_us"]) for k in kernels)
+    first = intervals[0][0]
+    last = max(end for _, end in intervals)
+    busy, reached = 0.0, first           # reached: the latest end seen so far
+    for start, end in intervals:
+        busy += max(0.0, end - max(start, reached))   # only the part not covered already
+        reached = max(reached, end)
+    return (last - first - busy) / (last - first)
+
+
+def diagnose(metrics):
+    """(bound, limiter) from a kernel's ncu metrics: the speed-of-light rule and the occupancy limit."""
+    dram = metrics["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"]
+    sm = metrics["sm__throughput.avg.pct_of_peak_sustained_elapsed"]
+    if max(dram, sm) < 60:
+        bound = "latency"
+    elif dram >= sm:
+        bound = "memory"
+    else:
+        bound = "compute"
+    limits = [("registers", metrics["launch__occupancy_limit_registers"]),
+              ("shared memory", metrics["launch__occupancy_limit_shared_mem"]),
+              ("warps", metrics["launch__occupancy_limit_warps"]),
+              ("blocks", metrics["launch__occupancy_limit_blocks"])]
+    limiter = min(limits, key=lambda item: item[1])[0]   # min keeps the first of equal values
+    return bound, limiter
+
+
+def roofline_point(metrics, flops, chip):
+    """Where ncu's measurement puts a kernel on the roofline of CHIPS[chip]."""
+    spec = CHIPS[chip]
+    nbytes = metrics["dram__bytes_read.sum"] + metrics["dram__bytes_write.sum"]   # DRAM traffic, bytes
+    seconds = metrics["gpu__time_duration.sum"] * 1e-9                            # ncu's ns
+    intensity = flops / nbytes
+    tflops = flops / seconds / 1e12
+    roof = min(spec.tflops["fp16"], intensity * spec.bandwidth_tbs)
+    return {"intensity": intensity, "tflops": tflops, "tbs": nbytes / seconds / 1e12,
+            "roof_tflops": roof, "fraction": tflops / roof}

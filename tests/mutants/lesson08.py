@@ -1,0 +1,165 @@
+"""Lesson 08: kernel_table, gpu_idle_share, diagnose and roofline_point."""
+
+import collections
+
+from helpers.roofline import CHIPS
+from mutants import Right, Wrong, edit
+
+# ---------------------------------------------------------------- kernel_table
+
+_SORT = 'key=lambda row: (-row["total_us"], row["name"]))'
+
+WRONG = [
+    Wrong("kernel_table", "sorted by calls", edit(
+        "08", "kernel_table", (_SORT, 'key=lambda row: (-row["calls"], row["name"]))'))),
+    Wrong("kernel_table", "sorted by mean time per call", edit(
+        "08", "kernel_table", (_SORT, 'key=lambda row: (-row["total_us"] / row["calls"], row["name"]))'))),
+    Wrong("kernel_table", "equal totals not ordered by name", edit(
+        "08", "kernel_table", (_SORT, 'key=lambda row: -row["total_us"])'))),
+    Wrong("kernel_table", "equal totals in reverse name order", edit(
+        "08", "kernel_table", (_SORT, 'key=lambda row: (row["total_us"], row["name"]), reverse=True)'))),
+    Wrong("kernel_table", "share of the step's wall time (first start to last end)", edit(
+        "08", "kernel_table",
+        ("all_kernels = sum(row[\"total_us\"] for row in rows.values())",
+         "all_kernels = (max(k['start_us'] + k['dur_us'] for k in kernels)\n"
+         "                   - min(k['start_us'] for k in kernels))"))),
+    Wrong("kernel_table", "calls counted as 1 per name", edit(
+        "08", "kernel_table", ('row["calls"] += 1', 'row["calls"] = 1'))),
+    Wrong("kernel_table", "total_us holds the last duration, not the sum", edit(
+        "08", "kernel_table", ('row["total_us"] += k["dur_us"]', 'row["total_us"] = k["dur_us"]'))),
+]
+
+
+def _not_aggregated(kernels):
+    """One row per event, not per name."""
+    everything = sum(k["dur_us"] for k in kernels)
+    rows = [{"name": k["name"], "calls": 1, "total_us": k["dur_us"], "share": k["dur_us"] / everything}
+            for k in kernels]
+    return sorted(rows, key=lambda row: (-row["total_us"], row["name"]))
+
+
+WRONG.append(Wrong("kernel_table", "one row per event, not grouped by name", _not_aggregated))
+
+
+def _table_with_counter(kernels):
+    """Counters and a two-key stable sort: name first, then total (descending)."""
+    calls = collections.Counter(k["name"] for k in kernels)
+    totals = collections.defaultdict(float)
+    for k in kernels:
+        totals[k["name"]] += k["dur_us"]
+    names = sorted(totals)
+    names.sort(key=totals.get, reverse=True)   # stable: equal totals stay in name order
+    everything = sum(totals.values())
+    return [{"name": n, "calls": calls[n], "total_us": totals[n], "share": totals[n] / everything} for n in names]
+
+
+RIGHT = [Right("kernel_table", "Counter and two stable sorts", _table_with_counter)]
+
+# ---------------------------------------------------------------- gpu_idle_share
+
+WRONG += [
+    Wrong("gpu_idle_share", "sum of durations (counts overlaps twice)", edit(
+        "08", "gpu_idle_share", ("busy += max(0.0, end - max(start, reached))", "busy += end - start"))),
+    Wrong("gpu_idle_share", "the span measured from 0, not from the first start", edit(
+        "08", "gpu_idle_share", ("return (last - first - busy) / (last - first)", "return (last - busy) / last"))),
+    Wrong("gpu_idle_share", "the span ends where the last kernel to start ends", edit(
+        "08", "gpu_idle_share", ("last = max(end for _, end in intervals)", "last = intervals[-1][1]"))),
+    Wrong("gpu_idle_share", "assumes the kernels come sorted by start", edit(
+        "08", "gpu_idle_share", ('intervals = sorted((k["start_us"], k["start_us"] + k["dur_us"]) for k in kernels)',
+                                 'intervals = [(k["start_us"], k["start_us"] + k["dur_us"]) for k in kernels]'))),
+    Wrong("gpu_idle_share", "the busy share, not the idle share", edit(
+        "08", "gpu_idle_share", ("return (last - first - busy) / (last - first)", "return busy / (last - first)"))),
+]
+
+
+def _idle_by_sweep(kernels):
+    """A sweep over start (+1) and end (-1) events: idle wherever the count of running kernels is 0."""
+    events = sorted([(k["start_us"], 1) for k in kernels] + [(k["start_us"] + k["dur_us"], -1) for k in kernels],
+                    key=lambda e: (e[0], -e[1]))   # at one instant, starts before ends: touching is not a gap
+    running, idle, previous = 0, 0.0, events[0][0]
+    for t, step in events:
+        if running == 0:
+            idle += t - previous
+        running += step
+        previous = t
+    return idle / (events[-1][0] - events[0][0])
+
+
+RIGHT.append(Right("gpu_idle_share", "a sweep over start and end events", _idle_by_sweep))
+
+# ---------------------------------------------------------------- diagnose
+
+WRONG += [
+    Wrong("diagnose", "threshold as > 60 instead of >= 60", edit(
+        "08", "diagnose", ("if max(dram, sm) < 60:", "if max(dram, sm) <= 60:"))),
+    Wrong("diagnose", "tensor-pipe % in place of SM %", edit(
+        "08", "diagnose", ('sm = metrics["sm__throughput.avg.pct_of_peak_sustained_elapsed"]',
+                           'sm = metrics["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]'))),
+    Wrong("diagnose", "the L2 hit rate read as memory throughput", edit(
+        "08", "diagnose", ('dram = metrics["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"]',
+                           'dram = metrics["lts__t_sector_hit_rate.pct"]'))),
+    Wrong("diagnose", "limiter: the resource that allows the most blocks", edit(
+        "08", "diagnose", ("limiter = min(limits, key=lambda item: item[1])[0]",
+                           "limiter = max(limits, key=lambda item: item[1])[0]"))),
+    Wrong("diagnose", "ties go to the last of equal limits", edit(
+        "08", "diagnose", ("limiter = min(limits, key=lambda item: item[1])[0]",
+                           "limiter = min(reversed(limits), key=lambda item: item[1])[0]"))),
+    Wrong("diagnose", "a tie of DRAM and SM called compute", edit(
+        "08", "diagnose", ("elif dram >= sm:", "elif dram > sm:"))),
+    Wrong("diagnose", "threshold at 80% (ncu's 'greater than 80%' note)", edit(
+        "08", "diagnose", ("if max(dram, sm) < 60:", "if max(dram, sm) < 80:"))),
+]
+
+
+def _diagnose_by_table(metrics):
+    """The same rule written as a table lookup."""
+    dram = metrics["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"]
+    sm = metrics["sm__throughput.avg.pct_of_peak_sustained_elapsed"]
+    bound = ("memory" if dram >= sm else "compute") if max(dram, sm) >= 60.0 else "latency"
+    order = ["registers", "shared_mem", "warps", "blocks"]
+    values = [metrics[f"launch__occupancy_limit_{key}"] for key in order]
+    first = values.index(min(values))
+    return bound, ["registers", "shared memory", "warps", "blocks"][first]
+
+
+RIGHT.append(Right("diagnose", "the rule as a table lookup", _diagnose_by_table))
+
+# ---------------------------------------------------------------- roofline_point
+
+WRONG += [
+    Wrong("roofline_point", "the course's counted bytes instead of ncu's", edit(
+        "08", "roofline_point", ('nbytes = metrics["dram__bytes_read.sum"] + metrics["dram__bytes_write.sum"]',
+                                 'nbytes = metrics["counted"]["bytes"]'))),
+    Wrong("roofline_point", "bytes read only", edit(
+        "08", "roofline_point", ('nbytes = metrics["dram__bytes_read.sum"] + metrics["dram__bytes_write.sum"]',
+                                 'nbytes = metrics["dram__bytes_read.sum"]'))),
+    Wrong("roofline_point", "L2 bytes instead of DRAM bytes", edit(
+        "08", "roofline_point", ('nbytes = metrics["dram__bytes_read.sum"] + metrics["dram__bytes_write.sum"]',
+                                 'nbytes = metrics["lts__t_bytes.sum"]'))),
+    Wrong("roofline_point", "ns taken as µs", edit(
+        "08", "roofline_point", ('seconds = metrics["gpu__time_duration.sum"] * 1e-9',
+                                 'seconds = metrics["gpu__time_duration.sum"] * 1e-6'))),
+    Wrong("roofline_point", "ns taken as ms", edit(
+        "08", "roofline_point", ('seconds = metrics["gpu__time_duration.sum"] * 1e-9',
+                                 'seconds = metrics["gpu__time_duration.sum"] * 1e-3'))),
+    Wrong("roofline_point", "the roof not capped at the peak", edit(
+        "08", "roofline_point", ('roof = min(spec.tflops["fp16"], intensity * spec.bandwidth_tbs)',
+                                 "roof = intensity * spec.bandwidth_tbs"))),
+    Wrong("roofline_point", "the fp32 peak instead of fp16", edit(
+        "08", "roofline_point", ('roof = min(spec.tflops["fp16"], intensity * spec.bandwidth_tbs)',
+                                 'roof = min(spec.tflops["fp32"], intensity * spec.bandwidth_tbs)'))),
+]
+
+
+def _roofline_by_times(metrics, flops, chip):
+    """The roof as FLOPs over the longer of the memory time and the compute time."""
+    spec = CHIPS[chip]
+    nbytes = metrics["dram__bytes_write.sum"] + metrics["dram__bytes_read.sum"]
+    ms = metrics["gpu__time_duration.sum"] / 1e6
+    best_s = max(nbytes / (spec.bandwidth_tbs * 1e12), flops / (spec.tflops["fp16"] * 1e12))
+    tflops = flops / ms / 1e9
+    return {"intensity": flops / nbytes, "tflops": tflops, "tbs": nbytes / ms / 1e9,
+            "roof_tflops": flops / best_s / 1e12, "fraction": tflops * best_s * 1e12 / flops}
+
+
+RIGHT.append(Right("roofline_point", "the roof from the longer of two times", _roofline_by_times))
