@@ -126,7 +126,7 @@ print(prof.key_averages().table(sort_by=sort_by, row_limit=12, max_name_column_w
 # How to read it. One row per operator (`aten::mm` is a matmul; on a GPU, kernels get rows too).
 # **Self** time is spent in the operator itself, **total** time includes the operators it called
 # (`aten::matmul` calls `aten::mm`, so its self time is small and its total large). **# of Calls**
-# counts the launches. **CPU Mem** and **Self CPU Mem** are the bytes each operator allocated
+# counts how often the operator ran. **CPU Mem** and **Self CPU Mem** are the bytes each operator allocated
 # (`profile_memory=True`); on a GPU the table adds the same columns for CUDA time and CUDA memory.
 # The row `step` is our own `record_function` span: its total is the whole step.
 #
@@ -159,8 +159,8 @@ print("first operators:", ", ".join(op["name"] for op in ops[:8]), "...")
 #
 # ## The GPU profile of the full-size block
 #
-# On a GPU, the next cell profiles the full-size naive block live, with the same calls. Without
-# one, it prints the table `make profile` recorded. Either way the rest of the lesson reads the
+# On a GPU, the next cell first profiles the full-size naive block live, with the same calls. Then,
+# on any machine, it prints the table `make profile` recorded. The rest of the lesson reads the
 # recordings, so that every learner reads the same figures.
 
 # %%
@@ -285,7 +285,8 @@ for ax, variant in zip(axes, ("sdpa", "small")):
     ax.broken_barh([(o["start_us"], o["dur_us"]) for o in ops], (1.1, 0.8), color="tab:blue")
     ax.broken_barh([(k["start_us"], k["dur_us"]) for k in kernels], (0.1, 0.8), color="tab:orange")
     ax.set_yticks([0.5, 1.5], ["GPU kernels", "CPU operators"])
-    ax.set_title(f"block_{variant}: {steps[variant]['config']}", fontsize=9)
+    c = steps[variant]["config"]
+    ax.set_title(f"block_{variant}: batch {c['batch']} x {c['seq']} tokens, d={c['dim']}", fontsize=9)
 axes[-1].set_xlabel(f"microseconds (recorded on {said(steps['small'])})")
 fig.tight_layout()
 plt.show()
@@ -396,12 +397,14 @@ print(f"B x H x N x N x 4 bytes = {softmax_bytes / 2**20:.0f} MiB; the profiler'
 # scaled scores (`aten::mul`), the mask and the `masked_fill` output, the `.float()` copy (which
 # allocates through `aten::empty_strided`). With `sdpa`, none of them exists: the peak is set by the
 # MLP's activations instead. The same columns appear live on this machine, in the table you made
-# above (**Self CPU Mem**):
+# above (**Self CPU Mem**; on a GPU, **Self CUDA Mem**):
 
 # %%
-allocated = [(e.key, e.self_cpu_memory_usage) for e in prof.key_averages() if e.self_cpu_memory_usage > 0]
+memory = "self_device_memory_usage" if ON_GPU else "self_cpu_memory_usage"
+allocated = [(e.key, getattr(e, memory)) for e in prof.key_averages() if getattr(e, memory) > 0]
 allocated.sort(key=lambda kv: -kv[1])
-print("SMALL block, naive, this machine:", ", ".join(f"{op} {b / 1024:.0f} KiB" for op, b in allocated[:5]))
+print(f"SMALL block, naive, on this {DEVICE.type}:",
+      ", ".join(f"{op} {b / 1024:.0f} KiB" for op, b in allocated[:5]))
 
 # %% [markdown]
 # ## Nsight Compute: inside one kernel
@@ -553,7 +556,7 @@ for device in GPUS:
         print(f"  {k['target']:46} {bound:8} limited by {limiter}")
 
 # %% [markdown]
-# The memory-bound kernels are the ones lessons 01 and 05 wrote for memory; the large matmuls are
+# The kernels of lessons 01 and 05 are memory-bound, as lesson 03 predicted; the large matmuls are
 # compute-bound; the 512³ matmuls are latency-bound, because a grid that fills only a fraction of one
 # wave leaves most SMs idle. FlashAttention lands below the 60% line on both units: its tensor cores
 # are busy only part of the time, and the stall table says why: it waits at barriers and on
@@ -583,9 +586,9 @@ for device in GPUS:
 #   the last lines written sit in L2 when the kernel ends and reach DRAM after ncu stops counting for
 #   this kernel.
 # - **The tiled softmax** reads its input twice from DRAM: the second pass re-reads a row that does not
-#   fit in the SM, and most of it has left L2 by then. The counted bytes assume one read (lesson 05's
-#   ideal); this kernel's honest count is three passes over the data, not two. The loop below works on
-#   exactly this.
+#   fit in the SM, and most of it has left L2 by then. The counted bytes are lesson 05's ideal, one
+#   read and one write; this kernel's honest count is two reads and one write. The loop below works
+#   on exactly this.
 # - **The 4096³ matmuls read A and B more than once.** Each output tile needs a row panel of A and a
 #   column panel of B; tiles that share a panel reuse it from L2 when they run close together (lesson
 #   04's grouped order), and read it again from DRAM when they do not. cuBLAS re-reads less than the
@@ -630,12 +633,14 @@ check("roofline_point", roofline_point)
 # %%
 for device in GPUS:
     key = chip_key(device)
-    print(f"recorded on {said(recorded_profile('ncu.json', device))}, on the {key} datasheet roofline")
-    print(f"{'kernel':46}{'FLOP/B':>9}{'TFLOP/s':>9}{'TB/s':>7}{'roof':>8}{'of roof':>9}")
+    copy_tbs = recorded_profile("loop.json", device)["copy_gbps"] / 1000   # a large copy, same run
+    print(f"recorded on {said(recorded_profile('ncu.json', device))}, on the {key} datasheet roofline; "
+          f"copy ceiling {copy_tbs:.2f} TB/s")
+    print(f"{'kernel':46}{'FLOP/B':>9}{'TFLOP/s':>9}{'TB/s':>7}{'of copy':>9}{'roof':>8}{'of roof':>9}")
     for k in ncu_kernels(device):
         p = roofline_point(k, k["counted"]["flops"], key)
         print(f"{k['target']:46}{p['intensity']:9.2f}{p['tflops']:9.1f}{p['tbs']:7.2f}"
-              f"{p['roof_tflops']:8.1f}{p['fraction']:9.1%}")
+              f"{p['tbs'] / copy_tbs:9.1%}{p['roof_tflops']:8.1f}{p['fraction']:9.1%}")
 
 # %% [markdown]
 # The same points on the plot, each at the intensity ncu measured (`Point` takes the bytes and the
@@ -648,6 +653,12 @@ plot(points, chip=chip_key(GPU), title=f"ncu's measured bytes on the {chip_key(G
 plt.show()
 
 # %% [markdown]
+# The `of copy` column sets the DRAM traffic ncu measured against what a large copy reaches on the
+# same GPU (recorded by the same `make profile` run): the practical ceiling of a memory-bound kernel,
+# below the datasheet's bandwidth. The memory-bound kernels run close to it, and may even pass it:
+# ncu times one launch on the GPU alone, while the copy figure is `do_bench`'s median over whole
+# launches, and the copy is itself one kernel's speed (PyTorch's copy), not a law of the hardware.
+#
 # The memory-bound kernels sit close under the slope; measured bytes move the tiled softmax to the
 # left of where its counted bytes would put it (more bytes, lower intensity). FlashAttention sits
 # where its counted bytes put it, thanks to L2, and well under the flat roof. The large matmuls sit
