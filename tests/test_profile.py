@@ -1,0 +1,123 @@
+"""helpers/profile.py and helpers/block.py: the profiling helpers, the decoder block, and the
+recordings `make profile` wrote (every GPU has the same files, each naming its device)."""
+
+import csv
+import io
+import json
+
+import pytest
+import torch
+
+from helpers import profile
+from helpers.block import SMALL, block_flops, block_input, block_weights, decoder_block
+
+RECORDED_FILES = ["stamp.json", "ncu.json", "ncu_details.csv", "proton.json", "loop.json"] + [
+    f"block_{v}{ext}" for v in ("naive", "sdpa", "small", "tiny") for ext in (".json", ".trace.json.gz")]
+
+
+def test_block_attention_variants_agree():
+    w = block_weights(SMALL)
+    x = block_input(SMALL, 2, 40)
+    naive, sdpa = decoder_block(x, w, SMALL, "naive"), decoder_block(x, w, SMALL, "sdpa")
+    assert naive.shape == x.shape
+    torch.testing.assert_close(naive, sdpa, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="attention must be"):
+        decoder_block(x, w, SMALL, "flash")
+
+
+def test_block_is_causal():
+    w = block_weights(SMALL)
+    x = block_input(SMALL, 1, 24)
+    y = decoder_block(x, w, SMALL)
+    x2 = x.clone()
+    x2[:, 12:] += 1.0                       # change only the future of token 11
+    torch.testing.assert_close(decoder_block(x2, w, SMALL)[:, :12], y[:, :12])
+
+
+def test_block_flops_counts_the_projections():
+    cfg, T = SMALL, 16
+    projections = 2 * T * cfg.dim * (4 * cfg.dim + 3 * cfg.hidden)
+    attention = 4 * cfg.n_heads * T * T * cfg.head_dim // 2
+    assert block_flops(cfg, 1, T) == projections + attention
+
+
+def test_profile_step_on_the_cpu(tmp_path):
+    w = block_weights(SMALL)
+    x = block_input(SMALL, 1, 16)
+    prof = profile.profile_step(lambda: decoder_block(x, w, SMALL), warmup=1)
+    trace = profile.save_trace(prof, tmp_path / "step.trace.json.gz")
+    assert trace == profile.load_trace(tmp_path / "step.trace.json.gz")
+    ops = profile.cpu_ops(trace)
+    names = [op["name"] for op in ops]
+    assert "aten::mm" in names or "aten::matmul" in names
+    assert ops[0]["start_us"] == 0.0
+    assert all(a["start_us"] + a["dur_us"] <= b["start_us"] + 1e-3 for a, b in zip(ops, ops[1:]))
+    assert profile.kernel_events(trace) == []          # no GPU kernels on the CPU
+
+
+def test_kernel_events_sorted_and_relative():
+    trace = {"traceEvents": [
+        {"cat": "kernel", "ph": "X", "name": "b", "ts": 1010.0, "dur": 5.0, "args": {"stream": 7}},
+        {"cat": "kernel", "ph": "X", "name": "a", "ts": 1000.0, "dur": 4.0, "args": {"stream": 7}},
+        {"cat": "cpu_op", "ph": "X", "name": "aten::mm", "ts": 990.0, "dur": 3.0},
+    ]}
+    assert profile.kernel_events(trace) == [
+        {"name": "a", "start_us": 0.0, "dur_us": 4.0, "stream": 7},
+        {"name": "b", "start_us": 10.0, "dur_us": 5.0, "stream": 7}]
+
+
+def test_ncu_raw_page_is_parsed():
+    names = ["ID", "Kernel Name", "gpu__time_duration.sum", "dram__bytes_read.sum",
+             "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio", "something__else"]
+    units = ["", "", "ns", "byte", "inst", ""]
+    buf = io.StringIO()
+    csv.writer(buf).writerows([["==PROF== noise"], names, units, ["0", "k", "1,500", "2048", "0.5", "x"]])
+    rows, row_units = profile._ncu_raw_rows(buf.getvalue())
+    assert rows == [{"Kernel Name": "k", "gpu__time_duration.sum": 1500.0, "dram__bytes_read.sum": 2048.0,
+                     "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": 0.5}]
+    assert row_units["gpu__time_duration.sum"] == "ns"
+
+
+def test_without_a_gpu_make_profile_lists_the_recordings(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert profile.main([]) == 0
+    assert "No CUDA GPU here" in capsys.readouterr().out
+
+
+DEVICES = profile.recorded_devices()
+
+
+def test_recordings_exist():
+    assert DEVICES, "no profile recorded: run `make profile` on a GPU"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_gpu_has_every_file(device):
+    folder = profile.RECORDED / profile.slug(device)
+    missing = [name for name in RECORDED_FILES if not (folder / name).exists()]
+    assert not missing, f"{device}: missing {missing}"
+    for name in RECORDED_FILES:
+        if name.endswith(".json"):
+            data = json.loads((folder / name).read_text())
+            assert data["device"] == device and data["date"] and data["torch"] and data["triton"], name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_recorded_ncu_names_every_target(device):
+    ncu = profile.recorded_profile("ncu.json", device)
+    assert "error" not in ncu, ncu.get("error")
+    assert ncu["command"].startswith("ncu ") and "--clock-control none" in ncu["command"]
+    assert ncu["units"]["gpu__time_duration.sum"] == "ns"
+    assert ncu["units"]["dram__bytes_read.sum"] == "byte"
+    for k in ncu["kernels"]:
+        assert k["target"] and k["counted"]["bytes"] > 0 and k["counted"]["flops"] > 0
+        assert k["gpu__time_duration.sum"] > 0 and k["dram__bytes_read.sum"] >= 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_recorded_block_steps(device):
+    for variant in ("naive", "sdpa", "small", "tiny"):
+        step = profile.recorded_profile(f"block_{variant}.json", device)
+        assert step["kernels"] and step["cpu_ops"] and step["step_ms"] > 0 and step["peak_mib"] > 0
+        starts = [k["start_us"] for k in step["kernels"]]
+        assert starts == sorted(starts) and starts[0] == 0.0
