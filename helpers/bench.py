@@ -48,12 +48,25 @@ class Bench:
     label: str = ""                 # how to name this size in a table ("4096x4096")
     metric: str = "GB/s"            # "GB/s" (memory-bound) or "TFLOP/s" (compute-bound)
     tol: float = 1e-2               # largest relative error accepted against the first impl
+    graph: bool = False             # time CUDA-graph replays: the GPU's time, without the launch from
+                                    # Python (tens of µs, and jittery), for kernels of a few µs
 
 
-def measure(fn: Callable, warmup_ms=25, rep_ms=100):
-    """Median milliseconds of `fn()` on the GPU (do_bench: events, warm-up, L2 flushed)."""
+def measure(fn: Callable, warmup_ms=25, rep_ms=100, graph=False):
+    """Median milliseconds of `fn()` on the GPU (do_bench: events, warm-up, L2 flushed).
+
+    graph=True captures one call of `fn` in a CUDA graph and times the graph's replays instead: the
+    same kernels, launched without Python. A kernel of ten microseconds then reads its own time, not
+    the time the CPU took to launch it, which varies from process to process."""
     import triton.testing
 
+    if graph:
+        fn()                                    # compile and autotune before capturing
+        torch.cuda.synchronize()
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            fn()
+        fn = captured.replay
     return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
 
 
@@ -120,10 +133,11 @@ def time_bench(b, ceiling):
             if not err <= b.tol:
                 raise AssertionError(f"{b.group} {b.label or b.size}: {name} differs from "
                                      f"{next(iter(b.impls))} by {err:.2e} (relative)")
-        ms = measure(fn)
+        ms = measure(fn, graph=b.graph)
         rows.append({"group": b.group, "size": b.size, "label": b.label or str(b.size), "impl": name,
                      "ms": ms, "gbps": gbps(b.bytes, ms), "tflops": tflops(b.flops, ms),
-                     "metric": b.metric, "fraction_of_copy": gbps(b.bytes, ms) / ceiling})
+                     "metric": b.metric, "fraction_of_copy": gbps(b.bytes, ms) / ceiling,
+                     "timing": "CUDA graph replay" if b.graph else "launched from Python"})
     return rows
 
 
