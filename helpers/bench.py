@@ -142,6 +142,8 @@ def time_bench(b, ceiling):
 
 
 def print_rows(rows, title):
+    if rows and rows[0].get("timing") == "CUDA graph replay":
+        title += "; timed as CUDA graph replays"
     print(title)
     print(f"{'size':>16} {'implementation':>26} {'ms':>9} {'GB/s':>8} {'TFLOP/s':>8} {'% copy':>7}")
     for r in rows:
