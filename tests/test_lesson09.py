@@ -1,0 +1,176 @@
+"""Lesson 09: the capstone's kernels match their references, and the fused block matches the eager one."""
+
+import math
+
+import pytest
+import torch
+
+from helpers import DEVICE, ON_GPU, pick
+from helpers.block import SMALL, block_input, block_weights, decoder_block
+from helpers.check import TOLERANCES
+from helpers.solutions import load_solution
+from helpers.traffic import triton_traffic
+
+lesson09 = load_solution("09")
+
+DTYPES = [torch.float32, torch.float16]
+
+# Element-wise kernels compute in float32 and round once: check's table (about two units in the last
+# place of the output dtype, against a float64 reference). Matmuls too, on the CPU; on a GPU tl.dot
+# takes float32 operands as TF32 (a 10-bit mantissa, 2**-11 relative per operand), so float32
+# matmul outputs of order one are good to about 1e-3, and 1e-2 leaves room for the sums.
+MATMUL_TOL = {torch.float32: pick(cpu=TOLERANCES[torch.float32], gpu=(1e-2, 1e-2)),
+              torch.float16: TOLERANCES[torch.float16]}
+
+
+def randn(*shape, dtype=torch.float32, scale=1.0):
+    return (torch.randn(*shape, device=DEVICE) * scale).to(dtype)
+
+
+def assert_matches(got, want, tol, dtype):
+    """got (in `dtype`) against a float64 reference, within `tol[dtype]`."""
+    assert got.dtype == dtype and got.shape == want.shape, (got.dtype, got.shape, want.shape)
+    atol, rtol = tol[dtype]
+    torch.testing.assert_close(got.double(), want, atol=atol, rtol=rtol)
+
+
+def double(*tensors):
+    return [t.double() for t in tensors]
+
+
+# ---------------------------------------------------------------- swiglu_linear
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M, K, f, h_view", [
+    (1, 45, 23, False),     # one token
+    (70, 99, 37, True),     # two row tiles, two column tiles (2f = 74 interleaved columns), h strided
+])
+def test_swiglu_linear(dtype, M, K, f, h_view):
+    h = randn(M, 2 * K, dtype=dtype)[:, ::2] if h_view else randn(M, K, dtype=dtype)
+    w_gate, w_up = randn(f, K, dtype=dtype, scale=K**-0.5), randn(f, K, dtype=dtype, scale=K**-0.5)
+    w_gate_up = lesson09.pack_gate_up(w_gate, w_up)
+    hd, gd, ud = double(h, w_gate, w_up)
+    want = torch.nn.functional.silu(hd @ gd.T) * (hd @ ud.T)    # the unpacked weights: the packing is right
+    assert_matches(lesson09.swiglu_linear(h, w_gate_up), want, MATMUL_TOL, dtype)
+    assert_matches(lesson09.swiglu_linear(h, w_gate_up),
+                   lesson09.swiglu_linear_reference(*double(h, w_gate_up)), MATMUL_TOL, dtype)
+
+
+# ---------------------------------------------------------------- linear_residual
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M, K, N, views", [
+    (1, 45, 29, False),
+    (70, 130, 67, True),    # K over two BLOCK_K steps; w and the residual strided views
+])
+def test_linear_residual(dtype, M, K, N, views):
+    h = randn(M, K, dtype=dtype)
+    w = randn(K, N, dtype=dtype, scale=K**-0.5).t() if views else randn(N, K, dtype=dtype, scale=K**-0.5)
+    residual = randn(M, 3 * N, dtype=dtype)[:, N:2 * N] if views else randn(M, N, dtype=dtype)
+    want = lesson09.linear_residual_reference(*double(h, w, residual))
+    assert_matches(lesson09.linear_residual(h, w, residual), want, MATMUL_TOL, dtype)
+
+
+# ---------------------------------------------------------------- rope_qk
+
+
+def projection_views(B, H, N, D, dtype):
+    """q, k as decoder_block makes them: (B, H, N, D) views of one (B, N, 3 H D) projection output."""
+    qkv = randn(B, N, 3 * H * D, dtype=dtype)
+    return [qkv[..., i * H * D:(i + 1) * H * D].view(B, N, H, D).transpose(1, 2) for i in range(2)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B, H, N, D, layout", [
+    (1, 1, 1, 4, "views"),          # one position
+    (2, 3, 19, 12, "views"),        # D / 2 = 6: not a power of two; N over two position blocks
+    (2, 4, 37, 64, "k contiguous"),  # q and k with different strides
+])
+def test_rope_qk(dtype, B, H, N, D, layout):
+    q, k = projection_views(B, H, N, D, dtype)
+    if layout == "k contiguous":
+        k = k.contiguous()
+    angles = randn(N, D // 2, scale=3.0)
+    cos, sin = angles.cos(), angles.sin()
+    q_rot, k_rot = lesson09.rope_qk(q, k, cos, sin)
+    want_q, want_k = lesson09.rope_qk_reference(*double(q, k, cos, sin))
+    assert q_rot.is_contiguous() and k_rot.is_contiguous()
+    assert_matches(q_rot, want_q, TOLERANCES, dtype)
+    assert_matches(k_rot, want_k, TOLERANCES, dtype)
+
+
+# ---------------------------------------------------------------- groupnorm_mish
+
+
+def nchw(N, C, H, W, dtype, layout, mean=0.0, scale=1.0):
+    if layout == "channels_last":   # strides (HWC, 1, WC, C)
+        return (randn(N, H, W, C, scale=scale) + mean).to(dtype).permute(0, 3, 1, 2)
+    return (randn(N, C, H, W, scale=scale) + mean).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, groups, layout, mean, affine_scale", [
+    ((2, 15, 7, 9), 5, "contiguous", 0.0, 1.0),        # 3 channels per group, 189 values: one tile
+    ((1, 6, 1, 1), 2, "contiguous", 0.0, 1.0),         # H = W = 1: 3 values per group
+    ((2, 9, 17, 19), 3, "channels_last", 0.0, 1.0),    # 969 values per group: several tiles, strided
+    ((2, 10, 11, 13), 2, "contiguous", 300.0, 1.0),    # a large mean: the variance must not cancel
+    ((1, 14, 5, 7), 7, "contiguous", 0.0, 30.0),       # outputs past +-20: Mish's two tails
+])
+def test_groupnorm_mish(dtype, shape, groups, layout, mean, affine_scale):
+    x = nchw(*shape, dtype, layout, mean=mean, scale=2.0)
+    C = shape[1]
+    weight, bias = randn(C, dtype=dtype, scale=affine_scale), randn(C, dtype=dtype, scale=affine_scale)
+    want = lesson09.groupnorm_mish_reference(*double(x), groups, *double(weight, bias), 1e-5)
+    assert_matches(lesson09.groupnorm_mish(x, groups, weight, bias, 1e-5), want, TOLERANCES, dtype)
+
+
+# ---------------------------------------------------------------- the decoder block
+
+
+# float32: the fused block and the eager one round differently at every step (RMSNorm folded into
+# the matmul, the SiLU product and residual adds in float32 before one rounding, online softmax),
+# each step a few units of 2**-24 of outputs of order one, summed over K = 688: about 1e-6 on the
+# CPU, well inside 1e-5 + 1e-5 |y| (outputs reach about 5). On a GPU tl.dot rounds float32 operands
+# to TF32 (2**-11) in five matmuls, one after the other: a few 1e-3, so 3e-2.
+BLOCK_F32_TOL = pick(cpu=(1e-5, 1e-5), gpu=(3e-2, 3e-2))
+
+
+def test_decoder_block_fused_float32_and_its_launches():
+    w, x = block_weights(SMALL, device=DEVICE), block_input(SMALL, batch=2, seq=40, device=DEVICE)
+    want = decoder_block(x, w, SMALL, attention="sdpa")
+    got = {}
+    traffic = triton_traffic(lambda: got.setdefault("out", lesson09.decoder_block_fused(x, w, SMALL)))
+    atol, rtol = BLOCK_F32_TOL
+    torch.testing.assert_close(got["out"], want, atol=atol, rtol=rtol)
+    if not ON_GPU:   # the interpreter records every launch: the block is 7 Triton kernels
+        names = [launch.kernel for launch in traffic.launches]
+        assert names == ["rmsnorm_linear_kernel", "rope_qk_kernel", "flash_fwd_causal_kernel",
+                         "linear_residual_kernel", "rms_norm_kernel", "swiglu_linear_kernel",
+                         "linear_residual_kernel"], names
+
+
+def test_decoder_block_fused_float16_is_as_close_as_eager():
+    """float16: every step rounds to 2**-11, so there is no tight absolute bound to state in advance.
+    Measured instead against the block in float64: the fused block must be as close as PyTorch's
+    own eager float16 block, within a factor of 2 (it rounds less often, but the attention's P is
+    rounded to float16 before P V, which SDPA on the CPU does in float32)."""
+    w, x = block_weights(SMALL, device=DEVICE), block_input(SMALL, batch=2, seq=40, device=DEVICE)
+    truth = decoder_block(x.double(), {n: t.double() for n, t in w.items()}, SMALL, attention="sdpa")
+    w16, x16 = {n: t.half() for n, t in w.items()}, x.half()
+    eager_err = (decoder_block(x16, w16, SMALL, attention="sdpa").double() - truth).abs().max().item()
+    fused = lesson09.decoder_block_fused(x16, lesson09.pack_weights(w16, SMALL), SMALL)
+    assert fused.dtype == torch.float16 and fused.shape == x.shape
+    fused_err = (fused.double() - truth).abs().max().item()
+    assert math.isfinite(fused_err) and fused_err <= 2 * eager_err, (fused_err, eager_err)
+
+
+def test_pack_weights_is_the_same_block():
+    w = block_weights(SMALL)
+    packed = lesson09.pack_weights(w, SMALL)
+    d, f = SMALL.dim, SMALL.hidden
+    assert packed["wqkv"].shape == (3 * d, d) and torch.equal(packed["wqkv"][d:2 * d], w["wk"])
+    assert packed["w_gate_up"].shape == (2 * f, d)
+    assert torch.equal(packed["w_gate_up"][0::2], w["w_gate"])
+    assert torch.equal(packed["w_gate_up"][1::2], w["w_up"])
