@@ -321,3 +321,96 @@ def decoder_block_fused(x, w, cfg: BlockConfig):
     h = lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)                         # 7
     mlp = swiglu_linear(h, w["w_gate_up"])                                         # 8
     return linear_residual(mlp, w["w_down"], x2).view(B, N, d)                     # 9
+
+
+# ---------------------------------------------------------------- make bench (GPU)
+
+BLOCK_SHAPES = ((1, 2048), (4, 2048), (1, 8192))   # (batch, sequence) of a prefill, at 7B width
+
+
+def _block_impls(cfg, x, w, packed, compiled):
+    """The block's forward four ways, each a zero-argument callable."""
+    from helpers.block import decoder_block
+
+    return {"course kernels (lesson 09)": lambda: decoder_block_fused(x, packed, cfg),
+            "eager + SDPA": lambda: decoder_block(x, w, cfg, attention="sdpa"),
+            "torch.compile(eager + SDPA)": lambda: compiled(x, w, cfg, attention="sdpa"),
+            "eager, naive attention": lambda: decoder_block(x, w, cfg, attention="naive")}
+
+
+def benchmarks():
+    """What `make bench` times for this lesson (GPU only): the block, the SwiGLU MLP, GroupNorm + Mish."""
+    from helpers.bench import Bench
+    from helpers.block import block_flops, block_input, block_weights, decoder_block
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    cfg = BlockConfig()
+    w = block_weights(cfg, "cuda", torch.float16)
+    packed = pack_weights(w, cfg)
+    compiled = torch.compile(decoder_block, dynamic=False)
+    for B, N in BLOCK_SHAPES:
+        x = block_input(cfg, B, N, "cuda", torch.float16)
+        weights_bytes = sum(t.nbytes for t in w.values())
+        yield Bench("block_forward_fp16", B * N, bytes=2 * x.nbytes + weights_bytes,
+                    flops=block_flops(cfg, B, N), label=f"B{B} N{N}", metric="TFLOP/s",
+                    impls=_block_impls(cfg, x, w, packed, compiled))
+        del x
+
+    swiglu_eager = lambda h, wg, wu: F.silu(h @ wg.T) * (h @ wu.T)  # noqa: E731
+    swiglu_compiled = torch.compile(swiglu_eager, dynamic=False)
+    d, f, wg, wu, wgu = cfg.dim, cfg.hidden, w["w_gate"], w["w_up"], packed["w_gate_up"]
+    for T in (4096, 16384):
+        h = torch.randn(T, d, device="cuda", dtype=torch.float16)
+        yield Bench("swiglu_fp16", T, bytes=2 * (T * d + 2 * f * d + T * f), flops=4 * T * d * f,
+                    label=f"T{T} d{d} f{f}", metric="TFLOP/s",
+                    impls={"course: one matmul, SiLU*mul epilogue": lambda h=h: swiglu_linear(h, wgu),
+                           "eager: two matmuls, SiLU, mul": lambda h=h: swiglu_eager(h, wg, wu),
+                           "torch.compile": lambda h=h: swiglu_compiled(h, wg, wu)})
+        del h
+
+    gn_eager = lambda x, g, wt, b: F.mish(F.group_norm(x, g, wt, b, 1e-5))  # noqa: E731
+    gn_compiled = torch.compile(gn_eager, dynamic=False)
+    for N, C, HW, G in ((8, 320, 64, 32), (8, 640, 32, 32), (2, 1280, 16, 32), (1, 128, 256, 32)):
+        x = torch.randn(N, C, HW, HW, device="cuda", dtype=torch.float16)
+        wt = torch.randn(C, device="cuda", dtype=torch.float16)
+        b = torch.randn(C, device="cuda", dtype=torch.float16)
+        yield Bench("groupnorm_mish_fp16", x.numel(), bytes=2 * x.nbytes, flops=10 * x.numel(),
+                    label=f"{N}x{C}x{HW}x{HW} G{G}",
+                    impls={"course: one kernel": lambda x=x, wt=wt, b=b, G=G: groupnorm_mish(x, G, wt, b),
+                           "eager: group_norm, mish": lambda x=x, wt=wt, b=b, G=G: gn_eager(x, G, wt, b),
+                           "torch.compile": lambda x=x, wt=wt, b=b, G=G: gn_compiled(x, G, wt, b)})
+        del x
+
+
+def record_artifacts(folder):
+    """On a GPU (called by `make bench`): the block's peak memory and kernel launches per forward, for
+    each implementation and shape, into folder/09_block/<gpu>.json."""
+    import json
+
+    from helpers import profile
+    from helpers.block import block_input, block_weights, decoder_block
+
+    cfg = BlockConfig()
+    w = block_weights(cfg, "cuda", torch.float16)
+    packed = pack_weights(w, cfg)
+    compiled = torch.compile(decoder_block, dynamic=False)
+    rows = []
+    for B, N in BLOCK_SHAPES:
+        x = block_input(cfg, B, N, "cuda", torch.float16)
+        for name, fn in _block_impls(cfg, x, w, packed, compiled).items():
+            fn()
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            fn()
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated() - base
+            trace = profile.save_trace(profile.profile_step(fn, warmup=1, memory=False),
+                                       folder / "_step.trace.json.gz")
+            rows.append({"label": f"B{B} N{N}", "impl": name, "peak_mib": round(peak / 2**20, 1),
+                         "kernels": len(profile.kernel_events(trace))})
+        del x
+    (folder / "_step.trace.json.gz").unlink(missing_ok=True)
+    out = folder / "09_block" / (profile.slug(torch.cuda.get_device_name()) + ".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({**profile.stamp(), "rows": rows}, indent=1))
