@@ -174,3 +174,37 @@ def test_pack_weights_is_the_same_block():
     assert packed["w_gate_up"].shape == (2 * f, d)
     assert torch.equal(packed["w_gate_up"][0::2], w["w_gate"])
     assert torch.equal(packed["w_gate_up"][1::2], w["w_up"])
+
+
+# ---------------------------------------------------------------- the exercises (helpers/exercises/lesson09.py)
+
+
+@pytest.mark.parametrize("name", ["rope_qk", "groupnorm_mish", "decoder_block_fused"])
+def test_the_solutions_pass_their_exercise_checks(name):
+    from helpers import check
+
+    check(name, getattr(lesson09, name))
+
+
+def test_the_exercise_references_agree_with_the_lessons_own():
+    from helpers.exercises import lesson09 as spec
+
+    q, k = projection_views(2, 3, 7, 12, torch.float32)
+    angles = randn(7, 6)
+    args = (q, k, angles.cos(), angles.sin())
+    for got, want in zip(spec.rope_qk_reference(*args), lesson09.rope_qk_reference(*args)):
+        torch.testing.assert_close(got, want)
+    x, weight, bias = randn(2, 6, 5, 3), randn(6), randn(6)
+    torch.testing.assert_close(spec.groupnorm_mish_reference(x, 3, weight, bias, 1e-5),
+                               lesson09.groupnorm_mish_reference(x, 3, weight, bias, 1e-5))
+
+
+def test_the_block_structure_check_names_what_pytorch_did():
+    from helpers.exercises import lesson09 as spec
+
+    def sdpa_block(x, w, cfg):
+        return decoder_block(x, w, cfg, attention="sdpa")
+
+    message = spec._all_in_triton(sdpa_block)
+    assert message and "attention" in message and "mm" in message, message
+    assert spec._all_in_triton(lesson09.decoder_block_fused) is None

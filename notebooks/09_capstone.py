@@ -1,0 +1,609 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 09 · Capstone: a decoder block from your own kernels
+#
+# Lesson 08 profiled one layer of a Llama-style model, written in eager PyTorch, and found where its
+# time goes. This lesson rebuilds that layer from the kernels of this course: lesson 04's matmul
+# mainloop, lesson 05's RMSNorm folded into the next matmul, lesson 06's causal FlashAttention, and
+# four new kernels. Then it measures the result against eager PyTorch, eager PyTorch with SDPA, and
+# `torch.compile`, and reads the verdict, whichever way it falls.
+#
+# **You will learn:**
+# - how a decoder block decomposes into fused kernels, and how many launches and bytes each fusion saves;
+# - RoPE on Q and K in one kernel, read through the projection's strides;
+# - SwiGLU as one matmul with the SiLU product in its epilogue, and the residual add as an epilogue;
+# - GroupNorm + Mish for diffusion U-Nets in one kernel, and when a split reduction pays;
+# - to read a benchmark of a whole block: time, peak memory, kernels launched, and why a fused
+#   epilogue on a slower mainloop can lose;
+# - the megakernel question: how much of a small step is launch overhead.
+#
+# Exercises: the RoPE kernel, the GroupNorm + Mish kernel, and the block's forward from the course's
+# kernels.
+
+# %% [markdown]
+# ## Setting up
+
+# %%
+from helpers import DEVICE, ON_GPU, check, describe, interpreter, pick
+from helpers.bench import ROOT, compare, recorded_devices, recorded_rows
+from helpers.block import SMALL, BlockConfig, block_input, block_weights, decoder_block, rope_tables
+from helpers.cards import flashcards, self_check
+from helpers.profile import recorded_profile
+from helpers.profile import recorded_devices as profiled_devices
+from helpers.roofline import CHIPS
+from helpers.solutions import load_solution
+from helpers.traffic import eager_traffic, triton_traffic
+
+import inspect
+import json
+import statistics
+
+import torch
+import triton
+import triton.language as tl
+
+print(describe())
+course = load_solution("09")                  # the lesson's kernels, given where you do not write them
+lesson05, lesson06 = course.lesson05, course.lesson06
+print("GPUs with recorded figures:", ", ".join(recorded_devices()) or "none yet")
+
+
+def show(kernel):
+    """Print a function's or a Triton kernel's source."""
+    while hasattr(kernel, "fn"):              # an autotuner wraps a JITFunction, which wraps the function
+        kernel = kernel.fn
+    print(inspect.getsource(kernel))
+
+
+# %% [markdown]
+# ## The block, step by step
+#
+# `helpers/block.py` holds the eager block that lesson 08 profiled. Here it is again:
+
+# %%
+show(decoder_block)
+
+# %% [markdown]
+# Each line is one or more kernels, and each kernel reads its inputs from memory and writes its
+# output back. The course's version keeps the same arithmetic and regroups it into seven Triton
+# kernels, each doing one matmul or one pass, with the small work folded into it:
+#
+# | step | kernel | folded in | from |
+# |---|---|---|---|
+# | 1 | RMSNorm + Q\|K\|V projection | the norm, in the matmul's K loop and epilogue | lesson 05 |
+# | 2 | RoPE on Q and K | the copy to (B, H, N, D) | exercise 1 |
+# | 3 | causal FlashAttention | the scores, softmax and mask | lesson 06 |
+# | 4 | output projection + residual | the residual add, in the epilogue | this lesson |
+# | 5 | RMSNorm | | lesson 05 |
+# | 6 | SwiGLU: gate and up projections as one matmul | SiLU(gate) · up, in the epilogue | this lesson |
+# | 7 | down projection + residual | the residual add, in the epilogue | this lesson |
+#
+# Why not fold step 5 into step 6, as step 1 is folded? The same trick applies (lesson 05's
+# `rmsnorm_linear` would compute both), but then the SwiGLU kernel would carry the norm, the
+# interleaved weights and the SiLU epilogue at once. One new idea per kernel keeps each one checkable;
+# the norm costs one extra read and write of a (T, d) tensor.
+#
+# First, what each version launches, counted on this machine at the small size. The eager block's
+# count is of ATen operations (each at least one kernel on a GPU); the course's block is counted by
+# Triton launches:
+
+# %%
+w_small = block_weights(SMALL, DEVICE)
+x_small = block_input(SMALL, batch=2, seq=40, device=DEVICE)
+packed_small = course.pack_weights(w_small, SMALL)
+
+eager_ops = eager_traffic(decoder_block, x_small, w_small, SMALL, attention="sdpa")
+print(f"eager + SDPA:  {eager_ops.kernels} ATen operations")
+if ON_GPU:
+    before = interpreter.launch_count()
+    course.decoder_block_fused(x_small, packed_small, SMALL)
+    print(f"course kernels: {interpreter.launch_count() - before} Triton launches")
+else:
+    fused_launches = triton_traffic(course.decoder_block_fused, x_small, packed_small, SMALL).launches
+    print(f"course kernels: {len(fused_launches)} Triton launches:")
+    for launch in fused_launches:
+        print(f"  {launch.kernel:24} grid {launch.grid}")
+
+# %% [markdown]
+# ### What each fusion saves
+#
+# A fusion saves the round trip of one intermediate tensor through memory: the write, and the read
+# by the next kernel. For T tokens, width d and MLP width f, in 16-bit storage:
+#
+# - RMSNorm folded into the Q|K|V matmul: the normalised activations, written and read: 2·T·d elements;
+# - the residual add in a projection's epilogue: the projection's output, written and read: 2·T·d;
+# - SwiGLU's epilogue: eager writes the gate and up products (2·T·f), SiLU reads one and writes its
+#   result, the product reads two and writes one: 6·T·f more than the fused kernel's single write.
+#
+# Each of these rides on a matmul. Against the matmul's FLOPs, the bytes are small. The cell below
+# puts both at the datasheet's peak rates: the time the saved bytes take at full bandwidth, as a share
+# of the time the matmul takes at full tensor-core speed.
+
+# %%
+def fusion_savings(T, cfg=BlockConfig(), chip=CHIPS["H100 SXM"]):
+    d, f = cfg.dim, cfg.hidden
+    rows = [("RMSNorm into Q|K|V", 2 * T * d, 2 * T * d * 3 * d),
+            ("residual into output projection", 2 * T * d, 2 * T * d * d),
+            ("SiLU * up into gate|up", 6 * T * f, 2 * T * d * 2 * f),
+            ("residual into down projection", 2 * T * d, 2 * T * f * d)]
+    print(f"T = {T}, d = {d}, f = {f}, on the {chip.name} datasheet "
+          f"({chip.bandwidth_tbs} TB/s, {chip.tflops['fp16']} TFLOP/s fp16)")
+    for what, elements, flops in rows:
+        saved_s = 2 * elements / (chip.bandwidth_tbs * 1e12)
+        matmul_s = flops / (chip.tflops["fp16"] * 1e12)
+        print(f"  {what:34} saves {2 * elements / 2**20:7.1f} MiB: "
+              f"{saved_s / matmul_s:6.1%} of its matmul's time")
+
+
+fusion_savings(2048)
+fusion_savings(16)
+
+# %% [markdown]
+# Each share is the most that fusion can win next to its matmul, at peak rates, and it does not
+# depend on T (bytes and FLOPs both grow with it). It is also a budget: a fused kernel whose mainloop
+# is slower than the best unfused matmul by more than that share loses more time than its epilogue
+# saves. The share is largest where the matmul is narrow against the tensor it saves (the output
+# projection is d wide, and saves a T × d tensor; the gate|up matmul saves four T × f ones).
+# At T = 16 (decoding) the printed shares are the same, but there the matmuls are bound by reading
+# the weights, not by FLOPs, and what a fusion saves is mostly a launch. Keep both in mind for the
+# measurements below.
+
+# %% [markdown]
+# ## RoPE: rotating Q and K
+#
+# Rotary position embeddings turn each position into a rotation. For a head of dimension D, split
+# each query (and key) vector into a first half $x_1$ and a second half $x_2$, and rotate each pair
+# $(x_1[j], x_2[j])$ by the angle $\theta_{n,j}$ of position n:
+#
+# $$\text{out}_1 = x_1 \cos\theta - x_2 \sin\theta, \qquad \text{out}_2 = x_1 \sin\theta + x_2 \cos\theta.$$
+#
+# The scores $q \cdot k$ then depend on the two positions only through their difference. V is not
+# rotated. `rope_tables` gives cos and sin, (N, D/2), in float32:
+
+# %%
+cos, sin = rope_tables(SMALL, 6, DEVICE)
+print(cos.shape, cos.dtype, "\n", cos[:, :4])
+
+# %% [markdown]
+# The eager block rotates Q and K separately, each through `x.float()`, two slices, four products, a
+# subtraction, an addition, a `cat` and a cast: about ten passes over each tensor. One kernel does
+# both tensors in one pass, loads cos and sin once for both, and computes in float32 in registers.
+#
+# The Q|K|V matmul writes a (T, 3d) matrix; Q and K are **views** of it, seen as (B, H, N, D) through
+# strides. FlashAttention reads (B, H, N, D) contiguous. So the rotation reads through the views'
+# strides and writes contiguous outputs: the copy that `.contiguous()` would otherwise cost is done
+# by the same pass.
+
+# %%
+B, N, H, D = 2, 5, SMALL.n_heads, SMALL.head_dim
+qkv = torch.randn(B * N, 3 * SMALL.dim, device=DEVICE)
+q_view = qkv[:, :SMALL.dim].view(B, N, H, D).transpose(1, 2)
+print("q view:", tuple(q_view.shape), "strides", q_view.stride(), "contiguous:", q_view.is_contiguous())
+
+# %% [markdown]
+# ## Exercise 1 · RoPE on Q and K, one launch
+#
+# Write `rope_qk_kernel`. The launcher is written: program `(i, bh)` takes positions
+# `i * BLOCK_POS ...` of batch `bh // n_heads`, head `bh % n_heads`, for both Q and K. `half` is D/2,
+# and `BLOCK_HALF` the power of two at or above it. Details:
+#
+# - load the (BLOCK_POS, BLOCK_HALF) tile of cos and sin once, and use it for Q and for K;
+# - read Q through its four strides (`sq_b, sq_h, sq_n, sq_d`), K through its own: they may differ;
+# - write the outputs contiguous, (B, H, N, D): head `bh` starts at `bh * seq * D`, a position's row
+#   is D values long, its second half starts `half` values in;
+# - compute in float32, store in the output's dtype (`qo_ptr.dtype.element_ty`);
+# - mask both the positions past `seq` and the lanes past `half`: D/2 need not be a power of two.
+#   Offsets of `b * sq_b` can pass 2³¹ at real sizes: convert `b` and `h` to `tl.int64`.
+#
+# A `@triton.jit` helper that rotates one tile, called once for Q and once for K, keeps it short.
+
+# %% tags=["exercise"]
+@triton.jit
+def rope_qk_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, n_heads, seq, half,
+                   sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_n, sk_d, s_cos, s_sin,
+                   BLOCK_POS: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    """BLOCK_POS positions of one (batch, head), of Q and of K: cos and sin are loaded once for both."""
+    # YOUR CODE HERE:
+    # 1. offs_pos from tl.program_id(0); bh = tl.program_id(1), b and h from it (as tl.int64);
+    #    offs_half = tl.arange(0, BLOCK_HALF); mask over positions and lanes;
+    # 2. load the cos and sin tiles (rows s_cos and s_sin apart), masked;
+    # 3. for Q, then K: load the first and second halves through the strides, in float32,
+    #    store x1 * cos - x2 * sin and x1 * sin + x2 * cos into the contiguous output.
+    pass
+
+
+def rope_qk(q, k, cos, sin):
+    """RoPE (half-split pairs) on q and k, (B, H, N, D) of any strides: (q_rot, k_rot), both contiguous."""
+    assert q.dim() == 4 and q.shape == k.shape and q.dtype == k.dtype, "q and k: (B, H, N, D), one dtype"
+    B, H, N, D = q.shape
+    assert D % 2 == 0 and cos.shape == sin.shape == (N, D // 2), "cos and sin: (N, D / 2), D even"
+    assert cos.stride(1) == sin.stride(1) == 1, "cos and sin: rows of contiguous values"
+    q_rot = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
+    k_rot = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
+    BLOCK_POS = pick(cpu=16, gpu=64)
+    grid = (triton.cdiv(N, BLOCK_POS), B * H)
+    rope_qk_kernel[grid](q, k, cos, sin, q_rot, k_rot, H, N, D // 2, *q.stride(), *k.stride(),
+                         cos.stride(0), sin.stride(0), BLOCK_POS=BLOCK_POS,
+                         BLOCK_HALF=triton.next_power_of_2(D // 2), num_warps=4)
+    return q_rot, k_rot
+
+
+# %%
+check("rope_qk", rope_qk)
+
+# %% [markdown]
+# ## Worked example: SwiGLU in one matmul
+#
+# The MLP computes $\mathrm{SiLU}(h W_\text{gate}^\top) \odot (h W_\text{up}^\top)$, then the down
+# projection. Both products read the same h, so they can be **one** matmul against the two weight
+# matrices stacked: one pass over h, one launch. The epilogue then needs, in each output tile, the
+# gate column and the up column that belong together. The course's layout interleaves the rows of
+# the two matrices once, when the weights are packed, so that every tile holds matching pairs side by
+# side whatever its width:
+
+# %%
+show(course.pack_gate_up)
+show(course.swiglu_linear_kernel)
+
+# %% [markdown]
+# The mainloop is lesson 04's `matmul_tile`, unchanged. The epilogue reshapes the accumulator into
+# (even, odd) column pairs, computes SiLU(gate) · up in float32, and stores half as many columns.
+# Here is how it compares with two cuBLAS matmuls plus SiLU and a product, and with `torch.compile`
+# of the same eager code, on a GPU now or as recorded (the verdicts below the tables are computed
+# from the same rows):
+
+# %%
+def course_benches(group):
+    """The solution's Bench items of one group (GPU only): benchmarks() yields its groups in order."""
+    found = False
+    for bench in course.benchmarks():
+        if bench.group == group:
+            found = True
+            yield bench
+        elif found:
+            return
+
+
+def timed(group):
+    """{GPU: rows} for one group: measured now on a GPU, else every recorded GPU's rows."""
+    rows = compare(group, lambda: list(course_benches(group)))
+    if ON_GPU:
+        return {torch.cuda.get_device_name(): rows}
+    return {gpu: recorded_rows(group, gpu)[0] for gpu in recorded_devices() if recorded_rows(group, gpu)[0]}
+
+
+def verdicts(by_gpu, ours, others):
+    """For each GPU and each other implementation: at how many shapes `ours` is faster, and by what ratio."""
+    for gpu, rows in by_gpu.items():
+        ms = {(r["label"], r["impl"]): r["ms"] for r in rows}
+        labels = list(dict.fromkeys(r["label"] for r in rows))
+        for other in others:
+            shared = [label for label in labels if (label, ours) in ms and (label, other) in ms]
+            faster = sum(ms[(label, ours)] < ms[(label, other)] for label in shared)
+            ratios = ", ".join(f"{label} {ms[(label, other)] / ms[(label, ours)]:.2f}" for label in shared)
+            print(f"{gpu}: {ours!r} vs {other!r}: faster at {faster} of {len(shared)} shapes "
+                  f"(their time / ours: {ratios})")
+
+
+swiglu = timed("swiglu_fp16")
+verdicts(swiglu, "course: one matmul, SiLU*mul epilogue", ["eager: two matmuls, SiLU, mul", "torch.compile"])
+
+# %% [markdown]
+# Read the verdict lines against the savings printed earlier. The epilogue can remove at most the
+# share printed there for SiLU · up; the rest of the time is the mainloop. Where the course's kernel
+# is slower than two cuBLAS calls, its mainloop is the cause, not the fusion: lesson 04's
+# `matmul_tile` is a clear tiled loop, and cuBLAS's hand-tuned kernels (with the Hopper's TMA loads
+# and warp-group MMA instructions) run the same FLOPs faster. `torch.compile` keeps cuBLAS for the
+# two matmuls (or picks a Triton template where it measures one faster) and fuses SiLU and the
+# product into one kernel, so it gets most of the saving with none of the mainloop's cost. Closing
+# the gap is work on the mainloop (lesson 10 takes matmuls further with the Hopper's own tools); the
+# lesson to keep here is that a fusion is worth its bytes only on a mainloop that is already fast.
+#
+# The residual add is the same idea with a simpler epilogue: after the K loop each program loads its
+# tile of the residual, adds it to the float32 accumulator and stores once.
+
+# %%
+show(course.linear_residual_kernel)
+
+# %% [markdown]
+# ## GroupNorm + Mish, for diffusion U-Nets
+#
+# The block is not the only place where a normalisation meets an activation. The U-Nets of diffusion
+# models put GroupNorm before every convolution, followed by an activation (SiLU in most, Mish in
+# some). GroupNorm splits the C channels of each sample into G groups and normalises each group over
+# its channels and all of H × W, then scales and shifts per channel. Mish is
+# $y \tanh(\mathrm{softplus}(y))$.
+#
+# The kernel is lesson 05's RMSNorm with a different row: one program per (sample, group), whose
+# "row" is C/G channels × H × W values, read through the tensor's strides (U-Nets often run
+# channels-last). Too many values to hold at once, so two passes over the group:
+#
+# 1. sums of $x - s$ and $(x - s)^2$, BLOCK values at a time, for the mean and variance. The shift
+#    $s$ (the group's first value) matters: $\overline{x^2} - \bar{x}^2$ subtracts two nearly equal
+#    numbers when the mean is large against the spread, and float32 loses the variance;
+# 2. normalise, apply the channel's weight and bias, then Mish, and store once.
+#
+# Mish needs care at both ends. With $e = e^y$, $\tanh(\log(1 + e)) = \frac{e(e + 2)}{e(e + 2) + 2}$:
+# one exponential. For large y, $e(e+2)$ overflows to inf and inf/inf is NaN; capping y at 20 before
+# the exponential gives exactly 1 in float32 there. For very negative y, $e$ underflows to 0 and the
+# output is $-0$, as it should be.
+#
+# A helper maps a group's flat index (channel, row, column) to a memory offset through the strides:
+
+# %%
+@triton.jit
+def _group_offsets(i, hw, width, s_c, s_h, s_w):
+    """Memory offsets and channel of the group's flat indices i = (channel, row, column) in C, H, W order."""
+    c, r = i // hw, i % hw
+    return c * s_c + (r // width) * s_h + (r % width) * s_w, c
+
+
+# %% [markdown]
+# ## Exercise 2 · GroupNorm + Mish in one kernel
+#
+# Write `groupnorm_mish_kernel`; the launcher is written (one program per (sample, group); the output
+# is contiguous (N, C, H, W)). Details:
+#
+# - program `pid` is sample `pid // n_groups`, group `pid % n_groups` (as `tl.int64`); the group's
+#   first channel is `g * group_channels`, and its `size` is `group_channels * hw` values;
+# - pass 1: the shift is the group's first value; accumulate per lane, in float32, the sums of
+#   `x - shift` and of its square (masked lanes must add 0); then
+#   `var = max(sum_sq / size - mean_shifted², 0)` and `mean = shift + mean_shifted`;
+# - pass 2: `y = (x - mean) * rsqrt(var + eps) * weight[c] + bias[c]`, then Mish with one `tl.exp`,
+#   capped as above; store in the output's dtype at `out_group + i`.
+
+# %% tags=["exercise"]
+@triton.jit
+def groupnorm_mish_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, width, eps,
+                          sx_n, sx_c, sx_h, sx_w, BLOCK: tl.constexpr):
+    """GroupNorm then Mish over one (sample, group): its group_channels x H x W values, BLOCK at a time."""
+    # YOUR CODE HERE:
+    # 1. n, g from tl.program_id(0); x_group = x_ptr + n * sx_n + first_c * sx_c;
+    #    out_group = out_ptr + (n * n_groups + g) * group_channels * hw; offs = tl.arange(0, BLOCK);
+    # 2. pass 1 over range(0, size, BLOCK): offsets from _group_offsets, shifted sums in float32;
+    # 3. mean and inv_std;
+    # 4. pass 2: normalise, weight and bias of channel first_c + c, Mish, masked store.
+    pass
+
+
+def groupnorm_mish(x, num_groups, weight, bias, eps=1e-5):
+    """Mish(GroupNorm(x)) in one kernel; x (N, C, H, W) of any strides, weight and bias (C,)."""
+    assert x.dim() == 4, "x: (N, C, H, W)"
+    N, C, H, W = x.shape
+    assert C % num_groups == 0, "the channels must split evenly into num_groups groups"
+    assert weight.shape == bias.shape == (C,), "weight and bias: one value per channel"
+    assert weight.stride(0) == bias.stride(0) == 1, "weight and bias: contiguous"
+    out = torch.empty((N, C, H, W), device=x.device, dtype=x.dtype)
+    BLOCK, warps = pick(cpu=(256, 4), gpu=(2048, 8))
+    groupnorm_mish_kernel[(N * num_groups,)](x, weight, bias, out, num_groups, C // num_groups, H * W, W, eps,
+                                             *x.stride(), BLOCK=BLOCK, num_warps=warps)
+    return out
+
+
+# %%
+check("groupnorm_mish", groupnorm_mish)
+
+# %% [markdown]
+# Against eager PyTorch (`F.group_norm` then `F.mish`: two kernels, the normalised tensor written and
+# read back) and `torch.compile` of the same two calls, at the shapes of a Stable-Diffusion-sized
+# U-Net, on a GPU now or as recorded:
+
+# %%
+groupnorm = timed("groupnorm_mish_fp16")
+verdicts(groupnorm, "course: one kernel", ["eager: group_norm, mish", "torch.compile"])
+for label in dict.fromkeys(r["label"] for rows in groupnorm.values() for r in rows):
+    n, c, *_ = (int(v) for v in label.split()[0].split("x"))
+    groups = int(label.split()[1].removeprefix("G"))
+    size = label.split()[0].split("x")
+    values = c // groups * int(size[2]) * int(size[3])
+    print(f"{label:>18}: {n * groups:4} programs, {values:>9,} values each")
+
+# %% [markdown]
+# Against eager the fusion saves a whole round trip of the activations, and the verdict lines show
+# what that is worth. Against `torch.compile` it is a contest of reductions: Inductor also fuses the
+# norm and Mish into one kernel, and chooses how to split each reduction itself. The program counts
+# printed above explain where the one-program-per-group design is weakest. With one sample of
+# 128 × 256 × 256 and 32 groups there are only 32 programs for a GPU of 132 SMs: most SMs idle, and
+# each program streams its group alone, twice. That is where a **split reduction** pays: a first
+# kernel in which many programs per group each sum a slice and write partial sums, and a second that
+# combines them and normalises, at the cost of one more launch and a few bytes per program. At
+# batch 8 with 32 groups there are enough programs, and one kernel is the better trade.
+
+# %% [markdown]
+# ## Exercise 3 · The block from the course's kernels
+#
+# Write the block's forward, `decoder_block_fused(x, w, cfg)`, from the kernels above. It must compute
+# `decoder_block(x, w, cfg, attention="sdpa")`, and launch only Triton kernels for the arithmetic:
+# no PyTorch matmul, attention, softmax or SiLU. Given:
+#
+# - `course.pack_weights(w, cfg)`: stacks wq, wk, wv into `wqkv` (3d, d) and interleaves the gate and
+#   up weights into `w_gate_up`; the other matrices as they are, all in `nn.Linear`'s (out, in) layout;
+# - `lesson05.rmsnorm_linear(x, gamma, w, eps)`, `lesson05.rms_norm_rows(x, gamma, eps)`;
+# - `course.rope_qk(q, k, cos, sin)` (or your own), with `rope_tables(cfg, N, device)` for cos, sin;
+# - `lesson06.flash_forward_causal(q, k, v)`, which returns `(out, lse)` and wants contiguous inputs;
+# - `course.linear_residual(h, w, residual)` and `course.swiglu_linear(h, w_gate_up)`.
+#
+# Work on x as a (T, d) matrix, T = B·N. Q, K and V are column slices of the projection's output,
+# viewed as (B, N, H, D) and transposed to (B, H, N, D). The attention's output goes back to (T, d)
+# the same way.
+
+# %% tags=["exercise"]
+def decoder_block_fused(x, w, cfg):
+    """helpers.block.decoder_block(x, w, cfg, attention="sdpa"), from the course's kernels."""
+    if "wqkv" not in w:
+        w = course.pack_weights(w, cfg)
+    # YOUR CODE HERE: the seven kernels of the table at the top of the lesson, in order.
+    raise NotImplementedError("write decoder_block_fused")
+
+
+# %%
+check("decoder_block_fused", decoder_block_fused)
+
+# %% [markdown]
+# ## Measuring the block
+#
+# The block at Llama-2-7B width (d = 4096, 32 heads, f = 11008), float16, in three prefill shapes:
+# the course's kernels, eager PyTorch with SDPA (the fused attention models call), `torch.compile` of
+# that eager code, and eager with the naive attention of lesson 06's start. On a GPU now, or as
+# recorded:
+
+# %%
+block = timed("block_forward_fp16")
+verdicts(block, "course kernels (lesson 09)",
+         ["eager + SDPA", "torch.compile(eager + SDPA)", "eager, naive attention"])
+
+# %% [markdown]
+# Peak memory above what was allocated before the forward, and the kernels one forward launched, as
+# `make bench` recorded them with `torch.profiler`:
+
+# %%
+def block_records():
+    """{GPU: recording} of helpers/recorded/09_block/*.json: peak memory and kernels per forward."""
+    found = {}
+    for path in sorted((ROOT / "helpers" / "recorded" / "09_block").glob("*.json")):
+        record = json.loads(path.read_text())
+        found[record["device"]] = record
+    return found
+
+
+for gpu, record in block_records().items():
+    print(f"{gpu} ({record['date']}, torch {record['torch']}, triton {record['triton']})")
+    print(f"{'shape':>10} {'implementation':>30} {'peak MiB':>9} {'kernels':>8}")
+    for row in record["rows"]:
+        print(f"{row['label']:>10} {row['impl']:>30} {row['peak_mib']:9.1f} {row['kernels']:8}")
+if not block_records():
+    print("no peak-memory and launch figures recorded yet (`make bench` on a GPU writes them)")
+
+# %% [markdown]
+# How to read these three tables together:
+#
+# - **Launches.** The course's block launches its seven Triton kernels plus the copies that
+#   `.contiguous()` and the reshape after attention make; eager launches several kernels per line of
+#   the block. At prefill sizes each kernel runs long enough that launching them costs little: the
+#   count matters for small steps (below), less here.
+# - **Memory.** Eager holds every intermediate of a line until the next line has read it; the naive
+#   attention holds the N × N scores of every head. The fused kernels never write the normalised
+#   activations, the gate and up products or the scores.
+# - **Time.** At these shapes the block's time is its five matmuls. The course's block takes its
+#   matmuls from lesson 04's mainloop, and the SwiGLU kernel, the largest of them, carries the cost
+#   shown in its own verdict above. `torch.compile` keeps cuBLAS for the matmuls and fuses what lies
+#   between them (the norms, RoPE, SiLU · up, the residual adds) into Triton kernels of its own: the
+#   same fusions as the table at the top, except RMSNorm folded into a matmul, on a faster mainloop.
+#   So whether the course's block comes out ahead depends on its mainloop first and its fusions
+#   second; the verdict lines say where it stands today, on each GPU recorded. Where
+#   `torch.compile`'s peak memory is lower than the course's, look at what the course's forward holds
+#   at once: the Q|K|V output while RoPE writes rotated copies of Q and K, V's contiguous copy, the
+#   attention's output and its reshaped copy. Inductor plans the buffers of the whole graph and reuses
+#   them as soon as they are dead.
+#
+# ## The megakernel question
+#
+# At prefill sizes launches are cheap. At a decoding step they are not. Lesson 08 profiled a small
+# step of the same eager block (batch 1, 16 tokens) and found it launch-bound. Its recording holds
+# every kernel; how much of the step is the GPU actually working?
+
+# %%
+def busy_us(kernels):
+    """Microseconds during which at least one kernel ran: the union of [start, start + duration]."""
+    spans = sorted((k["start_us"], k["start_us"] + k["dur_us"]) for k in kernels)
+    busy, end = 0.0, float("-inf")
+    for start, stop in spans:
+        busy += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    return busy
+
+
+for gpu in profiled_devices():
+    small = recorded_profile("block_small.json", gpu)
+    if small is None:
+        continue
+    kernels = small["kernels"]
+    step_us = 1000 * small["step_ms"]
+    busy = busy_us(kernels)
+    median_run = statistics.median(k["dur_us"] for k in kernels)
+    print(f"{gpu}: batch {small['config']['batch']}, {small['config']['seq']} tokens: "
+          f"{len(kernels)} kernels, step {step_us:.0f} us, GPU busy {busy:.0f} us ({busy / step_us:.0%}), "
+          f"idle {1 - busy / step_us:.0%}; per kernel: {median_run:.1f} us median run, "
+          f"{step_us / len(kernels):.1f} us of step")
+
+# %% [markdown]
+# The idle share is time the GPU waits for Python to launch the next kernel. Fusing the block into
+# seven kernels removes most of the launches, and the idle time with them, but not all: each launch
+# left still costs its few microseconds. Two ways take it further:
+#
+# - **CUDA graphs** record the whole sequence of launches once and replay it with one launch. The
+#   kernels stay as they are; only the CPU's cost goes. The course has not measured yet what that
+#   recovers for this block, so there is no figure for it here.
+# - A **megakernel** is one persistent kernel that runs the whole block (or the whole model step):
+#   no launches between stages at all, and a stage can start on the tiles that are ready while
+#   another finishes. The price is that the kernel must schedule the work and the synchronisation
+#   between stages itself. It pays where the idle share above is large: small decoding steps.
+#
+# ## The fusion targets, checked
+#
+# The source material of this course lists the fusions with the most value in a transformer decoder.
+# Which of them has the course measured, and what did each gain over the unfused eager code? The
+# cell prints the recorded ratio (eager's time over the course kernel's, per shape) where a
+# benchmark exists, and "not measured" where none does:
+
+# %%
+# (the source's fusion, the group that measures it, the course's kernel, its unfused baseline)
+FUSION_TARGETS = [
+    ("QK attention + softmax + masked fill", "attention_fwd_causal", "triton (ours)",
+     "naive (materialized S)"),
+    ("RMSNorm + Q/K/V projection", "rmsnorm_linear", "triton fused", "F.rms_norm + matmul"),
+    ("SiLU/GeLU + gate multiply (SwiGLU)", "swiglu_fp16", "course: one matmul, SiLU*mul epilogue",
+     "eager: two matmuls, SiLU, mul"),
+    ("Dequantize + matmul", None, None, None),
+    ("Matmul + residual add + RMSNorm", None, None, None),
+]
+
+for target, group, ours, baseline in FUSION_TARGETS:
+    print(target)
+    if group is None:
+        print("    not measured: the course has no kernel for it yet")
+        continue
+    for gpu in recorded_devices():
+        rows, _ = recorded_rows(group, gpu)
+        ms = {(r["label"], r["impl"]): r["ms"] for r in rows}
+        labels = [label for label in dict.fromkeys(r["label"] for r in rows)
+                  if (label, ours) in ms and (label, baseline) in ms]
+        gains = ", ".join(f"{label} {ms[(label, baseline)] / ms[(label, ours)]:.2f}" for label in labels)
+        print(f"    {gpu}: {gains or 'not measured'}   ({baseline!r} time / {ours!r} time)")
+
+# %% [markdown]
+# A ratio above one is a gain. The fusions are not of one size. The attention's saves the N × N
+# scores of every head, bytes that grow with N², against the few T × d or T × f tensors the other
+# fusions save; its ratio can grow with N, which the attention rows let you check. The
+# matmul-attached fusions can gain at most the shares printed at the top of the lesson, and only on
+# a mainloop that keeps up: a ratio below one there says the mainloop lost more than the epilogue
+# saved. Dequantisation (reading int8 or int4 weights and
+# expanding them in registers) matters for decoding, where the matmuls are bound by reading the
+# weights; the matmul + residual + RMSNorm fusion needs each program to see whole rows of the output
+# for the norm, which a tiled matmul does not: both are left for later.
+#
+# ## Takeaways
+# - A block decomposes into a few matmuls with the small work folded into them: RMSNorm into the
+#   K loop, the SiLU product and the residual adds into epilogues, the scores into FlashAttention.
+# - Each fusion saves a round trip of one intermediate tensor and a launch. Next to a compute-bound
+#   matmul that is a few percent: a fused epilogue wins only on a mainloop as fast as the unfused one.
+# - `torch.compile` finds the element-wise and reduction fusions by itself and keeps cuBLAS for the
+#   matmuls; compare against it, not only against eager.
+# - One program per reduction fills the GPU only when there are enough reductions; otherwise split
+#   the reduction into partial sums and a combining pass.
+# - Small steps are launch-bound: fewer kernels help, CUDA graphs and megakernels remove the launches.
+# - Read a benchmark as verdicts computed from its rows, per GPU, and explain each one by its
+#   mechanism: launches, bytes, and the speed of the mainloop.
+
+# %%
+self_check("09")
+
+# %%
+flashcards("09")

@@ -1,0 +1,170 @@
+"""Lesson 09: rope_qk, groupnorm_mish and decoder_block_fused.
+
+The block's mutants are written out here from the solution's launchers (not text edits of its
+forward), so that they keep applying while the solution's SwiGLU kernel and layout change.
+"""
+
+import torch.nn.functional as F
+
+from helpers.block import decoder_block, rms_norm
+from helpers.solutions import load_solution
+from mutants import Right, Wrong, edit
+
+course = load_solution("09")
+lesson05, lesson06 = course.lesson05, course.lesson06
+
+# ---------------------------------------------------------------- 1. rope_qk
+
+ROPE_MASK = "    mask = (offs_pos[:, None] < seq) & (offs_half[None, :] < half)\n"
+ROPE_Q = "    rotate_tile(q_ptr + b * sq_b + h * sq_h, qo_ptr + out_head, sq_n, sq_d,"
+
+WRONG = [
+    Wrong("rope_qk", "pure PyTorch, no kernel", course.rope_qk_reference),
+    Wrong("rope_qk", "the sine's sign flipped in the first half", edit(
+        "09", "rope_qk", ("x1 * cos - x2 * sin", "x1 * cos + x2 * sin"))),
+    Wrong("rope_qk", "q read with k's position and dimension strides", edit(
+        "09", "rope_qk", (ROPE_Q, ROPE_Q.replace("sq_n, sq_d,", "sk_n, sk_d,")))),
+    Wrong("rope_qk", "lanes past D / 2 not masked (BLOCK_HALF, not half)", edit(
+        "09", "rope_qk", (ROPE_MASK, ROPE_MASK.replace("< half)", "< BLOCK_HALF)")))),
+    Wrong("rope_qk", "the output offset forgets the head", edit(
+        "09", "rope_qk", ("    out_head = bh.to(tl.int64) * seq * 2 * half", "    out_head = b * seq * 2 * half"))),
+]
+
+RIGHT = [
+    Right("rope_qk", "blocks of 4 positions", edit(
+        "09", "rope_qk", ("    BLOCK_POS = pick(cpu=16, gpu=64)", "    BLOCK_POS = pick(cpu=4, gpu=16)"))),
+]
+
+# ---------------------------------------------------------------- 2. groupnorm_mish
+
+WRONG += [
+    Wrong("groupnorm_mish", "pure PyTorch, no kernel", course.groupnorm_mish_reference),
+    Wrong("groupnorm_mish", "no shift: E[x^2] - E[x]^2 cancels for a large mean", edit(
+        "09", "groupnorm_mish", ("    shift = tl.load(x_group).to(tl.float32)", "    shift = 0.0"))),
+    Wrong("groupnorm_mish", "exp(y) uncapped: inf / inf in Mish's upper tail", edit(
+        "09", "groupnorm_mish", ("e = tl.exp(tl.minimum(y, 20.0))", "e = tl.exp(y)"))),
+    Wrong("groupnorm_mish", "one weight and bias per group, not per channel", edit(
+        "09", "groupnorm_mish",
+        ("gamma = tl.load(w_ptr + first_c + c,", "gamma = tl.load(w_ptr + first_c + 0 * c,"),
+        ("beta = tl.load(b_ptr + first_c + c,", "beta = tl.load(b_ptr + first_c + 0 * c,"))),
+    Wrong("groupnorm_mish", "contiguous NCHW assumed: strides of H and W ignored", edit(
+        "09", "groupnorm_mish", ("    return c * s_c + (r // width) * s_h + (r % width) * s_w, c",
+                                 "    return c * s_c + r, c"))),
+]
+
+RIGHT += [
+    Right("groupnorm_mish", "tiles of 64 values, one warp", edit(
+        "09", "groupnorm_mish", ("    BLOCK, warps = pick(cpu=(256, 4), gpu=(2048, 8))",
+                                 "    BLOCK, warps = pick(cpu=(64, 1), gpu=(512, 4))"))),
+]
+
+# ---------------------------------------------------------------- 3. decoder_block_fused
+
+
+def _parts(x, w, cfg, rotate=True, qkv_order=(0, 1, 2)):
+    """The solution's forward up to the attention's output, (T, d), and x as (T, d)."""
+    B, N, d = x.shape
+    H, D = cfg.n_heads, cfg.head_dim
+    x2 = x.reshape(B * N, d)
+    qkv = lesson05.rmsnorm_linear(x2, w["attn_norm"], w["wqkv"], cfg.eps)
+    views = [qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3)]
+    q, k, v = (views[i] for i in qkv_order)
+    if rotate:
+        cos, sin = course.rope_tables(cfg, N, x.device)
+        q, k = course.rope_qk(q, k, cos, sin)
+    else:
+        q, k = q.contiguous(), k.contiguous()
+    a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())
+    return a.transpose(1, 2).reshape(B * N, d), x2
+
+
+def _mlp(x2, w, cfg, norm="mlp_norm"):
+    h = lesson05.rms_norm_rows(x2, w[norm], cfg.eps)
+    return course.linear_residual(course.swiglu_linear(h, w["w_gate_up"]), w["w_down"], x2)
+
+
+def no_rope(x, w, cfg):
+    w = course.pack_weights(w, cfg)
+    a, x2 = _parts(x, w, cfg, rotate=False)
+    return _mlp(course.linear_residual(a, w["wo"], x2), w, cfg).view(x.shape)
+
+
+def k_and_q_swapped(x, w, cfg):
+    w = course.pack_weights(w, cfg)
+    a, x2 = _parts(x, w, cfg, qkv_order=(1, 0, 2))
+    return _mlp(course.linear_residual(a, w["wo"], x2), w, cfg).view(x.shape)
+
+
+def attn_norm_twice(x, w, cfg):
+    w = course.pack_weights(w, cfg)
+    a, x2 = _parts(x, w, cfg)
+    return _mlp(course.linear_residual(a, w["wo"], x2), w, cfg, norm="attn_norm").view(x.shape)
+
+
+def mlp_residual_from_the_input(x, w, cfg):
+    """The MLP's residual is the block's input, not the stream after attention."""
+    w = course.pack_weights(w, cfg)
+    a, x2 = _parts(x, w, cfg)
+    h = lesson05.rms_norm_rows(course.linear_residual(a, w["wo"], x2), w["mlp_norm"], cfg.eps)
+    return course.linear_residual(course.swiglu_linear(h, w["w_gate_up"]), w["w_down"], x2).view(x.shape)
+
+
+def sdpa_in_the_middle(x, w, cfg):
+    """Triton everywhere but the attention, which PyTorch's SDPA does."""
+    B, N, d = x.shape
+    H, D = cfg.n_heads, cfg.head_dim
+    w = course.pack_weights(w, cfg)
+    x2 = x.reshape(B * N, d)
+    qkv = lesson05.rmsnorm_linear(x2, w["attn_norm"], w["wqkv"], cfg.eps)
+    q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
+    q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B * N, d)
+    return _mlp(course.linear_residual(a, w["wo"], x2), w, cfg).view(x.shape)
+
+
+def matmul_down_projection(x, w, cfg):
+    """The MLP's down projection and residual add in PyTorch."""
+    w = course.pack_weights(w, cfg)
+    a, x2 = _parts(x, w, cfg)
+    x2 = course.linear_residual(a, w["wo"], x2)
+    h = lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)
+    return (x2 + course.swiglu_linear(h, w["w_gate_up"]) @ w["w_down"].T).view(x.shape)
+
+
+def eager_mlp_norm(x, w, cfg):
+    """Right values, but the MLP's RMSNorm and SwiGLU in eager PyTorch."""
+    p = course.pack_weights(w, cfg)
+    a, x2 = _parts(x, p, cfg)
+    x2 = course.linear_residual(a, p["wo"], x2)
+    h = rms_norm(x2, w["mlp_norm"], cfg.eps)
+    mlp = F.silu(h @ w["w_gate"].T) * (h @ w["w_up"].T)
+    return course.linear_residual(mlp, p["w_down"], x2).view(x.shape)
+
+
+def three_projections(x, w, cfg):
+    """Q, K and V by three rmsnorm_linear launches on the unpacked weights; the rest as the solution."""
+    B, N, d = x.shape
+    H, D = cfg.n_heads, cfg.head_dim
+    p = course.pack_weights(w, cfg)
+    x2 = x.reshape(B * N, d)
+    q, k, v = (lesson05.rmsnorm_linear(x2, w["attn_norm"], w[n], cfg.eps).view(B, N, H, D).transpose(1, 2)
+               for n in ("wq", "wk", "wv"))
+    q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
+    a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())
+    x2 = course.linear_residual(a.transpose(1, 2).reshape(B * N, d), p["wo"], x2)
+    return _mlp(x2, p, cfg).view(x.shape)
+
+
+WRONG += [
+    Wrong("decoder_block_fused", "the eager block, no kernel",
+          lambda x, w, cfg: decoder_block(x, w, cfg, attention="sdpa")),
+    Wrong("decoder_block_fused", "RoPE left out", no_rope),
+    Wrong("decoder_block_fused", "K used as the queries and Q as the keys", k_and_q_swapped),
+    Wrong("decoder_block_fused", "the attention's RMSNorm weights used before the MLP too", attn_norm_twice),
+    Wrong("decoder_block_fused", "the MLP's residual taken from the block's input", mlp_residual_from_the_input),
+    Wrong("decoder_block_fused", "attention by PyTorch's SDPA", sdpa_in_the_middle),
+    Wrong("decoder_block_fused", "the down projection as a PyTorch matmul", matmul_down_projection),
+    Wrong("decoder_block_fused", "the MLP's norm and SwiGLU in eager PyTorch", eager_mlp_norm),
+]
+
+RIGHT += [Right("decoder_block_fused", "three projections, unpacked Q, K, V weights", three_projections)]
