@@ -176,7 +176,7 @@ def test_pack_weights_is_the_same_block():
     assert torch.equal(packed["w_gate_up"][1::2], w["w_up"])
 
 
-# ---------------------------------------------------------------- the exercises (helpers/exercises/lesson09.py)
+# ---------------------------------------------------------------- the exercises (helpers/exercises)
 
 
 @pytest.mark.parametrize("name", ["rope_qk", "groupnorm_mish", "decoder_block_fused"])
