@@ -8,6 +8,7 @@ import torch
 from helpers import DEVICE, ON_GPU, pick
 from helpers.block import SMALL, block_input, block_weights, decoder_block
 from helpers.check import TOLERANCES
+from helpers.exercises.lesson09 import GROUPNORM_TOL
 from helpers.solutions import load_solution
 from helpers.traffic import triton_traffic
 
@@ -123,7 +124,8 @@ def test_groupnorm_mish(dtype, shape, groups, layout, mean, affine_scale):
     C = shape[1]
     weight, bias = randn(C, dtype=dtype, scale=affine_scale), randn(C, dtype=dtype, scale=affine_scale)
     want = lesson09.groupnorm_mish_reference(*double(x), groups, *double(weight, bias), 1e-5)
-    assert_matches(lesson09.groupnorm_mish(x, groups, weight, bias, 1e-5), want, TOLERANCES, dtype)
+    tol = {**TOLERANCES, **GROUPNORM_TOL}   # float32: the exercise's tolerance, and its reasons
+    assert_matches(lesson09.groupnorm_mish(x, groups, weight, bias, 1e-5), want, tol, dtype)
 
 
 # ---------------------------------------------------------------- the decoder block
