@@ -86,9 +86,14 @@ def copy_ceiling(gib=1):
     return gbps(2 * src.nbytes, ms)
 
 
+def slug(device):
+    """nvidia-h200 for "NVIDIA H200": how a GPU's recordings are named."""
+    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+
+
 def device_file(device):
     """The file holding one GPU's recorded figures: helpers/recorded/bench/nvidia-h200.json."""
-    return RECORDED / (re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") + ".json")
+    return RECORDED / (slug(device) + ".json")
 
 
 def recorded_devices():

@@ -27,20 +27,15 @@ import gzip
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 
 import torch
 
+from helpers.bench import PREFERRED, slug  # the same GPUs first, the same names
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "helpers" / "recorded" / "profile"   # one folder per GPU
-PREFERRED = ("NVIDIA H200", "NVIDIA H100 80GB HBM3")   # the GPU lesson 08's prose reads first
-
-
-def slug(device):
-    """nvidia-h200 for "NVIDIA H200": the folder of one GPU's recordings."""
-    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
 
 
 def stamp():
@@ -139,12 +134,6 @@ def recorded_profile(name, device=None):
     if name.endswith(".json.gz"):
         return load_trace(path)
     return json.loads(path.read_text()) if name.endswith(".json") else path.read_text()
-
-
-def recorded_path(name, device=None):
-    devices = recorded_devices()
-    device = device or (devices[0] if devices else None)
-    return RECORDED / slug(device) / name if device else None
 
 
 # ---------------------------------------------------------------- make profile (GPU)

@@ -35,6 +35,7 @@ from helpers import DEVICE, ON_GPU, check, describe, interpreter, pick
 from helpers.bench import ROOT, compare, recorded_devices, recorded_rows
 from helpers.block import SMALL, BlockConfig, block_input, block_weights, decoder_block, rope_tables
 from helpers.cards import flashcards, self_check
+from helpers.exercises.lesson08 import busy_us   # lesson 08's union of kernel intervals
 from helpers.profile import recorded_profile
 from helpers.profile import recorded_devices as profiled_devices
 from helpers.roofline import CHIPS
@@ -510,16 +511,6 @@ if not block_records():
 # every kernel; how much of the step is the GPU actually working?
 
 # %%
-def busy_us(kernels):
-    """Microseconds during which at least one kernel ran: the union of [start, start + duration]."""
-    spans = sorted((k["start_us"], k["start_us"] + k["dur_us"]) for k in kernels)
-    busy, end = 0.0, float("-inf")
-    for start, stop in spans:
-        busy += max(0.0, stop - max(start, end))
-        end = max(end, stop)
-    return busy
-
-
 for gpu in profiled_devices():
     small = recorded_profile("block_small.json", gpu)
     if small is None:

@@ -386,6 +386,8 @@ def record_artifacts(folder):
     """On a GPU (called by `make bench`): the block's peak memory and kernel launches per forward, for
     each implementation and shape, into folder/09_block/<gpu>.json."""
     import json
+    import pathlib
+    import tempfile
 
     from helpers import profile
     from helpers.block import block_input, block_weights, decoder_block
@@ -405,12 +407,12 @@ def record_artifacts(folder):
             fn()
             torch.cuda.synchronize()
             peak = torch.cuda.max_memory_allocated() - base
-            trace = profile.save_trace(profile.profile_step(fn, warmup=1, memory=False),
-                                       folder / "_step.trace.json.gz")
+            with tempfile.TemporaryDirectory() as tmp:
+                trace = profile.save_trace(profile.profile_step(fn, warmup=1, memory=False),
+                                           pathlib.Path(tmp) / "step.trace.json.gz")
             rows.append({"label": f"B{B} N{N}", "impl": name, "peak_mib": round(peak / 2**20, 1),
                          "kernels": len(profile.kernel_events(trace))})
         del x
-    (folder / "_step.trace.json.gz").unlink(missing_ok=True)
     out = folder / "09_block" / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({**profile.stamp(), "rows": rows}, indent=1))

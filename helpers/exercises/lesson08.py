@@ -245,8 +245,9 @@ def _idle_cases():
     return cases
 
 
-def _covered(kernels):
-    """Microseconds during which at least one kernel runs."""
+def busy_us(kernels):
+    """Microseconds during which at least one kernel runs: the union of [start, start + duration]
+    (lesson 09 reads it too)."""
     intervals = sorted((k["start_us"], k["start_us"] + k["dur_us"]) for k in kernels)
     covered, reached = 0.0, -math.inf
     for start, end in intervals:
@@ -268,7 +269,7 @@ def _explain_idle(out, expected):
     last = max(k["start_us"] + k["dur_us"] for k in kernels)
     latest = max(kernels, key=lambda k: k["start_us"])
     last_started = latest["start_us"] + latest["dur_us"]
-    busy, total = _covered(kernels), sum(k["dur_us"] for k in kernels)
+    busy, total = busy_us(kernels), sum(k["dur_us"] for k in kernels)
     mistakes = [
         (1 - total / (last - first), "it adds up the kernels' durations, which counts twice the time when "
          "kernels overlap on different streams. Merge the intervals [start, start + dur] first, and count "
