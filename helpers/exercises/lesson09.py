@@ -111,6 +111,13 @@ def _groupnorm_cases():
         eps = round(float(torch.empty(()).uniform_(1e-6, 1e-4)), 7)
         label = f"{'x'.join(map(str, shape))} G{groups} {_name(dtype)}, eps={eps} ({why})"
         cases.append(Case(label, (x, groups, weight, bias, eps)))
+    # Groups whose variance (~1e-5) is the size of eps: here eps changes every output, so a kernel
+    # that ignores the eps it is given (a hard-coded 1e-5) fails. eps is kept away from 1e-5.
+    x = _nchw(2, 8, 5, 6, F32, "contiguous", mean=0.5, scale=3e-3)
+    weight, bias = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
+    eps = round(float(torch.empty(()).uniform_(3e-5, 1e-4)), 7)
+    cases.append(Case(f"2x8x5x6 G4 float32, eps={eps} (nearly constant groups: variance about eps)",
+                      (x, 4, weight, bias, eps)))
     return cases
 
 

@@ -28,6 +28,14 @@ WRONG = [
         "09", "rope_qk", (ROPE_MASK, ROPE_MASK.replace("< half)", "< BLOCK_HALF)")))),
     Wrong("rope_qk", "the output offset forgets the head", edit(
         "09", "rope_qk", ("    out_head = bh.to(tl.int64) * seq * 2 * half", "    out_head = b * seq * 2 * half"))),
+    Wrong("rope_qk", "outputs allocated in float32, whatever q's dtype", edit(
+        "09", "rope_qk", ("q_rot = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)",
+                          "q_rot = torch.empty((B, H, N, D), device=q.device, dtype=torch.float32)"),
+        ("k_rot = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)",
+         "k_rot = torch.empty((B, H, N, D), device=q.device, dtype=torch.float32)"))),
+    Wrong("rope_qk", "half the head dimension hard-coded to 32 (D = 64)", edit(
+        "09", "rope_qk", ("H, N, D // 2, *q.stride()", "H, N, 32, *q.stride()"),
+        ("BLOCK_HALF=triton.next_power_of_2(D // 2)", "BLOCK_HALF=32"))),
 ]
 
 RIGHT = [
@@ -47,6 +55,8 @@ WRONG += [
         "09", "groupnorm_mish",
         ("gamma = tl.load(w_ptr + first_c + c,", "gamma = tl.load(w_ptr + first_c + 0 * c,"),
         ("beta = tl.load(b_ptr + first_c + c,", "beta = tl.load(b_ptr + first_c + 0 * c,"))),
+    Wrong("groupnorm_mish", "eps hard-coded to 1e-5, not the one passed in", edit(
+        "09", "groupnorm_mish", ("tl.rsqrt(var + eps)", "tl.rsqrt(var + 1e-5)"))),
     Wrong("groupnorm_mish", "contiguous NCHW assumed: strides of H and W ignored", edit(
         "09", "groupnorm_mish", ("    return c * s_c + (r // width) * s_h + (r % width) * s_w, c",
                                  "    return c * s_c + r, c"))),
