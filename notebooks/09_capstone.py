@@ -10,22 +10,23 @@
 # # 09 · Capstone: a decoder block from your own kernels
 #
 # Lesson 08 profiled one layer of a Llama-style model, written in eager PyTorch, and found where its
-# time goes. This lesson rebuilds that layer from the kernels of this course: lesson 04's matmul
-# mainloop, lesson 05's RMSNorm folded into the next matmul, lesson 06's causal FlashAttention, and
-# four new kernels. Then it measures the result against eager PyTorch, eager PyTorch with SDPA, and
-# `torch.compile`, and reads the verdict, whichever way it falls.
+# time goes. This lesson rebuilds that layer from the kernels of this course: lesson 05's RMSNorm
+# folded into the next matmul, lesson 06's causal FlashAttention, and new kernels on a faster matmul
+# mainloop than lesson 04's. Then it measures the result against eager PyTorch, eager PyTorch with
+# SDPA, and `torch.compile`, and reads the verdict, whichever way it falls.
 #
 # **You will learn:**
 # - how a decoder block decomposes into fused kernels, and how many launches and bytes each fusion saves;
+# - why a fusion is worth its bytes only on a fast mainloop, and a mainloop that keeps up with cuBLAS:
+#   persistent programs fed by tensor descriptors (TMA on Hopper);
 # - RoPE on Q and K in one kernel, read through the projection's strides;
 # - SwiGLU as one matmul with the SiLU product in its epilogue, and the residual add as an epilogue;
 # - GroupNorm + Mish for diffusion U-Nets in one kernel, and when a split reduction pays;
-# - to read a benchmark of a whole block: time, peak memory, kernels launched, and why a fused
-#   epilogue on a slower mainloop can lose;
-# - the megakernel question: how much of a small step is launch overhead.
+# - to read a benchmark of a whole block: time, peak memory, kernels launched;
+# - the megakernel question: how much of a small step is launch overhead, and what CUDA graphs recover.
 #
-# Exercises: the RoPE kernel, the GroupNorm + Mish kernel, and the block's forward from the course's
-# kernels.
+# Exercises: the RoPE kernel, the SwiGLU kernel, the GroupNorm + Mish kernel, and the block's forward
+# from the course's kernels.
 
 # %% [markdown]
 # ## Setting up
@@ -38,7 +39,7 @@ from helpers.cards import flashcards, self_check
 from helpers.exercises.lesson08 import busy_us   # lesson 08's union of kernel intervals
 from helpers.profile import recorded_profile
 from helpers.profile import recorded_devices as profiled_devices
-from helpers.roofline import CHIPS
+from helpers.roofline import CHIPS, chip_for
 from helpers.solutions import load_solution
 from helpers.traffic import eager_traffic, triton_traffic
 
@@ -73,23 +74,27 @@ show(decoder_block)
 
 # %% [markdown]
 # Each line is one or more kernels, and each kernel reads its inputs from memory and writes its
-# output back. The course's version keeps the same arithmetic and regroups it into seven Triton
+# output back. The course's version keeps the same arithmetic and regroups it into eight Triton
 # kernels, each doing one matmul or one pass, with the small work folded into it:
 #
 # | step | kernel | folded in | from |
 # |---|---|---|---|
-# | 1 | RMSNorm + Q\|K\|V projection | the norm, in the matmul's K loop and epilogue | lesson 05 |
-# | 2 | RoPE on Q and K | the copy to (B, H, N, D) | exercise 1 |
-# | 3 | causal FlashAttention | the scores, softmax and mask | lesson 06 |
-# | 4 | output projection + residual | the residual add, in the epilogue | this lesson |
-# | 5 | RMSNorm | | lesson 05 |
-# | 6 | SwiGLU: gate and up projections as one matmul | SiLU(gate) · up, in the epilogue | this lesson |
-# | 7 | down projection + residual | the residual add, in the epilogue | this lesson |
+# | 1 | 1/rms of each row of x | | lesson 05's `inv_rms` |
+# | 2 | Q\|K\|V projection | the norm: γ in the weights, 1/rms as an epilogue row scale | `linear` |
+# | 3 | RoPE on Q and K | the copy to (B, H, N, D) | exercise 1 |
+# | 4 | causal FlashAttention | the scores, softmax and mask | lesson 06 |
+# | 5 | output projection + residual | the residual add, in the epilogue | `linear` |
+# | 6 | RMSNorm | | lesson 05 |
+# | 7 | SwiGLU: gate and up projections as one matmul | SiLU(gate) · up, in the epilogue | exercise 2 |
+# | 8 | down projection + residual | the residual add, in the epilogue | `linear` |
 #
-# Why not fold step 5 into step 6, as step 1 is folded? The same trick applies (lesson 05's
-# `rmsnorm_linear` would compute both), but then the SwiGLU kernel would carry the norm, the
-# interleaved weights and the SiLU epilogue at once. One new idea per kernel keeps each one checkable;
-# the norm costs one extra read and write of a (T, d) tensor.
+# Steps 1 and 2 are the inference form of lesson 05's fused RMSNorm + linear
+# (`rmsnorm_linear_epilogue`): $\mathrm{rms\_norm}(x)\,\gamma\, W^\top = \frac{1}{\mathrm{rms}(x)}
+# \odot \big(x\,(W \operatorname{diag}\gamma)^\top\big)$, so γ goes into the weights when they are
+# packed, and the matmul's operands stay exactly as loaded. Why not fold step 6 into step 7 the same
+# way? It would work, but then the SwiGLU kernel would carry the norm, the interleaved weights and
+# the SiLU epilogue at once. One new idea per kernel keeps each one checkable; the norm costs one
+# extra read and write of a (T, d) tensor.
 #
 # First, what each version launches, counted on this machine at the small size. The eager block's
 # count is of ATen operations (each at least one kernel on a GPU); the course's block is counted by
@@ -155,6 +160,95 @@ fusion_savings(16)
 # At T = 16 (decoding) the printed shares are the same, but there the matmuls are bound by reading
 # the weights, not by FLOPs, and what a fusion saves is mostly a launch. Keep both in mind for the
 # measurements below.
+
+# %% [markdown]
+# ## A mainloop that keeps up with cuBLAS
+#
+# Every fusion in the table rides on a matmul, and the budget above says how little it can win: a
+# fused kernel whose mainloop is slower than the best unfused matmul by more than that share loses.
+# Lesson 04's `matmul_tile` is the clearest tiled loop, but it is not the fastest. The tables below
+# time it against cuBLAS on the block's own four matmuls (on a GPU now, or as recorded), and against
+# this lesson's mainloop, which changes two things:
+#
+# - **Tensor descriptors.** `tl.make_tensor_descriptor(ptr, shape, strides, block_shape)` describes
+#   a 2-D tensor once. `desc.load([row, col])` then fetches a whole tile, and on a Hopper GPU one
+#   TMA instruction does it (the tensor memory accelerator, a copy engine beside each SM): no
+#   address arithmetic and no masks in the program. Rows and columns past the tensor's edge read as
+#   zeros, and a store past the edge is dropped. The price: the innermost dimension must be
+#   contiguous, and the other strides and the base must be multiples of 16 bytes.
+# - **Persistent programs.** One program per SM, each walking the output tiles `tile`,
+#   `tile + P`, `tile + 2P`, ... (P programs in all), instead of one program per tile.
+#   `tl.range(..., flatten=True)` turns the two nested loops into one, which lets the compiler
+#   pipeline across tiles: the next tile's first loads are in flight while this tile's epilogue runs.
+#
+# The tile order is lesson 04's grouped order, and the mainloop is the K loop of lesson 04 with
+# descriptor loads. W is in `nn.Linear`'s (out, in) layout, so its rows are the columns of the
+# product and the loop multiplies by the loaded tile's transpose:
+
+# %%
+show(course.tile_origin)
+show(course.linear_tile)
+
+# %% [markdown]
+# A kernel is then the walk over tiles, the mainloop, and an epilogue. `linear_kernel` is the block's
+# matmul with two optional epilogues: a scale per row (RMSNorm's 1/rms) and a residual add, both in
+# float32 on the accumulator before the one store. `HAS_SCALE` and `HAS_RESIDUAL` are compile-time
+# constants, so a call without them compiles to the bare matmul:
+
+# %%
+show(course.linear_kernel)
+h_demo = torch.randn(37, 64, device=DEVICE)
+w_demo = torch.randn(72, 64, device=DEVICE)
+r_demo = torch.randn(37, 72, device=DEVICE)
+print("linear with a residual, largest error against PyTorch:",
+      (course.linear(h_demo, w_demo, residual=r_demo) - (h_demo @ w_demo.T + r_demo)).abs().max().item())
+
+# %% [markdown]
+# How fast is it? The helpers below run this lesson's `make bench` groups on a GPU, or read every
+# recorded GPU's rows without one, and turn them into verdicts: at how many shapes one implementation
+# beats another, and each ratio (their time over ours, so above 1 is a win):
+
+# %%
+def course_benches(group):
+    """The solution's Bench items of one group (GPU only): benchmarks() yields its groups in order."""
+    found = False
+    for bench in course.benchmarks():
+        if bench.group == group:
+            found = True
+            yield bench
+        elif found:
+            return
+
+
+def timed(group):
+    """{GPU: rows} for one group: measured now on a GPU, else every recorded GPU's rows."""
+    rows = compare(group, lambda: list(course_benches(group)))
+    if ON_GPU:
+        return {torch.cuda.get_device_name(): rows}
+    return {gpu: recorded_rows(group, gpu)[0] for gpu in recorded_devices() if recorded_rows(group, gpu)[0]}
+
+
+def verdicts(by_gpu, ours, others):
+    """For each GPU and each other implementation: at how many shapes `ours` is faster, and by what ratio."""
+    for gpu, rows in by_gpu.items():
+        ms = {(r["label"], r["impl"]): r["ms"] for r in rows}
+        labels = list(dict.fromkeys(r["label"] for r in rows))
+        for other in others:
+            shared = [label for label in labels if (label, ours) in ms and (label, other) in ms]
+            faster = sum(ms[(label, ours)] < ms[(label, other)] for label in shared)
+            ratios = ", ".join(f"{label} {ms[(label, other)] / ms[(label, ours)]:.2f}" for label in shared)
+            print(f"{gpu}: {ours!r} vs {other!r}: faster at {faster} of {len(shared)} shapes "
+                  f"(their time / ours: {ratios})")
+
+
+matmuls = timed("block_matmuls_fp16")
+verdicts(matmuls, "persistent, TMA (lesson 09)", ["lesson 04's mainloop", "cuBLAS"])
+
+# %% [markdown]
+# Read the first verdict as what the two changes bought on the same tiles and the same `tl.dot`, and
+# the second as the distance left to the vendor's hand-tuned kernels (they use the same TMA loads and
+# Hopper's warp-group MMA instructions, which Triton also emits here). Lesson 10 takes this mainloop
+# apart: what each change buys alone, warp specialisation, and the same machinery in attention.
 
 # %% [markdown]
 # ## RoPE: rotating Q and K
@@ -240,78 +334,89 @@ def rope_qk(q, k, cos, sin):
 check("rope_qk", rope_qk)
 
 # %% [markdown]
-# ## Worked example: SwiGLU in one matmul
+# ## SwiGLU in one matmul
 #
 # The MLP computes $\mathrm{SiLU}(h W_\text{gate}^\top) \odot (h W_\text{up}^\top)$, then the down
 # projection. Both products read the same h, so they can be **one** matmul against the two weight
 # matrices stacked: one pass over h, one launch. The epilogue then needs, in each output tile, the
 # gate column and the up column that belong together. The course's layout interleaves the rows of
 # the two matrices once, when the weights are packed, so that every tile holds matching pairs side by
-# side whatever its width:
+# side whatever its width: row 2j of `w_gate_up` is row j of `w_gate`, row 2j + 1 is row j of `w_up`.
 
 # %%
 show(course.pack_gate_up)
-show(course.swiglu_linear_kernel)
+w_gate_demo, w_up_demo = torch.full((3, 2), 1.0), torch.full((3, 2), 2.0)
+w_gate_demo[:, 1] = w_up_demo[:, 1] = torch.arange(3.0)     # column 1: the row's number
+print(course.pack_gate_up(w_gate_demo, w_up_demo))
 
 # %% [markdown]
-# The mainloop is lesson 04's `matmul_tile`, unchanged. The epilogue reshapes the accumulator into
-# (even, odd) column pairs, computes SiLU(gate) · up in float32, and stores half as many columns.
-# Here is how it compares with two cuBLAS matmuls plus SiLU and a product, and with `torch.compile`
-# of the same eager code, on a GPU now or as recorded (the verdicts below the tables are computed
-# from the same rows):
-
-# %%
-def course_benches(group):
-    """The solution's Bench items of one group (GPU only): benchmarks() yields its groups in order."""
-    found = False
-    for bench in course.benchmarks():
-        if bench.group == group:
-            found = True
-            yield bench
-        elif found:
-            return
-
-
-def timed(group):
-    """{GPU: rows} for one group: measured now on a GPU, else every recorded GPU's rows."""
-    rows = compare(group, lambda: list(course_benches(group)))
-    if ON_GPU:
-        return {torch.cuda.get_device_name(): rows}
-    return {gpu: recorded_rows(group, gpu)[0] for gpu in recorded_devices() if recorded_rows(group, gpu)[0]}
-
-
-def verdicts(by_gpu, ours, others):
-    """For each GPU and each other implementation: at how many shapes `ours` is faster, and by what ratio."""
-    for gpu, rows in by_gpu.items():
-        ms = {(r["label"], r["impl"]): r["ms"] for r in rows}
-        labels = list(dict.fromkeys(r["label"] for r in rows))
-        for other in others:
-            shared = [label for label in labels if (label, ours) in ms and (label, other) in ms]
-            faster = sum(ms[(label, ours)] < ms[(label, other)] for label in shared)
-            ratios = ", ".join(f"{label} {ms[(label, other)] / ms[(label, ours)]:.2f}" for label in shared)
-            print(f"{gpu}: {ours!r} vs {other!r}: faster at {faster} of {len(shared)} shapes "
-                  f"(their time / ours: {ratios})")
-
-
-swiglu = timed("swiglu_fp16")
-verdicts(swiglu, "course: one matmul, SiLU*mul epilogue", ["eager: two matmuls, SiLU, mul", "torch.compile"])
-
-# %% [markdown]
-# Read the verdict lines against the savings printed earlier. The epilogue can remove at most the
-# share printed there for SiLU · up; the rest of the time is the mainloop. Where the course's kernel
-# is slower than two cuBLAS calls, its mainloop is the cause, not the fusion: lesson 04's
-# `matmul_tile` is a clear tiled loop, and cuBLAS's hand-tuned kernels (with the Hopper's TMA loads
-# and warp-group MMA instructions) run the same FLOPs faster. `torch.compile` keeps cuBLAS for the
-# two matmuls (or picks a Triton template where it measures one faster) and fuses SiLU and the
-# product into one kernel, so it gets most of the saving with none of the mainloop's cost. Closing
-# the gap is work on the mainloop (lesson 10 takes matmuls further with the Hopper's own tools); the
-# lesson to keep here is that a fusion is worth its bytes only on a mainloop that is already fast.
+# A BLOCK_M × BLOCK_N tile of `h @ w_gate_up.T` then holds BLOCK_N / 2 (gate, up) pairs, in columns
+# (0, 1), (2, 3), ... `tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2))` groups each pair on a last axis
+# of 2, and `tl.split` takes that axis apart: the even columns, then the odd ones. Output column j
+# of the tile starting at `off_n` is column `off_n // 2 + j` of the result, which is (M, N / 2).
 #
-# The residual add is the same idea with a simpler epilogue: after the K loop each program loads its
-# tile of the residual, adds it to the float32 accumulator and stores once.
+# ## Exercise 2 · SwiGLU in one matmul
+#
+# Write `swiglu_linear_kernel`, on the pattern of `linear_kernel` above; the launcher is written.
+# Details:
+#
+# - three descriptors: h (M, K) with row stride `stride_h`, `w_gate_up` (N, K) with `stride_w`, and
+#   the output (M, N / 2), contiguous, in tiles of (BLOCK_M, BLOCK_N / 2);
+# - the persistent walk over the tiles of the (M, N) product, with `tile_origin` and `linear_tile`;
+# - the epilogue: split the accumulator into (gate, up), compute `gate * sigmoid(gate) * up` in
+#   float32, and store it in the output's dtype at `[off_m, off_n // 2]`.
+
+# %% tags=["exercise"]
+@triton.autotune(configs=course.LINEAR_CONFIGS, key=["M", "N", "K"])
+@triton.jit
+def swiglu_linear_kernel(h_ptr, w_ptr, out_ptr, M, N, K, stride_h, stride_w, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tiles of h @ w_gate_up.T (N = 2f interleaved columns), each stored as BLOCK_N / 2 columns of
+    SiLU(gate) * up; out (M, N / 2) contiguous."""
+    # YOUR CODE HERE:
+    # 1. h_desc, w_desc and out_desc with tl.make_tensor_descriptor;
+    # 2. for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):
+    #    off_m, off_n from tile_origin; acc from linear_tile;
+    # 3. gate, up = tl.split(tl.reshape(acc, ...)); y = SiLU(gate) * up; one store through out_desc.
+    pass
+
+
+def swiglu_linear(h, w_gate_up):
+    """SiLU(h @ w_gate.T) * (h @ w_up.T) in one kernel; h (M, d), w_gate_up (2f, d) from pack_gate_up."""
+    assert h.dim() == w_gate_up.dim() == 2 and h.shape[1] == w_gate_up.shape[1], "h (M, d), w_gate_up (2f, d)"
+    assert w_gate_up.shape[0] % 2 == 0, "w_gate_up has two rows per output column: gate, up"
+    assert w_gate_up.dtype == h.dtype, "h and w_gate_up must share a dtype"
+    M, K = h.shape
+    N = w_gate_up.shape[0]
+    out = torch.empty((M, N // 2), device=h.device, dtype=h.dtype)
+    course._check_tma(h=h, w_gate_up=w_gate_up, out=out)
+    swiglu_linear_kernel[course._persistent_grid(M, N)](h, w_gate_up, out, M, N, K, h.stride(0),
+                                                        w_gate_up.stride(0))
+    return out
+
 
 # %%
-show(course.linear_residual_kernel)
+check("swiglu_linear", swiglu_linear)
+
+# %% [markdown]
+# Here is how the course's kernel compares, on a GPU now or as recorded, with the same mainloop
+# unfused (`linear` on the stacked weights, then SiLU and the product as PyTorch kernels), with two
+# cuBLAS matmuls plus SiLU and a product, and with `torch.compile` of that eager code:
+
+# %%
+swiglu = timed("swiglu_fp16")
+verdicts(swiglu, "course: one matmul, SiLU*mul epilogue",
+         ["course matmul, then SiLU, mul", "eager: two matmuls, SiLU, mul", "torch.compile"])
+
+# %% [markdown]
+# Read the verdicts against the savings printed at the top. Against the same mainloop unfused, the
+# only difference is the epilogue: the gate and up products never reach memory, and two element-wise
+# kernels are gone. Against eager, the mainloop's speed counts too: the epilogue wins back at most
+# the share printed at the top, so on a mainloop as far from cuBLAS as lesson 04's (the first
+# verdict of the previous section) the fused kernel would still lose. `torch.compile`
+# keeps cuBLAS for the two matmuls (or picks a Triton template where it measures one faster) and
+# fuses SiLU and the product into one kernel of its own: it saves the element-wise passes, but still
+# writes and reads both products.
 
 # %% [markdown]
 # ## GroupNorm + Mish, for diffusion U-Nets
@@ -347,7 +452,7 @@ def _group_offsets(i, hw, width, s_c, s_h, s_w):
 
 
 # %% [markdown]
-# ## Exercise 2 · GroupNorm + Mish in one kernel
+# ## Exercise 3 · GroupNorm + Mish in one kernel
 #
 # Write `groupnorm_mish_kernel`; the launcher is written (one program per (sample, group); the output
 # is contiguous (N, C, H, W)). Details:
@@ -399,6 +504,7 @@ check("groupnorm_mish", groupnorm_mish)
 # %%
 groupnorm = timed("groupnorm_mish_fp16")
 verdicts(groupnorm, "course: one kernel", ["eager: group_norm, mish", "torch.compile"])
+verdicts(groupnorm, "course: split reduction", ["course: one kernel", "torch.compile"])
 for label in dict.fromkeys(r["label"] for rows in groupnorm.values() for r in rows):
     n, c, *_ = (int(v) for v in label.split()[0].split("x"))
     groups = int(label.split()[1].removeprefix("G"))
@@ -411,36 +517,57 @@ for label in dict.fromkeys(r["label"] for rows in groupnorm.values() for r in ro
 # what that is worth. Against `torch.compile` it is a contest of reductions: Inductor also fuses the
 # norm and Mish into one kernel, and chooses how to split each reduction itself. The program counts
 # printed above explain where the one-program-per-group design is weakest. With one sample of
-# 128 × 256 × 256 and 32 groups there are only 32 programs for a GPU of 132 SMs: most SMs idle, and
-# each program streams its group alone, twice. That is where a **split reduction** pays: a first
-# kernel in which many programs per group each sum a slice and write partial sums, and a second that
-# combines them and normalises, at the cost of one more launch and a few bytes per program. At
-# batch 8 with 32 groups there are enough programs, and one kernel is the better trade.
+# 128 × 256 × 256 and 32 groups there are only 32 programs for a GPU of more than a hundred SMs:
+# most SMs idle, and each program streams its group alone, twice.
+#
+# That is where a **split reduction** pays. `groupnorm_mish_split` cuts each group into `splits`
+# slices (enough for a few programs per SM, and one slice where N × G programs already fill the GPU).
+# A first kernel, one program per (group, slice), writes the slice's two shifted sums; a second, on
+# the same grid, adds up its group's few partial sums, derives the mean and variance, and normalises
+# its slice. One more launch and a few bytes per program, for all the SMs at work. Every slice of a
+# group must use the same shift, the group's first value, or the partial sums cannot be added:
+
+# %%
+show(course.group_partial_sums_kernel)
+show(course.groupnorm_mish_apply_kernel)
+x_demo = torch.randn(1, 8, 13, 17, device=DEVICE) + 50.0
+w_demo, b_demo = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
+print("split into 4 slices, largest difference from one kernel per group:",
+      (course.groupnorm_mish_split(x_demo, 2, w_demo, b_demo, splits=4)
+       - course.groupnorm_mish(x_demo, 2, w_demo, b_demo)).abs().max().item())
 
 # %% [markdown]
-# ## Exercise 3 · The block from the course's kernels
+# The second verdict line above says, per shape, where splitting paid against one kernel per group,
+# and the third whether the course's best now keeps up with `torch.compile` everywhere.
+
+# %% [markdown]
+# ## Exercise 4 · The block from the course's kernels
 #
 # Write the block's forward, `decoder_block_fused(x, w, cfg)`, from the kernels above. It must compute
 # `decoder_block(x, w, cfg, attention="sdpa")`, and launch only Triton kernels for the arithmetic:
 # no PyTorch matmul, attention, softmax or SiLU. Given:
 #
-# - `course.pack_weights(w, cfg)`: stacks wq, wk, wv into `wqkv` (3d, d) and interleaves the gate and
-#   up weights into `w_gate_up`; the other matrices as they are, all in `nn.Linear`'s (out, in) layout;
-# - `lesson05.rmsnorm_linear(x, gamma, w, eps)`, `lesson05.rms_norm_rows(x, gamma, eps)`;
+# - `course.pack_weights(w, cfg)`: stacks wq, wk, wv into `wqkv` (3d, d) with the attention norm's γ
+#   folded into its columns, and interleaves the gate and up weights into `w_gate_up`; the other
+#   matrices as they are, all in `nn.Linear`'s (out, in) layout;
+# - `lesson05.inv_rms(x, eps)` (1/rms of each row, float32) and `lesson05.rms_norm_rows(x, gamma, eps)`;
+# - `course.linear(h, w, scale=None, residual=None)`: `scale[:, None] * (h @ w.T) + residual`;
 # - `course.rope_qk(q, k, cos, sin)` (or your own), with `rope_tables(cfg, N, device)` for cos, sin;
 # - `lesson06.flash_forward_causal(q, k, v)`, which returns `(out, lse)` and wants contiguous inputs;
-# - `course.linear_residual(h, w, residual)` and `course.swiglu_linear(h, w_gate_up)`.
+# - `course.swiglu_linear(h, w_gate_up)` (or your own).
 #
 # Work on x as a (T, d) matrix, T = B·N. Q, K and V are column slices of the projection's output,
 # viewed as (B, N, H, D) and transposed to (B, H, N, D). The attention's output goes back to (T, d)
-# the same way.
+# the same way. The matrices `linear` and `swiglu_linear` read need contiguous rows: the attention's
+# output after the transpose is not, until `reshape` copies it. For the peak memory, `del` each
+# intermediate as soon as the next step has read it.
 
 # %% tags=["exercise"]
 def decoder_block_fused(x, w, cfg):
     """helpers.block.decoder_block(x, w, cfg, attention="sdpa"), from the course's kernels."""
     if "wqkv" not in w:
         w = course.pack_weights(w, cfg)
-    # YOUR CODE HERE: the seven kernels of the table at the top of the lesson, in order.
+    # YOUR CODE HERE: the eight kernels of the table at the top of the lesson, in order.
     raise NotImplementedError("write decoder_block_fused")
 
 
@@ -451,14 +578,15 @@ check("decoder_block_fused", decoder_block_fused)
 # ## Measuring the block
 #
 # The block at Llama-2-7B width (d = 4096, 32 heads, f = 11008), float16, in three prefill shapes:
-# the course's kernels, eager PyTorch with SDPA (the fused attention models call), `torch.compile` of
-# that eager code, and eager with the naive attention of lesson 06's start. On a GPU now, or as
-# recorded:
+# the course's kernels, eager PyTorch with SDPA (the fused attention models call), and `torch.compile`
+# of that eager code, in its default mode and, at the first shape, in `max-autotune` mode (which times
+# Triton matmul templates against cuBLAS for every matmul while it compiles; its CUDA graphs are left
+# off, so that it is timed like the others). On a GPU now, or as recorded:
 
 # %%
 block = timed("block_forward_fp16")
 verdicts(block, "course kernels (lesson 09)",
-         ["eager + SDPA", "torch.compile(eager + SDPA)", "eager, naive attention"])
+         ["eager + SDPA", "torch.compile(eager + SDPA)", "torch.compile max-autotune"])
 
 # %% [markdown]
 # Peak memory above what was allocated before the forward, and the kernels one forward launched, as
@@ -481,28 +609,34 @@ for gpu, record in block_records().items():
         print(f"{row['label']:>10} {row['impl']:>30} {row['peak_mib']:9.1f} {row['kernels']:8}")
 if not block_records():
     print("no peak-memory and launch figures recorded yet (`make bench` on a GPU writes them)")
+for gpu, record in block_records().items():
+    peak = {(row["label"], row["impl"]): row["peak_mib"] for row in record["rows"]}
+    for label in dict.fromkeys(row["label"] for row in record["rows"]):
+        ours = peak.get((label, "course kernels (lesson 09)"))
+        theirs = peak.get((label, "torch.compile(eager + SDPA)"))
+        if ours is not None and theirs is not None:
+            print(f"{gpu} {label}: the course's peak is {ours / theirs:.2f} x torch.compile's")
 
 # %% [markdown]
-# How to read these three tables together:
+# How to read these tables together:
 #
-# - **Launches.** The course's block launches its seven Triton kernels plus the copies that
+# - **Time.** At these shapes the block's time is its five matmuls (the Q|K|V, output, gate|up and
+#   down projections, and the attention). `torch.compile` keeps cuBLAS for the projections, SDPA for
+#   the attention, and fuses what lies between them (the norms, RoPE, SiLU · up, the residual adds)
+#   into Triton kernels of its own. The course's block runs its projections on a mainloop that keeps
+#   up with cuBLAS (the `block_matmuls_fp16` verdict), and folds more into them: the norm's γ and
+#   1/rms into the Q|K|V matmul, the SwiGLU product and both residual adds into epilogues, so those
+#   tensors never make a round trip. `max-autotune` can pick a faster matmul per shape, and costs
+#   minutes of compilation per shape for it.
+# - **Memory.** Eager holds every intermediate of a line until the next line has read it. Inductor
+#   plans the buffers of the whole graph and reuses them as soon as they are dead. The course's
+#   forward never writes the normalised activations or the gate and up products, and drops each
+#   intermediate (`del`) as soon as the next kernel has read it, so PyTorch's caching allocator can
+#   hand the same memory to the next output.
+# - **Launches.** The course's block launches its eight Triton kernels plus the copies that
 #   `.contiguous()` and the reshape after attention make; eager launches several kernels per line of
-#   the block. At prefill sizes each kernel runs long enough that launching them costs little: the
-#   count matters for small steps (below), less here.
-# - **Memory.** Eager holds every intermediate of a line until the next line has read it; the naive
-#   attention holds the N × N scores of every head. The fused kernels never write the normalised
-#   activations, the gate and up products or the scores.
-# - **Time.** At these shapes the block's time is its five matmuls. The course's block takes its
-#   matmuls from lesson 04's mainloop, and the SwiGLU kernel, the largest of them, carries the cost
-#   shown in its own verdict above. `torch.compile` keeps cuBLAS for the matmuls and fuses what lies
-#   between them (the norms, RoPE, SiLU · up, the residual adds) into Triton kernels of its own: the
-#   same fusions as the table at the top, except RMSNorm folded into a matmul, on a faster mainloop.
-#   So whether the course's block comes out ahead depends on its mainloop first and its fusions
-#   second; the verdict lines say where it stands today, on each GPU recorded. Where
-#   `torch.compile`'s peak memory is lower than the course's, look at what the course's forward holds
-#   at once: the Q|K|V output while RoPE writes rotated copies of Q and K, V's contiguous copy, the
-#   attention's output and its reshaped copy. Inductor plans the buffers of the whole graph and reuses
-#   them as soon as they are dead.
+#   the block. At prefill sizes each kernel runs long enough that launching costs little: the count
+#   matters for small steps.
 #
 # ## The megakernel question
 #
@@ -526,16 +660,52 @@ for gpu in profiled_devices():
 
 # %% [markdown]
 # The idle share is time the GPU waits for Python to launch the next kernel. Fusing the block into
-# seven kernels removes most of the launches, and the idle time with them, but not all: each launch
-# left still costs its few microseconds. Two ways take it further:
+# eight kernels removes most of the launches, and the idle time with them, but not all: each launch
+# left still costs its few microseconds. **CUDA graphs** take it further: they record the whole
+# sequence of launches once and replay it with one launch. The kernels stay as they are; only the
+# CPU's cost goes. `make bench` times the block at two decoding-sized shapes both ways, launched from
+# Python and replayed as a graph (on a GPU now, or as recorded):
+
+# %%
+decode = timed("block_decode_fp16")
+graphed = timed("block_decode_graphed_fp16")
+for gpu, rows in graphed.items():
+    from_python = {(r["label"], r["impl"]): r["ms"] for r in decode.get(gpu, [])}
+    for r in rows:
+        if (r["label"], r["impl"]) in from_python:
+            t = from_python[(r["label"], r["impl"])]
+            print(f"{gpu} {r['label']:>7} {r['impl']:>28}: {1000 * t:6.0f} us launched from Python, "
+                  f"{1000 * r['ms']:6.0f} us as a CUDA graph ({1 - r['ms'] / t:.0%} less)")
+verdicts(decode, "course kernels (lesson 09)", ["eager + SDPA", "torch.compile(eager + SDPA)"])
+verdicts(graphed, "course kernels (lesson 09)", ["eager + SDPA", "torch.compile(eager + SDPA)"])
+for gpu, rows in graphed.items():   # the floor: the bytes each step must read, at datasheet bandwidth
+    chip = chip_for(gpu)
+    for r in rows:
+        if chip is not None and r["impl"] == "torch.compile(eager + SDPA)":
+            floor_us = r["gbps"] * r["ms"] * 1e6 / (chip.bandwidth_tbs * 1e12) * 1e6
+            print(f"{gpu} {r['label']}: weights and activations read once at {chip.bandwidth_tbs} TB/s take "
+                  f"{floor_us:.0f} us, {floor_us / (1000 * r['ms']):.0%} of torch.compile's graphed step")
+
+# %% [markdown]
+# Two things to read here. First, the share each graph removes is the launch overhead of that
+# implementation: largest for eager, with the most launches, and still large for the course's eight
+# kernels, which tells you that at these shapes Python launching is a cost of the same size as the
+# work. Second, once the launches are gone, what remains is the kernels themselves, and at 16 tokens
+# every projection is bound by reading its weights (hundreds of MB per step), not by FLOPs. A
+# persistent matmul with tiles of at least 64 rows spends most of its tensor-core work on padding
+# there, and splits the weights over fewer programs than a kernel written for few rows would (cuBLAS
+# has such kernels, and Inductor calls them); the graphed verdicts show how much that costs.
 #
-# - **CUDA graphs** record the whole sequence of launches once and replay it with one launch. The
-#   kernels stay as they are; only the CPU's cost goes. The course has not measured yet what that
-#   recovers for this block, so there is no figure for it here.
-# - A **megakernel** is one persistent kernel that runs the whole block (or the whole model step):
-#   no launches between stages at all, and a stage can start on the tiles that are ready while
-#   another finishes. The price is that the kernel must schedule the work and the synchronisation
-#   between stages itself. It pays where the idle share above is large: small decoding steps.
+# A **megakernel** is the step beyond graphs: one persistent kernel that runs the whole block (or
+# the whole model step), with no launches between stages at all, and a stage that can start on the
+# tiles that are ready while another finishes. The price is that the kernel must schedule the work
+# and the synchronisation between stages itself. What it could recover is bounded by the two
+# timings above: a graph already removes the CPU's cost, so a megakernel can win only the gaps
+# between kernels inside the graph and the overlap of one stage's tail with the next stage's start.
+# The last lines above put the graphed steps against the time it takes just to read the weights:
+# where that share is large, the step is bound by reading weights, and a megakernel has little left
+# to win. The course does not build one: at these shapes the next win is a matmul for few rows
+# (split over K, so that every SM reads weights), not fewer launches.
 #
 # ## The fusion targets, checked
 #
@@ -581,15 +751,20 @@ for target, group, ours, baseline in FUSION_TARGETS:
 # for the norm, which a tiled matmul does not: both are left for later.
 #
 # ## Takeaways
-# - A block decomposes into a few matmuls with the small work folded into them: RMSNorm into the
-#   K loop, the SiLU product and the residual adds into epilogues, the scores into FlashAttention.
+# - A block decomposes into a few matmuls with the small work folded into them: RMSNorm's γ into the
+#   weights and its 1/rms into an epilogue, the SiLU product and the residual adds into epilogues, the
+#   scores into FlashAttention.
 # - Each fusion saves a round trip of one intermediate tensor and a launch. Next to a compute-bound
 #   matmul that is a few percent: a fused epilogue wins only on a mainloop as fast as the unfused one.
+# - On Hopper, persistent programs and tiles moved by tensor descriptors (TMA) bring a Triton
+#   mainloop to cuBLAS's speed at the block's shapes; lesson 04's loop is the clear version, not the
+#   fast one.
 # - `torch.compile` finds the element-wise and reduction fusions by itself and keeps cuBLAS for the
 #   matmuls; compare against it, not only against eager.
 # - One program per reduction fills the GPU only when there are enough reductions; otherwise split
 #   the reduction into partial sums and a combining pass.
-# - Small steps are launch-bound: fewer kernels help, CUDA graphs and megakernels remove the launches.
+# - Small steps are launch-bound: fewer kernels help, CUDA graphs remove the CPU's launches, and what
+#   is left at decoding sizes is reading the weights; a megakernel pays only where gaps remain.
 # - Read a benchmark as verdicts computed from its rows, per GPU, and explain each one by its
 #   mechanism: launches, bytes, and the speed of the mainloop.
 

@@ -294,6 +294,16 @@ def matmul_row_scale_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
              out.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
+def inv_rms(x, eps=1e-6):
+    """1 / sqrt(mean(x^2) + eps) of each row of x (M, K), in float32: M values, one kernel."""
+    assert x.dim() == 2, "x: (M, K)"
+    M, K = x.shape
+    out = torch.empty(M, dtype=torch.float32, device=x.device)
+    inv_rms_kernel[(triton.cdiv(M, 16),)](x, out, M, K, eps, x.stride(0), x.stride(1),
+                                          BLOCK_M=16, BLOCK_N=pick(64, 512), num_warps=4)
+    return out
+
+
 def rmsnorm_linear_epilogue(x, w_folded, eps=1e-6):
     """rms_norm(x) * gamma @ w.T for inference, with gamma folded into the weights once: w_folded = w * gamma.
 
@@ -303,13 +313,11 @@ def rmsnorm_linear_epilogue(x, w_folded, eps=1e-6):
     """
     M, K = x.shape
     N = w_folded.shape[0]
-    inv_rms = torch.empty(M, dtype=torch.float32, device=x.device)
-    inv_rms_kernel[(triton.cdiv(M, 16),)](x, inv_rms, M, K, eps, x.stride(0), x.stride(1),
-                                          BLOCK_M=16, BLOCK_N=pick(64, 512), num_warps=4)
+    scale = inv_rms(x, eps)
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     BLOCK_M, BLOCK_N, BLOCK_K, warps, stages = pick(cpu=(32, 32, 32, 4, 1), gpu=(128, 256, 64, 8, 3))
     matmul_row_scale_kernel[(triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)](
-        x, w_folded, inv_rms, out, M, N, K, x.stride(0), x.stride(1), w_folded.stride(0), w_folded.stride(1),
+        x, w_folded, scale, out, M, N, K, x.stride(0), x.stride(1), w_folded.stride(0), w_folded.stride(1),
         out.stride(0), out.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
         num_warps=warps, num_stages=stages)
     return out

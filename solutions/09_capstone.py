@@ -1,15 +1,16 @@
 """Lesson 09 solutions: the decoder block of helpers/block.py, built from the course's kernels.
 
-Four new kernels, each a launcher (check shapes, allocate, launch) beside a PyTorch reference:
+New kernels, each a launcher (check shapes, allocate, launch) beside a PyTorch reference:
 
+    linear           scale[:, None] * (h @ w.T) + residual: a persistent matmul fed by tensor
+                     descriptors (TMA on Hopper), the row scale and the residual add in its epilogue
     swiglu_linear    SiLU(h @ w_gate.T) * (h @ w_up.T): one matmul, the product in the epilogue
-    linear_residual  residual + h @ w.T: the residual add in the epilogue
     rope_qk          RoPE on Q and K in one launch, read from any strides, written contiguous
     groupnorm_mish   GroupNorm then Mish, one program per (sample, group): not in the block, the
                      same two-pass reduction on a convolutional layer's activations
 
-and `decoder_block_fused`, the block from these and the kernels of lessons 04 (the matmul
-mainloop), 05 (RMSNorm, alone and folded into a matmul) and 06 (causal FlashAttention).
+and `decoder_block_fused`, the block from these and the kernels of lessons 05 (RMSNorm, and 1/rms
+per row for the norm folded into the next matmul) and 06 (causal FlashAttention).
 Weights are in nn.Linear's (out, in) layout throughout; `pack_weights` concatenates them once.
 """
 
@@ -23,33 +24,162 @@ import triton
 import triton.language as tl
 
 from helpers.block import BlockConfig, rope, rope_tables
-from helpers.device import pick
+from helpers.device import DEVICE, ON_GPU, pick
 from helpers.solutions import load_solution
 
-lesson04 = load_solution("04")   # matmul_tile (the mainloop) and MATMUL_CONFIGS
-lesson05 = load_solution("05")   # rms_norm_rows and rmsnorm_linear
+lesson04 = load_solution("04")   # the simple matmul, timed beside this lesson's in make bench
+lesson05 = load_solution("05")   # inv_rms and rms_norm_rows
 lesson06 = load_solution("06")   # flash_forward_causal
-matmul_tile = lesson04.matmul_tile
 
 
-def _matmul_grid(M, N):
-    """One program per BLOCK_M x BLOCK_N tile, in matmul_tile's grouped order."""
-    return lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+# ---------------------------------------------------------------- 1. the block's matmuls, persistent, TMA-fed
+
+# Lesson 04's mainloop computes an address and a mask for every element of every tile, and runs one
+# program per output tile. At the block's shapes it falls well short of cuBLAS (make bench, group
+# block_matmuls_fp16). Two changes close the gap, both plain Triton:
+#
+# * Tensor descriptors. tl.make_tensor_descriptor describes a 2-D tensor once: its base, shape,
+#   strides and the tile shape to move. desc.load([row, col]) then fetches a whole tile, and on a
+#   Hopper GPU one TMA instruction does it (the chip's tensor memory accelerator): no address
+#   arithmetic in the program, no masks. Rows and columns past the tensor's edge read as zeros, and
+#   a store drops them. The price: the innermost dimension must be contiguous, and the other strides
+#   and the base multiples of 16 bytes.
+# * Persistent programs. One program per SM, each walking the tiles tile, tile + P, tile + 2P, ...
+#   (P programs). tl.range(..., flatten=True) lets the compiler pipeline across tiles: the next tile's
+#   first loads are in flight while this tile's epilogue runs.
+#
+# linear_tile is the mainloop; each kernel below is the persistent walk plus its own epilogue.
 
 
-# ---------------------------------------------------------------- 1. SwiGLU: gate and up in one matmul
+def _descriptor_scratch(size, alignment, stream):
+    """Global memory in which kernels build their tensor descriptors on a GPU (128 bytes each)."""
+    return torch.empty(size, device=DEVICE, dtype=torch.int8)
+
+
+triton.set_allocator(_descriptor_scratch)
+
+
+def _linear_config(bm, bn, warps, stages):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8},
+                         num_warps=warps, num_stages=stages)
+
+
+# On a GPU: 128 x 256 tiles and 3 stages were the fastest at most of the block's prefill shapes on an
+# H100; the smaller tiles are for few rows (decoding), where more tiles keep more SMs reading weights.
+LINEAR_CONFIGS = pick(
+    cpu=[_linear_config(64, 64, warps=4, stages=1)],
+    gpu=[_linear_config(bm, bn, warps, stages)
+         for bm, bn, warps, stages in [(128, 256, 8, 3), (256, 128, 8, 3), (128, 128, 8, 4), (128, 128, 4, 4),
+                                       (64, 128, 4, 4), (64, 64, 4, 4)]],
+)
+# Programs in flight: one per SM on a GPU; on the CPU two, so that each walks several tiles.
+PROGRAMS = pick(cpu=2, gpu=torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 0)
+
+
+def _persistent_grid(M, N):
+    """As many programs as PROGRAMS, or as tiles if there are fewer."""
+    return lambda meta: (min(PROGRAMS, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
+
+
+def _check_tma(**tensors):
+    """Tensor descriptors need rows of contiguous values, and 16-byte aligned row strides and bases."""
+    for name, t in tensors.items():
+        assert t.dim() == 2 and t.stride(1) == 1, f"{name}: a 2-D tensor with contiguous rows, stride(1) == 1"
+        assert (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0, \
+            (f"{name}: its row stride ({t.stride(0)} values of {t.element_size()} bytes) and its start "
+             f"must be multiples of 16 bytes for a tensor descriptor; copy it into a wider, aligned buffer")
+
+
+@triton.jit
+def tile_origin(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """The first row and column of output tile number `tile`, in lesson 04's grouped order."""
+    per_group = GROUP_M * tl.cdiv(N, BLOCK_N)
+    first_m = (tile // per_group) * GROUP_M
+    rows = min(tl.cdiv(M, BLOCK_M) - first_m, GROUP_M)
+    return (first_m + (tile % per_group) % rows) * BLOCK_M, ((tile % per_group) // rows) * BLOCK_N
+
+
+@triton.jit
+def linear_tile(a_desc, w_desc, off_m, off_n, K,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The mainloop: A[off_m:, :] @ W[off_n:, :].T for one BLOCK_M x BLOCK_N tile, summed in float32.
+    W is (N, K), as nn.Linear stores it: its rows are the columns of the product."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([off_m, k * BLOCK_K])          # (BLOCK_M, BLOCK_K); zeros past the edges
+        w = w_desc.load([off_n, k * BLOCK_K])          # (BLOCK_N, BLOCK_K)
+        acc = tl.dot(a, w.T, acc)
+    return acc
+
+
+@triton.autotune(configs=LINEAR_CONFIGS, key=["M", "N", "K", "HAS_SCALE", "HAS_RESIDUAL"])
+@triton.jit
+def linear_kernel(h_ptr, w_ptr, s_ptr, r_ptr, out_ptr, M, N, K, stride_h, stride_w, stride_r,
+                  HAS_SCALE: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """out = s[:, None] * (h @ w.T) + r, the scale and the residual optional; h (M, K), w (N, K), r and
+    out (M, N), out contiguous; the stride_ arguments are the others' row strides."""
+    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_w, 1],
+                                       block_shape=[BLOCK_N, BLOCK_K])
+    out_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1],
+                                         block_shape=[BLOCK_M, BLOCK_N])
+    if HAS_RESIDUAL:
+        r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_r, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
+    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):
+        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)
+        if HAS_SCALE:                                   # one float32 per row: RMSNorm's 1 / rms
+            rows = off_m + tl.arange(0, BLOCK_M)
+            acc = acc * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]
+        if HAS_RESIDUAL:                                # read once, added in float32
+            acc = acc + r_desc.load([off_m, off_n]).to(tl.float32)
+        out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
+
+
+def linear_reference(h, w, scale=None, residual=None):
+    out = h @ w.T
+    if scale is not None:
+        out = scale[:, None] * out
+    return out if residual is None else out + residual
+
+
+def linear(h, w, scale=None, residual=None):
+    """scale[:, None] * (h @ w.T) + residual in one kernel, scale and residual optional.
+
+    h (M, K); w (N, K) as nn.Linear stores it; scale (M,) float32; residual (M, N) in h's dtype.
+    Every matrix needs contiguous, 16-byte aligned rows (tensor descriptors read them)."""
+    assert h.dim() == w.dim() == 2 and h.shape[1] == w.shape[1], "h (M, K) and w (N, K)"
+    assert w.dtype == h.dtype, "h and w must share a dtype"
+    M, K = h.shape
+    N = w.shape[0]
+    if scale is not None:
+        assert scale.shape == (M,) and scale.dtype == torch.float32 and scale.stride(0) == 1, \
+            "scale: (M,) float32, contiguous: one factor per row"
+    out = torch.empty((M, N), device=h.device, dtype=h.dtype)
+    _check_tma(h=h, w=w, out=out, **({} if residual is None else {"residual": residual}))
+    if residual is not None:
+        assert residual.shape == (M, N) and residual.dtype == h.dtype, "residual: (M, N), in h's dtype"
+    linear_kernel[_persistent_grid(M, N)](h, w, scale, residual, out, M, N, K, h.stride(0), w.stride(0),
+                                          0 if residual is None else residual.stride(0),
+                                          HAS_SCALE=scale is not None, HAS_RESIDUAL=residual is not None)
+    return out
+
+
+# ---------------------------------------------------------------- 2. SwiGLU: gate and up in one matmul
 
 # Layout: the rows of w_gate and w_up interleaved, one by one: row 2j of w_gate_up is w_gate's row j,
 # row 2j + 1 is w_up's. Then any tile of the product h @ w_gate_up.T holds matching gate and up
-# columns side by side, whatever BLOCK_N the autotuner picks, and lesson 04's mainloop computes it
-# unchanged: one A tile, one B tile, one accumulator per K step. The epilogue splits the tile's
-# columns into (even, odd) = (gate, up). Two alternatives were weighed:
-#   * interleaving in blocks of BLOCK_N rows ties the packed weights to one tile width, so the
-#     autotuner could not change BLOCK_N without repacking;
-#   * two accumulators over one A tile need a mainloop of their own (two loads of B, two dots),
-#     a second copy of lesson 04's loop for the same number of FLOPs and registers.
-# On a GPU each thread of a tensor-core accumulator holds pairs of neighbouring columns, so the
-# (even, odd) split should stay in registers.
+# columns side by side, whatever BLOCK_N the autotuner picks, and the mainloop computes it unchanged:
+# one A tile, one B tile, one accumulator per K step. The epilogue splits the tile's columns into
+# (even, odd) = (gate, up). Measured on an H100 against two alternatives (same mainloop):
+#   * two accumulators of BLOCK_N / 2 columns, from two descriptors (gate rows, up rows): slower
+#     at every shape, and a mainloop of its own;
+#   * interleaving in blocks of BLOCK_N / 2 rows: as fast at best, but the packed weights are then
+#     tied to one tile width, which the autotuner could no longer choose.
 
 
 def pack_gate_up(w_gate, w_up):
@@ -63,71 +193,37 @@ def swiglu_linear_reference(h, w_gate_up):
     return F.silu(h @ w_gate_up[0::2].T) * (h @ w_gate_up[1::2].T)
 
 
-@triton.autotune(configs=lesson04.MATMUL_CONFIGS, key=["M", "N", "K"])
+@triton.autotune(configs=LINEAR_CONFIGS, key=["M", "N", "K"])
 @triton.jit
-def swiglu_linear_kernel(h_ptr, w_ptr, out_ptr, M, N, K,
-                         stride_hm, stride_hk, stride_wn, stride_wk, stride_om, stride_on,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         GROUP_M: tl.constexpr):
-    """One tile of h @ w_gate_up.T (N = 2f columns, interleaved), stored as BLOCK_N / 2 columns of
-    SiLU(gate) * up."""
-    acc, offs_m, offs_n = matmul_tile(h_ptr, w_ptr, M, N, K, stride_hm, stride_hk, stride_wk, stride_wn,
-                                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)   # w.T: (K, N) strides swapped
-    gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))    # even columns, odd columns
-    cols = tl.split(tl.reshape(offs_n, (BLOCK_N // 2, 2)))[0] // 2      # output column of each pair
-    y = gate * tl.sigmoid(gate) * up                                    # float32, in registers
-    mask = (offs_m[:, None] < M) & (cols[None, :] < N // 2)
-    tl.store(out_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_on,
-             y.to(out_ptr.dtype.element_ty), mask=mask)
+def swiglu_linear_kernel(h_ptr, w_ptr, out_ptr, M, N, K, stride_h, stride_w, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tiles of h @ w_gate_up.T (N = 2f interleaved columns), each stored as BLOCK_N / 2 columns of
+    SiLU(gate) * up; out (M, N / 2) contiguous."""
+    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_w, 1],
+                                       block_shape=[BLOCK_N, BLOCK_K])
+    out_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N // 2], strides=[N // 2, 1],
+                                         block_shape=[BLOCK_M, BLOCK_N // 2])
+    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):
+        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)
+        gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))   # even columns, odd columns
+        y = gate * tl.sigmoid(gate) * up                                    # float32, in registers
+        out_desc.store([off_m, off_n // 2], y.to(out_desc.dtype))
 
 
 def swiglu_linear(h, w_gate_up):
     """SiLU(h @ w_gate.T) * (h @ w_up.T) in one kernel; h (M, d), w_gate_up (2f, d) from pack_gate_up."""
     assert h.dim() == w_gate_up.dim() == 2 and h.shape[1] == w_gate_up.shape[1], "h (M, d), w_gate_up (2f, d)"
     assert w_gate_up.shape[0] % 2 == 0, "w_gate_up has two rows per output column: gate, up"
+    assert w_gate_up.dtype == h.dtype, "h and w_gate_up must share a dtype"
     M, K = h.shape
     N = w_gate_up.shape[0]
     out = torch.empty((M, N // 2), device=h.device, dtype=h.dtype)
-    swiglu_linear_kernel[_matmul_grid(M, N)](h, w_gate_up, out, M, N, K, h.stride(0), h.stride(1),
-                                             w_gate_up.stride(0), w_gate_up.stride(1),
-                                             out.stride(0), out.stride(1))
-    return out
-
-
-# ---------------------------------------------------------------- 2. the residual add in the epilogue
-
-
-def linear_residual_reference(h, w, residual):
-    return residual + h @ w.T
-
-
-@triton.autotune(configs=lesson04.MATMUL_CONFIGS, key=["M", "N", "K"])
-@triton.jit
-def linear_residual_kernel(h_ptr, w_ptr, r_ptr, out_ptr, M, N, K,
-                           stride_hm, stride_hk, stride_wn, stride_wk, stride_rm, stride_rn,
-                           stride_om, stride_on,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           GROUP_M: tl.constexpr):
-    """One tile of residual + h @ w.T: the residual tile is read once, added in float32, stored once."""
-    acc, offs_m, offs_n = matmul_tile(h_ptr, w_ptr, M, N, K, stride_hm, stride_hk, stride_wk, stride_wn,
-                                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    r = tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn, mask=mask, other=0.0)
-    y = acc + r.to(tl.float32)
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
-             y.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-def linear_residual(h, w, residual):
-    """residual + h @ w.T in one kernel; h (M, K), w (N, K) as nn.Linear stores it, residual (M, N)."""
-    assert h.dim() == w.dim() == 2 and h.shape[1] == w.shape[1], "h (M, K) and w (N, K)"
-    assert residual.shape == (h.shape[0], w.shape[0]), "residual must be (M, N): one value per output"
-    assert residual.dtype == h.dtype, "residual and h must share a dtype"
-    M, K = h.shape
-    N = w.shape[0]
-    out = torch.empty((M, N), device=h.device, dtype=h.dtype)
-    linear_residual_kernel[_matmul_grid(M, N)](h, w, residual, out, M, N, K, *h.stride(), *w.stride(),
-                                               *residual.stride(), *out.stride())
+    _check_tma(h=h, w_gate_up=w_gate_up, out=out)
+    swiglu_linear_kernel[_persistent_grid(M, N)](h, w_gate_up, out, M, N, K, h.stride(0), w_gate_up.stride(0))
     return out
 
 
@@ -189,15 +285,13 @@ def rope_qk(q, k, cos, sin):
     return q_rot, k_rot
 
 
-# ---------------------------------------------------------------- 4. GroupNorm + Mish, one program per group
+# ---------------------------------------------------------------- 4. GroupNorm + Mish
 
-# One program reads its group twice: a statistics pass, then a pass that normalises, applies the
-# affine and Mish, and stores. N * G programs must fill the GPU: with a batch of 1 and 32 groups of
-# a 256 x 256 image (2 M values each), 32 programs would leave most of an H100's 132 SMs idle and
-# each would stream megabytes alone. There a split reduction pays: a first kernel in which many
-# programs per group write partial sums, a second that combines them and normalises, at the cost of
-# a second launch and a few bytes per program. At the group sizes of typical convnets (and whenever
-# N * G is a few hundred or more) one kernel is the better trade.
+# One program per (sample, group) reads its group twice: a statistics pass, then a pass that
+# normalises, applies the affine and Mish, and stores. N * G programs must fill the GPU: with a
+# batch of 1 and 32 groups of a 256 x 256 image (2 M values each), 32 programs leave most of an
+# H100's 132 SMs idle. groupnorm_mish_split (below) splits each group's reduction over several
+# programs for such shapes; make bench times both.
 
 
 def groupnorm_mish_reference(x, num_groups, weight, bias, eps):
@@ -212,6 +306,41 @@ def _group_offsets(i, hw, width, s_c, s_h, s_w):
 
 
 @triton.jit
+def _shifted_sums(x_group, shift, start, end, hw, width, sx_c, sx_h, sx_w, BLOCK: tl.constexpr):
+    """Sums of (x - shift) and (x - shift)^2 over the group's flat indices [start, end), in float32."""
+    offs = tl.arange(0, BLOCK)
+    s = tl.zeros((BLOCK,), tl.float32)
+    s2 = tl.zeros((BLOCK,), tl.float32)
+    for first in range(start, end, BLOCK):
+        i = first + offs
+        at, _ = _group_offsets(i, hw, width, sx_c, sx_h, sx_w)
+        v = tl.load(x_group + at, mask=i < end, other=0.0).to(tl.float32)
+        v = tl.where(i < end, v - shift, 0.0)
+        s += v
+        s2 += v * v
+    return tl.sum(s, axis=0), tl.sum(s2, axis=0)
+
+
+@triton.jit
+def _normalize_mish(x_group, out_group, w_group, b_group, mean, inv_std, start, end, hw, width,
+                    sx_c, sx_h, sx_w, BLOCK: tl.constexpr):
+    """Normalise the group's flat indices [start, end), scale and shift per channel, Mish, one store."""
+    offs = tl.arange(0, BLOCK)
+    for first in range(start, end, BLOCK):
+        i = first + offs
+        at, c = _group_offsets(i, hw, width, sx_c, sx_h, sx_w)
+        v = tl.load(x_group + at, mask=i < end, other=0.0).to(tl.float32)
+        gamma = tl.load(w_group + c, mask=i < end, other=0.0).to(tl.float32)
+        beta = tl.load(b_group + c, mask=i < end, other=0.0).to(tl.float32)
+        y = (v - mean) * inv_std * gamma + beta
+        # Mish: y * tanh(softplus(y)), and tanh(log(1 + e)) = e (e + 2) / (e (e + 2) + 2) for e = exp(y):
+        # one exp. It is capped at exp(20): past it t / (t + 2) is 1 in float32, and t stays finite.
+        e = tl.exp(tl.minimum(y, 20.0))
+        t = e * (e + 2.0)
+        tl.store(out_group + i, (y * t / (t + 2.0)).to(out_group.dtype.element_ty), mask=i < end)
+
+
+@triton.jit
 def groupnorm_mish_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, width, eps,
                           sx_n, sx_c, sx_h, sx_w, BLOCK: tl.constexpr):
     """GroupNorm then Mish over one (sample, group): its group_channels x H x W values, BLOCK at a time."""
@@ -221,36 +350,15 @@ def groupnorm_mish_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels
     x_group = x_ptr + n * sx_n + first_c * sx_c
     out_group = out_ptr + (n * n_groups + g) * group_channels * hw       # output: (N, C, H, W) contiguous
     size = group_channels * hw
-    offs = tl.arange(0, BLOCK)
-    # Pass 1: sums of (x - shift) and its square, per lane. The shift (the group's first value) keeps
+    # Pass 1: sums of (x - shift) and its square. The shift (the group's first value) keeps
     # sum_sq / size - mean^2 from cancelling away when the mean is large against the spread.
     shift = tl.load(x_group).to(tl.float32)
-    s = tl.zeros((BLOCK,), tl.float32)
-    s2 = tl.zeros((BLOCK,), tl.float32)
-    for start in range(0, size, BLOCK):
-        i = start + offs
-        at, _ = _group_offsets(i, hw, width, sx_c, sx_h, sx_w)
-        v = tl.load(x_group + at, mask=i < size, other=0.0).to(tl.float32)
-        v = tl.where(i < size, v - shift, 0.0)
-        s += v
-        s2 += v * v
-    mean_shifted = tl.sum(s, axis=0) / size
-    var = tl.maximum(tl.sum(s2, axis=0) / size - mean_shifted * mean_shifted, 0.0)
-    mean, inv_std = shift + mean_shifted, tl.rsqrt(var + eps)
+    s, s2 = _shifted_sums(x_group, shift, 0, size, hw, width, sx_c, sx_h, sx_w, BLOCK)
+    mean_shifted = s / size
+    var = tl.maximum(s2 / size - mean_shifted * mean_shifted, 0.0)
     # Pass 2: normalise, scale and shift per channel, Mish, one store.
-    for start in range(0, size, BLOCK):
-        i = start + offs
-        at, c = _group_offsets(i, hw, width, sx_c, sx_h, sx_w)
-        v = tl.load(x_group + at, mask=i < size, other=0.0).to(tl.float32)
-        gamma = tl.load(w_ptr + first_c + c, mask=i < size, other=0.0).to(tl.float32)
-        beta = tl.load(b_ptr + first_c + c, mask=i < size, other=0.0).to(tl.float32)
-        y = (v - mean) * inv_std * gamma + beta
-        # Mish: y * tanh(softplus(y)), and tanh(log(1 + e)) = e (e + 2) / (e (e + 2) + 2) for e = exp(y):
-        # one exp. It is capped at exp(20): past it t / (t + 2) is 1 in float32, and t stays finite.
-        e = tl.exp(tl.minimum(y, 20.0))
-        t = e * (e + 2.0)
-        y = y * t / (t + 2.0)
-        tl.store(out_group + i, y.to(out_ptr.dtype.element_ty), mask=i < size)
+    _normalize_mish(x_group, out_group, w_ptr + first_c, b_ptr + first_c, shift + mean_shifted,
+                    tl.rsqrt(var + eps), 0, size, hw, width, sx_c, sx_h, sx_w, BLOCK)
 
 
 def groupnorm_mish(x, num_groups, weight, bias, eps=1e-5):
@@ -267,22 +375,91 @@ def groupnorm_mish(x, num_groups, weight, bias, eps=1e-5):
     return out
 
 
+# The split reduction: when N * G programs cannot fill the GPU, each group is cut into `splits`
+# slices of `chunk` values. A first kernel writes each slice's two sums; a second combines a group's
+# sums (a few floats) and normalises its slice. Two launches instead of one, and the same two reads
+# of x, now spread over N * G * splits programs.
+
+
+@triton.jit
+def group_partial_sums_kernel(x_ptr, part_ptr, n_groups, group_channels, hw, width, chunk,
+                              sx_n, sx_c, sx_h, sx_w, BLOCK: tl.constexpr):
+    """Program (group, slice): sums of (x - shift) and its square over the slice -> part[group, slice]."""
+    pid, split = tl.program_id(0), tl.program_id(1)
+    n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)
+    x_group = x_ptr + n * sx_n + g * group_channels * sx_c
+    start = split * chunk
+    end = min(start + chunk, group_channels * hw)
+    shift = tl.load(x_group).to(tl.float32)               # the same shift in every slice of a group
+    s, s2 = _shifted_sums(x_group, shift, start, end, hw, width, sx_c, sx_h, sx_w, BLOCK)
+    at = part_ptr + (pid * tl.num_programs(1) + split) * 2
+    tl.store(at, s)
+    tl.store(at + 1, s2)
+
+
+@triton.jit
+def groupnorm_mish_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, width,
+                                chunk, eps, sx_n, sx_c, sx_h, sx_w, SPLITS: tl.constexpr,
+                                BLOCK: tl.constexpr):
+    """Program (group, slice): the group's statistics from its SPLITS partial sums, then pass 2 on a slice."""
+    pid, split = tl.program_id(0), tl.program_id(1)
+    n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)
+    first_c = g * group_channels
+    x_group = x_ptr + n * sx_n + first_c * sx_c
+    size = group_channels * hw
+    parts = part_ptr + pid * SPLITS * 2 + tl.arange(0, SPLITS) * 2
+    mean_shifted = tl.sum(tl.load(parts), axis=0) / size
+    var = tl.maximum(tl.sum(tl.load(parts + 1), axis=0) / size - mean_shifted * mean_shifted, 0.0)
+    start = split * chunk
+    _normalize_mish(x_group, out_ptr + (n * n_groups + g) * size, w_ptr + first_c, b_ptr + first_c,
+                    tl.load(x_group).to(tl.float32) + mean_shifted, tl.rsqrt(var + eps), start,
+                    min(start + chunk, size), hw, width, sx_c, sx_h, sx_w, BLOCK)
+
+
+def groupnorm_mish_split(x, num_groups, weight, bias, eps=1e-5, splits=None):
+    """groupnorm_mish, each group's reduction split over `splits` programs (a power of two; by default
+    enough for about four programs per SM, and 1 where N * G programs already fill the GPU)."""
+    assert x.dim() == 4, "x: (N, C, H, W)"
+    N, C, H, W = x.shape
+    assert C % num_groups == 0, "the channels must split evenly into num_groups groups"
+    assert weight.shape == bias.shape == (C,), "weight and bias: one value per channel"
+    assert weight.stride(0) == bias.stride(0) == 1, "weight and bias: contiguous"
+    groups, size = N * num_groups, C // num_groups * H * W
+    BLOCK, warps = pick(cpu=(64, 4), gpu=(2048, 8))
+    if splits is None:
+        slots = pick(cpu=4, gpu=4 * torch.cuda.get_device_properties(x.device).multi_processor_count
+                     if ON_GPU else 0)
+        splits = triton.next_power_of_2(max(1, min(triton.cdiv(slots, groups), triton.cdiv(size, BLOCK))))
+    assert splits >= 1 and splits & (splits - 1) == 0, "splits: a power of two"
+    chunk = triton.cdiv(triton.cdiv(size, splits), BLOCK) * BLOCK      # whole BLOCKs per slice
+    partial = torch.empty((groups, splits, 2), device=x.device, dtype=torch.float32)
+    out = torch.empty((N, C, H, W), device=x.device, dtype=x.dtype)
+    common = (num_groups, C // num_groups, H * W, W, chunk)
+    group_partial_sums_kernel[(groups, splits)](x, partial, *common, *x.stride(), BLOCK=BLOCK,
+                                                num_warps=warps)
+    groupnorm_mish_apply_kernel[(groups, splits)](x, partial, weight, bias, out, *common, eps, *x.stride(),
+                                                  SPLITS=splits, BLOCK=BLOCK, num_warps=warps)
+    return out
+
+
 # ---------------------------------------------------------------- 5. the decoder block
 
 
 def pack_weights(w, cfg: BlockConfig):
     """The block's weights as decoder_block_fused reads them, packed once (this copies the matrices):
 
-    wqkv:      wq, wk, wv stacked, (3d, d): one matmul makes Q, K and V
+    wqkv:      wq, wk, wv stacked, (3d, d), with the attention norm's gamma folded into its columns:
+               rms_norm(x) * gamma @ W.T = (1 / rms(x))[:, None] * (x @ (W * gamma).T), so one matmul
+               with a row scale in its epilogue makes the normalised Q, K and V
     w_gate_up: w_gate's and w_up's rows interleaved, (2f, d): pack_gate_up
-    the others as they are; every matrix stays (out, in), which the kernels read as w.T by strides.
+    the others as they are, every matrix contiguous and (out, in).
     """
     assert w["wq"].shape == (cfg.dim, cfg.dim) and w["w_gate"].shape == (cfg.hidden, cfg.dim), \
         "weights of another BlockConfig"
-    return {"attn_norm": w["attn_norm"].contiguous(), "mlp_norm": w["mlp_norm"].contiguous(),
-            "wqkv": torch.cat((w["wq"], w["wk"], w["wv"]), dim=0),
-            "wo": w["wo"].contiguous(), "w_down": w["w_down"].contiguous(),
-            "w_gate_up": pack_gate_up(w["w_gate"], w["w_up"])}
+    wqkv = torch.cat((w["wq"], w["wk"], w["wv"]), dim=0)
+    return {"wqkv": (wqkv * w["attn_norm"].to(wqkv.dtype)[None, :]).contiguous(),
+            "wo": w["wo"].contiguous(), "mlp_norm": w["mlp_norm"].contiguous(),
+            "w_gate_up": pack_gate_up(w["w_gate"], w["w_up"]), "w_down": w["w_down"].contiguous()}
 
 
 @functools.lru_cache(maxsize=16)
@@ -295,75 +472,128 @@ def decoder_block_fused(x, w, cfg: BlockConfig):
     """helpers.block.decoder_block(x, w, cfg, attention="sdpa"), from the course's kernels.
 
     x: (batch, seq, dim). w: pack_weights(...)'s dict (given block_weights' dict instead, it is packed
-    on every call). Launches, in order (7 Triton kernels, 2 copies):
-      1. lesson 05's rmsnorm_linear: RMSNorm folded into the Q|K|V matmul  -> (T, 3d)
-      2. rope_qk: Q and K rotated, from views of (1), written (B, H, N, D)  -> 2 x (B, H, N, D)
-      3. V's copy to (B, H, N, D) (a PyTorch copy kernel)
-      4. lesson 06's flash_forward_causal                                    -> (B, H, N, D)
-      5. the heads back to (T, d) (a PyTorch copy kernel)
-      6. linear_residual: x + attention @ wo.T                              -> (T, d)
-      7. lesson 05's rms_norm_rows                                          -> (T, d)
-      8. swiglu_linear                                                      -> (T, f)
-      9. linear_residual: (6) + mlp @ w_down.T                              -> (T, d)
+    on every call). Launches, in order (8 Triton kernels, 2 copies):
+      1. lesson 05's inv_rms: 1 / rms of each row of x                     -> (T,) float32
+      2. linear with that row scale: the Q|K|V matmul, gamma folded in     -> (T, 3d)
+      3. rope_qk: Q and K rotated, from views of (2), written (B, H, N, D)  -> 2 x (B, H, N, D)
+      4. V's copy to (B, H, N, D) (a PyTorch copy kernel)
+      5. lesson 06's flash_forward_causal                                    -> (B, H, N, D)
+      6. the heads back to (T, d) (a PyTorch copy kernel)
+      7. linear with a residual: x + attention @ wo.T                       -> (T, d)
+      8. lesson 05's rms_norm_rows                                          -> (T, d)
+      9. swiglu_linear                                                      -> (T, f)
+     10. linear with a residual: (7) + mlp @ w_down.T                       -> (T, d)
+    Each intermediate is dropped (del) as soon as the next step has read it: the caching allocator
+    then reuses its memory, which keeps the forward's peak memory low.
     """
     if "wqkv" not in w:
         w = pack_weights(w, cfg)
     B, N, d = x.shape
     H, D = cfg.n_heads, cfg.head_dim
     x2 = x.reshape(B * N, d)
-    qkv = lesson05.rmsnorm_linear(x2, w["attn_norm"], w["wqkv"], cfg.eps)          # 1
+    qkv = linear(x2, w["wqkv"], scale=lesson05.inv_rms(x2, cfg.eps))              # 1, 2
     q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
     cos, sin = _rope_tables(cfg, N, x.device)
-    q, k = rope_qk(q, k, cos, sin)                                                 # 2
-    a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())                    # 3, 4
-    a = a.transpose(1, 2).reshape(B * N, d)                                        # 5
-    x2 = linear_residual(a, w["wo"], x2)                                           # 6
-    h = lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)                         # 7
-    mlp = swiglu_linear(h, w["w_gate_up"])                                         # 8
-    return linear_residual(mlp, w["w_down"], x2).view(B, N, d)                     # 9
+    q, k = rope_qk(q, k, cos, sin)                                                 # 3
+    v = v.contiguous()                                                             # 4
+    del qkv
+    a, _ = lesson06.flash_forward_causal(q, k, v)                                 # 5
+    del q, k, v
+    a = a.transpose(1, 2).reshape(B * N, d)                                        # 6
+    x2 = linear(a, w["wo"], residual=x2)                                           # 7
+    del a
+    h = lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)                         # 8
+    mlp = swiglu_linear(h, w["w_gate_up"])                                         # 9
+    del h
+    return linear(mlp, w["w_down"], residual=x2).view(B, N, d)                     # 10
 
 
 # ---------------------------------------------------------------- make bench (GPU)
 
 BLOCK_SHAPES = ((1, 2048), (4, 2048), (1, 8192))   # (batch, sequence) of a prefill, at 7B width
+DECODE_SHAPES = ((1, 16), (8, 16))                 # a few tokens: the step lesson 08 found launch-bound
 
 
-def _block_impls(cfg, x, w, packed, compiled):
-    """The block's forward four ways, each a zero-argument callable."""
+def _block_impls(cfg, x, w, packed, compiled, autotuned=None):
+    """The block's forward several ways, each a zero-argument callable."""
     from helpers.block import decoder_block
 
-    return {"course kernels (lesson 09)": lambda: decoder_block_fused(x, packed, cfg),
-            "eager + SDPA": lambda: decoder_block(x, w, cfg, attention="sdpa"),
-            "torch.compile(eager + SDPA)": lambda: compiled(x, w, cfg, attention="sdpa"),
-            "eager, naive attention": lambda: decoder_block(x, w, cfg, attention="naive")}
+    impls = {"course kernels (lesson 09)": lambda: decoder_block_fused(x, packed, cfg),
+             "eager + SDPA": lambda: decoder_block(x, w, cfg, attention="sdpa"),
+             "torch.compile(eager + SDPA)": lambda: compiled(x, w, cfg, attention="sdpa")}
+    if autotuned is not None:
+        impls["torch.compile max-autotune"] = lambda: autotuned(x, w, cfg, attention="sdpa")
+    return impls
+
+
+def _block_benches(cfg, w, packed):
+    """The block's forward: prefill shapes, then decoding shapes launched from Python and replayed as
+    CUDA graphs (the same kernels, without the CPU's launches)."""
+    from helpers.bench import Bench
+    from helpers.block import block_flops, block_input, decoder_block
+
+    compiled = torch.compile(decoder_block, dynamic=False)
+    # max-autotune times Triton templates against cuBLAS for every matmul shape while compiling
+    # (minutes per shape): timed at the first prefill shape only. Its CUDA graphs are left off so
+    # that it is timed like the others.
+    autotuned = torch.compile(decoder_block, dynamic=False, mode="max-autotune-no-cudagraphs")
+    weights_bytes = sum(t.nbytes for t in w.values())
+    for B, N in BLOCK_SHAPES:
+        x = block_input(cfg, B, N, "cuda", torch.float16)
+        yield Bench("block_forward_fp16", B * N, bytes=2 * x.nbytes + weights_bytes,
+                    flops=block_flops(cfg, B, N), label=f"B{B} N{N}", metric="TFLOP/s",
+                    impls=_block_impls(cfg, x, w, packed, compiled,
+                                       autotuned if (B, N) == BLOCK_SHAPES[0] else None))
+        del x
+    for group, graph in (("block_decode_fp16", False), ("block_decode_graphed_fp16", True)):
+        for B, N in DECODE_SHAPES:
+            x = block_input(cfg, B, N, "cuda", torch.float16)
+            yield Bench(group, B * N, bytes=2 * x.nbytes + weights_bytes, flops=block_flops(cfg, B, N),
+                        label=f"B{B} N{N}", metric="GB/s", graph=graph,
+                        impls=_block_impls(cfg, x, w, packed, compiled))
+            del x
 
 
 def benchmarks():
-    """What `make bench` times for this lesson (GPU only): the block, the SwiGLU MLP, GroupNorm + Mish."""
+    """What `make bench` times for this lesson (GPU only): the block, its matmuls, the SwiGLU MLP,
+    GroupNorm + Mish."""
     from helpers.bench import Bench
-    from helpers.block import block_flops, block_input, block_weights, decoder_block
+    from helpers.block import block_weights
 
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     cfg = BlockConfig()
     w = block_weights(cfg, "cuda", torch.float16)
     packed = pack_weights(w, cfg)
-    compiled = torch.compile(decoder_block, dynamic=False)
-    for B, N in BLOCK_SHAPES:
-        x = block_input(cfg, B, N, "cuda", torch.float16)
-        weights_bytes = sum(t.nbytes for t in w.values())
-        yield Bench("block_forward_fp16", B * N, bytes=2 * x.nbytes + weights_bytes,
-                    flops=block_flops(cfg, B, N), label=f"B{B} N{N}", metric="TFLOP/s",
-                    impls=_block_impls(cfg, x, w, packed, compiled))
-        del x
+    yield from _block_benches(cfg, w, packed)
+
+    d, f = cfg.dim, cfg.hidden
+    for T in (2048, 8192):   # the block's four matmuls: lesson 04's mainloop, this lesson's, cuBLAS
+        for name, (N, K) in {"Q|K|V": (3 * d, d), "output": (d, d), "gate|up": (2 * f, d),
+                             "down": (d, f)}.items():
+            a = torch.randn(T, K, device="cuda", dtype=torch.float16)
+            wt = torch.randn(N, K, device="cuda", dtype=torch.float16) / K**0.5
+            yield Bench("block_matmuls_fp16", T * N * K, bytes=2 * (T * K + N * K + T * N),
+                        flops=2 * T * N * K, label=f"{name} T{T}", metric="TFLOP/s", graph=True,
+                        impls={"persistent, TMA (lesson 09)": lambda a=a, wt=wt: linear(a, wt),
+                               "lesson 04's mainloop": lambda a=a, wt=wt: lesson04.matmul(a, wt.T),
+                               "cuBLAS": lambda a=a, wt=wt: a @ wt.T})
+            del a, wt
 
     swiglu_eager = lambda h, wg, wu: F.silu(h @ wg.T) * (h @ wu.T)  # noqa: E731
     swiglu_compiled = torch.compile(swiglu_eager, dynamic=False)
-    d, f, wg, wu, wgu = cfg.dim, cfg.hidden, w["w_gate"], w["w_up"], packed["w_gate_up"]
-    for T in (4096, 16384):
+    wg, wu, wgu = w["w_gate"], w["w_up"], packed["w_gate_up"]
+    w_cat = torch.cat((wg, wu), dim=0)
+
+    def unfused(h):   # the same mainloop, then SiLU and the product as PyTorch kernels
+        gate_up = linear(h, w_cat)
+        return F.silu(gate_up[:, :f]) * gate_up[:, f:]
+
+    for T in (2048, 4096, 16384):
         h = torch.randn(T, d, device="cuda", dtype=torch.float16)
         yield Bench("swiglu_fp16", T, bytes=2 * (T * d + 2 * f * d + T * f), flops=4 * T * d * f,
-                    label=f"T{T} d{d} f{f}", metric="TFLOP/s",
+                    label=f"T{T} d{d} f{f}", metric="TFLOP/s", graph=True,
                     impls={"course: one matmul, SiLU*mul epilogue": lambda h=h: swiglu_linear(h, wgu),
+                           "course matmul, then SiLU, mul": lambda h=h: unfused(h),
                            "eager: two matmuls, SiLU, mul": lambda h=h: swiglu_eager(h, wg, wu),
                            "torch.compile": lambda h=h: swiglu_compiled(h, wg, wu)})
         del h
@@ -377,6 +607,8 @@ def benchmarks():
         yield Bench("groupnorm_mish_fp16", x.numel(), bytes=2 * x.nbytes, flops=10 * x.numel(),
                     label=f"{N}x{C}x{HW}x{HW} G{G}",
                     impls={"course: one kernel": lambda x=x, wt=wt, b=b, G=G: groupnorm_mish(x, G, wt, b),
+                           "course: split reduction":
+                               lambda x=x, wt=wt, b=b, G=G: groupnorm_mish_split(x, G, wt, b),
                            "eager: group_norm, mish": lambda x=x, wt=wt, b=b, G=G: gn_eager(x, G, wt, b),
                            "torch.compile": lambda x=x, wt=wt, b=b, G=G: gn_compiled(x, G, wt, b)})
         del x

@@ -39,16 +39,23 @@ def double(*tensors):
     return [t.double() for t in tensors]
 
 
-# ---------------------------------------------------------------- swiglu_linear
+# ---------------------------------------------------------------- linear and swiglu_linear
+# Tensor descriptors need 16-byte aligned rows: K, N and f are multiples of 8 (float16) here, and
+# the strided cases are column slices of wider, aligned matrices.
+
+
+def aligned_view(M, K, dtype, scale=1.0):
+    """An (M, K) column slice of a wider matrix: row stride K + 16, contiguous rows, aligned."""
+    return randn(M, K + 16, dtype=dtype, scale=scale)[:, 8:8 + K]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M, K, f, h_view", [
-    (1, 45, 23, False),     # one token
-    (70, 99, 37, True),     # two row tiles, two column tiles (2f = 74 interleaved columns), h strided
+    (1, 48, 24, False),     # one token
+    (70, 136, 40, True),    # two row tiles, two column tiles (2f = 80 interleaved columns), h strided
 ])
 def test_swiglu_linear(dtype, M, K, f, h_view):
-    h = randn(M, 2 * K, dtype=dtype)[:, ::2] if h_view else randn(M, K, dtype=dtype)
+    h = aligned_view(M, K, dtype) if h_view else randn(M, K, dtype=dtype)
     w_gate, w_up = randn(f, K, dtype=dtype, scale=K**-0.5), randn(f, K, dtype=dtype, scale=K**-0.5)
     w_gate_up = lesson09.pack_gate_up(w_gate, w_up)
     hd, gd, ud = double(h, w_gate, w_up)
@@ -58,20 +65,32 @@ def test_swiglu_linear(dtype, M, K, f, h_view):
                    lesson09.swiglu_linear_reference(*double(h, w_gate_up)), MATMUL_TOL, dtype)
 
 
-# ---------------------------------------------------------------- linear_residual
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M, K, N, views", [
-    (1, 45, 29, False),
-    (70, 130, 67, True),    # K over two BLOCK_K steps; w and the residual strided views
+    (1, 48, 24, False),
+    (70, 136, 72, True),    # K over three BLOCK_K steps; h, w and the residual strided views
+    (150, 64, 200, False),  # tiles of several programs on the CPU (two programs there)
 ])
-def test_linear_residual(dtype, M, K, N, views):
-    h = randn(M, K, dtype=dtype)
-    w = randn(K, N, dtype=dtype, scale=K**-0.5).t() if views else randn(N, K, dtype=dtype, scale=K**-0.5)
-    residual = randn(M, 3 * N, dtype=dtype)[:, N:2 * N] if views else randn(M, N, dtype=dtype)
-    want = lesson09.linear_residual_reference(*double(h, w, residual))
-    assert_matches(lesson09.linear_residual(h, w, residual), want, MATMUL_TOL, dtype)
+@pytest.mark.parametrize("epilogue", ["none", "scale", "residual", "both"])
+def test_linear(dtype, M, K, N, views, epilogue):
+    h = aligned_view(M, K, dtype) if views else randn(M, K, dtype=dtype)
+    w = aligned_view(N, K, dtype, scale=K**-0.5) if views else randn(N, K, dtype=dtype, scale=K**-0.5)
+    scale = torch.rand(M, device=DEVICE) + 0.5 if epilogue in ("scale", "both") else None
+    residual = None
+    if epilogue in ("residual", "both"):
+        residual = aligned_view(M, N, dtype) if views else randn(M, N, dtype=dtype)
+    extras = {"scale": scale, "residual": residual}
+    want = lesson09.linear_reference(*double(h, w), **{k: None if v is None else v.double()
+                                                       for k, v in extras.items()})
+    assert_matches(lesson09.linear(h, w, **extras), want, MATMUL_TOL, dtype)
+
+
+def test_linear_says_what_a_tensor_descriptor_needs():
+    h = randn(5, 45)                        # rows of 45 float32: 180 bytes, not a multiple of 16
+    with pytest.raises(AssertionError, match="16 bytes"):
+        lesson09.linear(h, randn(8, 45))
+    with pytest.raises(AssertionError, match="contiguous rows"):
+        lesson09.linear(randn(48, 5).t(), randn(8, 48))
 
 
 # ---------------------------------------------------------------- rope_qk
@@ -128,6 +147,22 @@ def test_groupnorm_mish(dtype, shape, groups, layout, mean, affine_scale):
     assert_matches(lesson09.groupnorm_mish(x, groups, weight, bias, 1e-5), want, tol, dtype)
 
 
+@pytest.mark.parametrize("shape, groups, layout, splits", [
+    ((2, 6, 9, 11), 3, "contiguous", 1),        # one slice: the same as one kernel per group
+    ((1, 8, 13, 17), 2, "channels_last", 4),    # 4 slices of a group of 884 values: the last one short
+    ((2, 4, 5, 7), 2, "contiguous", 8),         # more slices than the group has BLOCKs: empty slices
+    ((1, 12, 33, 31), 4, "contiguous", None),   # the default number of slices
+])
+def test_groupnorm_mish_split(shape, groups, layout, splits):
+    N, C, H, W = shape
+    x = randn(N, H, W, C).permute(0, 3, 1, 2) if layout == "channels_last" else randn(N, C, H, W)
+    x = x + 50.0                                # a large mean: the shift must be the same in every slice
+    weight, bias = randn(C), randn(C)
+    want = lesson09.groupnorm_mish_reference(*double(x), groups, *double(weight, bias), 1e-5)
+    got = lesson09.groupnorm_mish_split(x, groups, weight, bias, 1e-5, splits=splits)
+    assert_matches(got, want, GROUPNORM_TOL, torch.float32)
+
+
 # ---------------------------------------------------------------- the decoder block
 
 
@@ -146,11 +181,10 @@ def test_decoder_block_fused_float32_and_its_launches():
     traffic = triton_traffic(lambda: got.setdefault("out", lesson09.decoder_block_fused(x, w, SMALL)))
     atol, rtol = BLOCK_F32_TOL
     torch.testing.assert_close(got["out"], want, atol=atol, rtol=rtol)
-    if not ON_GPU:   # the interpreter records every launch: the block is 7 Triton kernels
+    if not ON_GPU:   # the interpreter records every launch: the block is 8 Triton kernels
         names = [launch.kernel for launch in traffic.launches]
-        assert names == ["rmsnorm_linear_kernel", "rope_qk_kernel", "flash_fwd_causal_kernel",
-                         "linear_residual_kernel", "rms_norm_kernel", "swiglu_linear_kernel",
-                         "linear_residual_kernel"], names
+        assert names == ["inv_rms_kernel", "linear_kernel", "rope_qk_kernel", "flash_fwd_causal_kernel",
+                         "linear_kernel", "rms_norm_kernel", "swiglu_linear_kernel", "linear_kernel"], names
 
 
 def test_decoder_block_fused_float16_is_as_close_as_eager():
@@ -172,7 +206,8 @@ def test_pack_weights_is_the_same_block():
     w = block_weights(SMALL)
     packed = lesson09.pack_weights(w, SMALL)
     d, f = SMALL.dim, SMALL.hidden
-    assert packed["wqkv"].shape == (3 * d, d) and torch.equal(packed["wqkv"][d:2 * d], w["wk"])
+    assert packed["wqkv"].shape == (3 * d, d)
+    assert torch.equal(packed["wqkv"][d:2 * d], w["wk"] * w["attn_norm"])   # gamma folded in
     assert packed["w_gate_up"].shape == (2 * f, d)
     assert torch.equal(packed["w_gate_up"][0::2], w["w_gate"])
     assert torch.equal(packed["w_gate_up"][1::2], w["w_up"])

@@ -2,9 +2,12 @@
 
 1. `rope_qk`: rotary embeddings on Q and K in one launch, read through any strides (the views
    the Q|K|V projection makes), written contiguous, arithmetic in float32.
-2. `groupnorm_mish`: GroupNorm then Mish over one (sample, group) per program, two passes over
+2. `swiglu_linear`: SiLU(h @ w_gate.T) * (h @ w_up.T) as one persistent matmul over the
+   interleaved weights, the product in the epilogue; every tile of every program, h of any
+   (aligned) row stride, SiLU's tails.
+3. `groupnorm_mish`: GroupNorm then Mish over one (sample, group) per program, two passes over
    the group; the variance must survive a large mean, Mish both of its tails.
-3. `decoder_block_fused`: the forward of helpers/block.py's decoder block from the course's
+4. `decoder_block_fused`: the forward of helpers/block.py's decoder block from the course's
    kernels. Checked against the eager block with PyTorch's SDPA, then for its structure: it
    launches Triton kernels, and PyTorch runs no matrix multiply, attention or activation for it.
 
@@ -76,7 +79,39 @@ def _rope_cases():
     return cases
 
 
-# ---------------------------------------------------------------- 2. groupnorm_mish
+# ---------------------------------------------------------------- 2. swiglu_linear
+
+
+def swiglu_linear_reference(h, w_gate_up):
+    """SiLU(h @ w_gate.T) * (h @ w_up.T); w_gate_up's even rows are w_gate's, its odd rows w_up's."""
+    return F.silu(h @ w_gate_up[0::2].T) * (h @ w_gate_up[1::2].T)
+
+
+def _swiglu_cases():
+    """Shapes whose rows are 16-byte aligned, as tensor descriptors need: K and f multiples of 8."""
+    M_big, K_big, f_big = pick((_odd(121, 191), 192, 72), (_odd(1001, 2047), 1024, 520))
+    specs = [(1, 64, 32, F32, 1.0, False, "one token"),
+             (_odd(67, 127), 136, 40, F16, 1.0, False, "several tiles per program, odd M"),
+             (_odd(21, 63), 72, 24, F16, 1.0, True, "h a column slice of a wider matrix: its own row stride"),
+             (_odd(9, 31), 64, 48, F32, 30.0, False, "gate values of +-60: both of SiLU's tails"),
+             (M_big, K_big, f_big, F16, 1.0, False, "larger")]
+    cases = []
+    for M, K, f, dtype, gate_scale, view, why in specs:
+        h = torch.randn(M, K + 24, device=DEVICE).to(dtype)[:, 8:8 + K] if view else \
+            torch.randn(M, K, device=DEVICE).to(dtype)
+        w = torch.randn(2 * f, K, device=DEVICE) / K**0.5
+        w[0::2] *= gate_scale                    # the gate rows: gate values of about +-2 gate_scale
+        w = w.to(dtype)
+        cases.append(Case(f"M={M} K={K} f={f} {_name(dtype)} ({why})", (h, w)))
+    return cases
+
+
+# float32 on a GPU: tl.dot takes float32 operands as TF32 (2**-11 relative each), outputs of
+# order one to forty: 1e-2. On the CPU the interpreter multiplies in float32: the default table.
+SWIGLU_TOL = {F32: pick(cpu=(1e-5, 1e-5), gpu=(1e-2, 1e-2))}
+
+
+# ---------------------------------------------------------------- 3. groupnorm_mish
 
 
 def groupnorm_mish_reference(x, num_groups, weight, bias, eps):
@@ -121,7 +156,7 @@ def _groupnorm_cases():
     return cases
 
 
-# ---------------------------------------------------------------- 3. decoder_block_fused
+# ---------------------------------------------------------------- 4. decoder_block_fused
 
 WEIGHT_NAMES = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
 
@@ -195,8 +230,8 @@ def _all_in_triton(fn):
         listed = ", ".join(f"{op} ({what})" for op, what in sorted(work.items()))
         return (f"PyTorch did part of the block's work: {listed}. Each of those "
                 f"is an eager kernel with its own round trip through memory. Every step of the forward "
-                f"should be one of the course's kernels: rmsnorm_linear, rope_qk, flash_forward_causal, "
-                f"linear_residual, rms_norm_rows, swiglu_linear.")
+                f"should be one of the course's kernels: inv_rms, linear, rope_qk, flash_forward_causal, "
+                f"rms_norm_rows, swiglu_linear.")
     if launched < 5:
         return (f"your forward launched {launched} Triton kernel(s); the block's steps (the Q|K|V "
                 f"projection, RoPE, attention, two projections with their residuals, the MLP) need more.")
@@ -213,6 +248,8 @@ GROUPNORM_TOL = {F32: (2e-4, 1e-5)}
 
 EXERCISES = [
     Exercise("09", "rope_qk", "RoPE on Q and K, one launch", rope_qk_reference, _rope_cases, kernel=True),
+    Exercise("09", "swiglu_linear", "SwiGLU as one persistent matmul, the product in its epilogue",
+             swiglu_linear_reference, _swiglu_cases, tol=SWIGLU_TOL, kernel=True),
     Exercise("09", "groupnorm_mish", "GroupNorm + Mish, one kernel", groupnorm_mish_reference,
              _groupnorm_cases, tol=GROUPNORM_TOL, kernel=True),
     Exercise("09", "decoder_block_fused", "the decoder block from the course's kernels",

@@ -1,4 +1,4 @@
-"""Lesson 09: rope_qk, groupnorm_mish and decoder_block_fused.
+"""Lesson 09: rope_qk, swiglu_linear, groupnorm_mish and decoder_block_fused.
 
 The block's mutants are written out here from the solution's launchers (not text edits of its
 forward), so that they keep applying while the solution's SwiGLU kernel and layout change.
@@ -43,20 +43,58 @@ RIGHT = [
         "09", "rope_qk", ("    BLOCK_POS = pick(cpu=16, gpu=64)", "    BLOCK_POS = pick(cpu=4, gpu=16)"))),
 ]
 
-# ---------------------------------------------------------------- 2. groupnorm_mish
+# ---------------------------------------------------------------- 2. swiglu_linear
+
+SPLIT = "        gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))"
+STORE = "        out_desc.store([off_m, off_n // 2], y.to(out_desc.dtype))"
+WALK = ("                                         block_shape=[BLOCK_M, BLOCK_N // 2])\n"
+        "    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)\n"
+        "    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):\n"
+        "        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)")
+
+WRONG += [
+    Wrong("swiglu_linear", "pure PyTorch, no kernel", course.swiglu_linear_reference),
+    Wrong("swiglu_linear", "gate and up swapped: SiLU of the up projection", edit(
+        "09", "swiglu_linear", (SPLIT, SPLIT.replace("gate, up =", "up, gate =")))),
+    Wrong("swiglu_linear", "no SiLU: gate * up", edit(
+        "09", "swiglu_linear", ("        y = gate * tl.sigmoid(gate) * up", "        y = gate * up"))),
+    Wrong("swiglu_linear", "pairs taken as halves of the tile, not as (even, odd) columns", edit(
+        "09", "swiglu_linear", (SPLIT, "        gate, up = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), "
+                                       "(0, 2, 1)))"))),
+    Wrong("swiglu_linear", "stored at column off_n, not off_n / 2", edit(
+        "09", "swiglu_linear", (STORE, STORE.replace("off_n // 2", "off_n")))),
+    Wrong("swiglu_linear", "each program computes one tile and stops", edit(
+        "09", "swiglu_linear", (WALK, WALK.replace("tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True)",
+                                                   "tl.range(tl.program_id(0), tl.program_id(0) + 1)")))),
+    Wrong("swiglu_linear", "h's row stride taken to be K", edit(
+        "09", "swiglu_linear", ('contiguous."""\n    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],',
+                                'contiguous."""\n    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[K, 1],'))),
+    Wrong("swiglu_linear", "the output allocated in float32, whatever h's dtype", edit(
+        "09", "swiglu_linear", ("    out = torch.empty((M, N // 2), device=h.device, dtype=h.dtype)",
+                                "    out = torch.empty((M, N // 2), device=h.device, dtype=torch.float32)"))),
+]
+
+RIGHT += [
+    Right("swiglu_linear", "SiLU written as gate / (1 + exp(-gate))", edit(
+        "09", "swiglu_linear", ("        y = gate * tl.sigmoid(gate) * up", "        y = gate / (1.0 + tl.exp(-gate)) * up"))),
+    Right("swiglu_linear", "three programs in flight on the CPU, not two", edit(
+        "09", "swiglu_linear", ("PROGRAMS = pick(cpu=2,", "PROGRAMS = pick(cpu=3,"))),
+]
+
+# ---------------------------------------------------------------- 3. groupnorm_mish
 
 WRONG += [
     Wrong("groupnorm_mish", "pure PyTorch, no kernel", course.groupnorm_mish_reference),
     Wrong("groupnorm_mish", "no shift: E[x^2] - E[x]^2 cancels for a large mean", edit(
-        "09", "groupnorm_mish", ("    shift = tl.load(x_group).to(tl.float32)", "    shift = 0.0"))),
+        "09", "groupnorm_mish", ("    shift = tl.load(x_group).to(tl.float32)\n    s, s2", "    shift = 0.0\n    s, s2"))),
     Wrong("groupnorm_mish", "exp(y) uncapped: inf / inf in Mish's upper tail", edit(
         "09", "groupnorm_mish", ("e = tl.exp(tl.minimum(y, 20.0))", "e = tl.exp(y)"))),
     Wrong("groupnorm_mish", "one weight and bias per group, not per channel", edit(
         "09", "groupnorm_mish",
-        ("gamma = tl.load(w_ptr + first_c + c,", "gamma = tl.load(w_ptr + first_c + 0 * c,"),
-        ("beta = tl.load(b_ptr + first_c + c,", "beta = tl.load(b_ptr + first_c + 0 * c,"))),
+        ("gamma = tl.load(w_group + c,", "gamma = tl.load(w_group + 0 * c,"),
+        ("beta = tl.load(b_group + c,", "beta = tl.load(b_group + 0 * c,"))),
     Wrong("groupnorm_mish", "eps hard-coded to 1e-5, not the one passed in", edit(
-        "09", "groupnorm_mish", ("tl.rsqrt(var + eps)", "tl.rsqrt(var + 1e-5)"))),
+        "09", "groupnorm_mish", ("tl.rsqrt(var + eps), 0, size", "tl.rsqrt(var + 1e-5), 0, size"))),
     Wrong("groupnorm_mish", "contiguous NCHW assumed: strides of H and W ignored", edit(
         "09", "groupnorm_mish", ("    return c * s_c + (r // width) * s_h + (r % width) * s_w, c",
                                  "    return c * s_c + r, c"))),
@@ -68,7 +106,7 @@ RIGHT += [
                                  "    BLOCK, warps = pick(cpu=(64, 1), gpu=(512, 4))"))),
 ]
 
-# ---------------------------------------------------------------- 3. decoder_block_fused
+# ---------------------------------------------------------------- 4. decoder_block_fused
 
 
 def _parts(x, w, cfg, rotate=True, qkv_order=(0, 1, 2)):
@@ -76,7 +114,7 @@ def _parts(x, w, cfg, rotate=True, qkv_order=(0, 1, 2)):
     B, N, d = x.shape
     H, D = cfg.n_heads, cfg.head_dim
     x2 = x.reshape(B * N, d)
-    qkv = lesson05.rmsnorm_linear(x2, w["attn_norm"], w["wqkv"], cfg.eps)
+    qkv = course.linear(x2, w["wqkv"], scale=lesson05.inv_rms(x2, cfg.eps))
     views = [qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3)]
     q, k, v = (views[i] for i in qkv_order)
     if rotate:
@@ -90,33 +128,33 @@ def _parts(x, w, cfg, rotate=True, qkv_order=(0, 1, 2)):
 
 def _mlp(x2, w, cfg, norm="mlp_norm"):
     h = lesson05.rms_norm_rows(x2, w[norm], cfg.eps)
-    return course.linear_residual(course.swiglu_linear(h, w["w_gate_up"]), w["w_down"], x2)
+    return course.linear(course.swiglu_linear(h, w["w_gate_up"]), w["w_down"], residual=x2)
 
 
 def no_rope(x, w, cfg):
     w = course.pack_weights(w, cfg)
     a, x2 = _parts(x, w, cfg, rotate=False)
-    return _mlp(course.linear_residual(a, w["wo"], x2), w, cfg).view(x.shape)
+    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg).view(x.shape)
 
 
 def k_and_q_swapped(x, w, cfg):
     w = course.pack_weights(w, cfg)
     a, x2 = _parts(x, w, cfg, qkv_order=(1, 0, 2))
-    return _mlp(course.linear_residual(a, w["wo"], x2), w, cfg).view(x.shape)
+    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg).view(x.shape)
 
 
 def attn_norm_twice(x, w, cfg):
     w = course.pack_weights(w, cfg)
     a, x2 = _parts(x, w, cfg)
-    return _mlp(course.linear_residual(a, w["wo"], x2), w, cfg, norm="attn_norm").view(x.shape)
+    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg, norm="attn_norm").view(x.shape)
 
 
 def mlp_residual_from_the_input(x, w, cfg):
     """The MLP's residual is the block's input, not the stream after attention."""
     w = course.pack_weights(w, cfg)
     a, x2 = _parts(x, w, cfg)
-    h = lesson05.rms_norm_rows(course.linear_residual(a, w["wo"], x2), w["mlp_norm"], cfg.eps)
-    return course.linear_residual(course.swiglu_linear(h, w["w_gate_up"]), w["w_down"], x2).view(x.shape)
+    h = lesson05.rms_norm_rows(course.linear(a, w["wo"], residual=x2), w["mlp_norm"], cfg.eps)
+    return course.linear(course.swiglu_linear(h, w["w_gate_up"]), w["w_down"], residual=x2).view(x.shape)
 
 
 def sdpa_in_the_middle(x, w, cfg):
@@ -125,18 +163,18 @@ def sdpa_in_the_middle(x, w, cfg):
     H, D = cfg.n_heads, cfg.head_dim
     w = course.pack_weights(w, cfg)
     x2 = x.reshape(B * N, d)
-    qkv = lesson05.rmsnorm_linear(x2, w["attn_norm"], w["wqkv"], cfg.eps)
+    qkv = course.linear(x2, w["wqkv"], scale=lesson05.inv_rms(x2, cfg.eps))
     q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
     q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
     a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B * N, d)
-    return _mlp(course.linear_residual(a, w["wo"], x2), w, cfg).view(x.shape)
+    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg).view(x.shape)
 
 
 def matmul_down_projection(x, w, cfg):
     """The MLP's down projection and residual add in PyTorch."""
     w = course.pack_weights(w, cfg)
     a, x2 = _parts(x, w, cfg)
-    x2 = course.linear_residual(a, w["wo"], x2)
+    x2 = course.linear(a, w["wo"], residual=x2)
     h = lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)
     return (x2 + course.swiglu_linear(h, w["w_gate_up"]) @ w["w_down"].T).view(x.shape)
 
@@ -145,10 +183,10 @@ def eager_mlp_norm(x, w, cfg):
     """Right values, but the MLP's RMSNorm and SwiGLU in eager PyTorch."""
     p = course.pack_weights(w, cfg)
     a, x2 = _parts(x, p, cfg)
-    x2 = course.linear_residual(a, p["wo"], x2)
+    x2 = course.linear(a, p["wo"], residual=x2)
     h = rms_norm(x2, w["mlp_norm"], cfg.eps)
     mlp = F.silu(h @ w["w_gate"].T) * (h @ w["w_up"].T)
-    return course.linear_residual(mlp, p["w_down"], x2).view(x.shape)
+    return course.linear(mlp, p["w_down"], residual=x2).view(x.shape)
 
 
 def three_projections(x, w, cfg):
@@ -161,11 +199,40 @@ def three_projections(x, w, cfg):
                for n in ("wq", "wk", "wv"))
     q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
     a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())
-    x2 = course.linear_residual(a.transpose(1, 2).reshape(B * N, d), p["wo"], x2)
+    x2 = course.linear(a.transpose(1, 2).reshape(B * N, d), p["wo"], residual=x2)
     return _mlp(x2, p, cfg).view(x.shape)
 
 
+def gamma_twice(x, w, cfg):
+    """lesson 05's rmsnorm_linear on the packed weights, whose columns already carry gamma."""
+    B, N, d = x.shape
+    p = course.pack_weights(w, cfg)
+    x2 = x.reshape(B * N, d)
+    qkv = lesson05.rmsnorm_linear(x2, w["attn_norm"], p["wqkv"], cfg.eps)
+    H, D = cfg.n_heads, cfg.head_dim
+    q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
+    q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
+    a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())
+    return _mlp(course.linear(a.transpose(1, 2).reshape(B * N, d), p["wo"], residual=x2), p, cfg).view(x.shape)
+
+
+def no_row_scale(x, w, cfg):
+    """The Q|K|V matmul on the folded weights without the 1 / rms row scale."""
+    B, N, d = x.shape
+    p = course.pack_weights(w, cfg)
+    x2 = x.reshape(B * N, d)
+    qkv = course.linear(x2, p["wqkv"])
+    H, D = cfg.n_heads, cfg.head_dim
+    q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
+    q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
+    a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())
+    return _mlp(course.linear(a.transpose(1, 2).reshape(B * N, d), p["wo"], residual=x2), p, cfg).view(x.shape)
+
+
 WRONG += [
+    Wrong("decoder_block_fused", "RMSNorm's gamma applied twice (rmsnorm_linear on the packed weights)",
+          gamma_twice),
+    Wrong("decoder_block_fused", "the Q|K|V matmul without the 1 / rms row scale", no_row_scale),
     Wrong("decoder_block_fused", "the eager block, no kernel",
           lambda x, w, cfg: decoder_block(x, w, cfg, attention="sdpa")),
     Wrong("decoder_block_fused", "RoPE left out", no_rope),
