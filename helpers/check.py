@@ -71,9 +71,14 @@ _POISON_BITS = {
     torch.float16: (torch.int16, 0x7E5A),
     torch.bfloat16: (torch.int16, 0x7FDA),
 }
-_POISON_INT = -0x2152411  # for integer outputs
+_POISON_INT = -0x2152411  # for integer outputs (the nearest value that fits, for 8- and 16-bit ones)
 MORE_CASES_S = 20.0      # after a failure, later cases still run for this long, to find other failures
 GUARD_BYTES = 4096        # poisoned memory before and after every allocation, and NaN around every input
+
+
+def _poison_int(dtype):
+    info = torch.iinfo(dtype)
+    return min(max(_POISON_INT, info.min), info.max)
 
 
 def _poison(t):
@@ -83,7 +88,7 @@ def _poison(t):
     elif t.dtype.is_floating_point:
         t.fill_(float("nan"))
     elif t.dtype != torch.bool and not t.dtype.is_complex:
-        t.fill_(_POISON_INT)
+        t.fill_(_poison_int(t.dtype))
     return t
 
 
@@ -94,7 +99,7 @@ def unwritten(t):
         return t.view(int_dtype) == bits
     if t.dtype.is_floating_point or t.dtype == torch.bool or t.dtype.is_complex:
         return torch.zeros_like(t, dtype=torch.bool)
-    return t == _POISON_INT
+    return t == _poison_int(t.dtype)
 
 
 def _guardable(t):

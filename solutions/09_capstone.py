@@ -417,8 +417,10 @@ def groupnorm_mish_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, n_groups
 
 
 def groupnorm_mish_split(x, num_groups, weight, bias, eps=1e-5, splits=None):
-    """groupnorm_mish, each group's reduction split over `splits` programs (a power of two; by default
-    enough for about four programs per SM, and 1 where N * G programs already fill the GPU)."""
+    """groupnorm_mish, each group's reduction split over `splits` programs (a power of two).
+
+    splits=None chooses: 1 (groupnorm_mish, one launch) where N * G programs already fill the GPU
+    or a group is a few BLOCKs long; otherwise enough slices for about two programs per SM."""
     assert x.dim() == 4, "x: (N, C, H, W)"
     N, C, H, W = x.shape
     assert C % num_groups == 0, "the channels must split evenly into num_groups groups"
@@ -427,10 +429,12 @@ def groupnorm_mish_split(x, num_groups, weight, bias, eps=1e-5, splits=None):
     groups, size = N * num_groups, C // num_groups * H * W
     BLOCK, warps = pick(cpu=(64, 4), gpu=(2048, 8))
     if splits is None:
-        slots = pick(cpu=4, gpu=4 * torch.cuda.get_device_properties(x.device).multi_processor_count
-                     if ON_GPU else 0)
-        splits = triton.next_power_of_2(max(1, min(triton.cdiv(slots, groups), triton.cdiv(size, BLOCK))))
+        sms = pick(cpu=4, gpu=torch.cuda.get_device_properties(x.device).multi_processor_count if ON_GPU else 0)
+        few_groups, long_groups = groups < sms, size > 8 * BLOCK
+        splits = triton.next_power_of_2(triton.cdiv(2 * sms, groups)) if few_groups and long_groups else 1
     assert splits >= 1 and splits & (splits - 1) == 0, "splits: a power of two"
+    if splits == 1:
+        return groupnorm_mish(x, num_groups, weight, bias, eps)
     chunk = triton.cdiv(triton.cdiv(size, splits), BLOCK) * BLOCK      # whole BLOCKs per slice
     partial = torch.empty((groups, splits, 2), device=x.device, dtype=torch.float32)
     out = torch.empty((N, C, H, W), device=x.device, dtype=x.dtype)
@@ -607,7 +611,7 @@ def benchmarks():
         yield Bench("groupnorm_mish_fp16", x.numel(), bytes=2 * x.nbytes, flops=10 * x.numel(),
                     label=f"{N}x{C}x{HW}x{HW} G{G}",
                     impls={"course: one kernel": lambda x=x, wt=wt, b=b, G=G: groupnorm_mish(x, G, wt, b),
-                           "course: split reduction":
+                           "course: split where it pays":
                                lambda x=x, wt=wt, b=b, G=G: groupnorm_mish_split(x, G, wt, b),
                            "eager: group_norm, mish": lambda x=x, wt=wt, b=b, G=G: gn_eager(x, G, wt, b),
                            "torch.compile": lambda x=x, wt=wt, b=b, G=G: gn_compiled(x, G, wt, b)})

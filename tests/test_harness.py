@@ -353,3 +353,13 @@ def test_a_crashed_gpu_context_says_restart(monkeypatch):
     with pytest.raises(CheckFailed, match="restart the notebook's kernel") as caught:
         check("vector_add", crash)
     assert "Also failing" not in str(caught.value)  # nothing more runs on a broken context
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
+def test_small_integer_allocations_are_poisoned_too(dtype):
+    """Byte buffers (a tensor descriptor's scratch memory, say) get a poison that fits their type."""
+    with poisoned_allocations():
+        t = torch.empty(64, dtype=dtype, device=DEVICE)
+    assert unwritten(t).all()
+    t[:3] = 1
+    assert unwritten(t).sum() == 61
