@@ -620,16 +620,33 @@ for gpu, record in block_records().items():
             print(f"{gpu} {label}: the course's peak is {ours / theirs:.2f} x torch.compile's")
 
 # %% [markdown]
+# Where does each forward spend its time? The same recording keeps, per implementation, its longest
+# kernels (lesson 08's `kernel_events`, grouped by name): here at the first prefill shape, the
+# course's block beside `torch.compile`'s, on the last GPU recorded.
+
+# %%
+for gpu, record in list(block_records().items())[-1:]:
+    first = record["rows"][0]["label"]
+    for impl in ("course kernels (lesson 09)", "torch.compile(eager + SDPA)"):
+        row = next((r for r in record["rows"] if r["label"] == first and r["impl"] == impl), None)
+        if row is None or "longest_kernels" not in row:
+            continue
+        print(f"{gpu}, {first}, {impl}: {row['kernels']} kernels; the longest, in µs (launches):")
+        for name, us, n in row["longest_kernels"]:
+            print(f"  {us:8.1f} ({n}) {name}")
+
+# %% [markdown]
 # How to read these tables together:
 #
 # - **Time.** At these shapes the block's time is its five matmuls (the Q|K|V, output, gate|up and
-#   down projections, and the attention). `torch.compile` keeps cuBLAS for the projections, SDPA for
-#   the attention, and fuses what lies between them (the norms, RoPE, SiLU · up, the residual adds)
-#   into Triton kernels of its own. The course's block runs its projections on a mainloop that keeps
-#   up with cuBLAS (the `block_matmuls_fp16` verdict), and folds more into them: the norm's γ and
-#   1/rms into the Q|K|V matmul, the SwiGLU product and both residual adds into epilogues, so those
-#   tensors never make a round trip. `max-autotune` can pick a faster matmul per shape, and costs
-#   minutes of compilation per shape for it.
+#   down projections, and the attention), as the breakdowns show. `torch.compile` keeps cuBLAS (the
+#   `nvjet` kernels) for the projections and SDPA's fused attention, and fuses what lies between
+#   them (the norms, RoPE, SiLU · up, the residual adds) into Triton kernels of its own. The
+#   course's block runs its projections on a mainloop that keeps up with cuBLAS (the
+#   `block_matmuls_fp16` verdict), and folds more into them: the norm's γ and 1/rms into the Q|K|V
+#   matmul, the SwiGLU product and both residual adds into epilogues, so those tensors never make a
+#   round trip. `max-autotune` can pick a faster matmul per shape, and costs minutes of compilation
+#   per shape for it.
 # - **Memory.** Eager holds every intermediate of a line until the next line has read it. Inductor
 #   plans the buffers of the whole graph and reuses them as soon as they are dead. The course's
 #   forward never writes the normalised activations or the gate and up products, and drops each
@@ -751,6 +768,18 @@ for target, group, ours, baseline in FUSION_TARGETS:
 # expanding them in registers) matters for decoding, where the matmuls are bound by reading the
 # weights; the matmul + residual + RMSNorm fusion needs each program to see whole rows of the output
 # for the norm, which a tiled matmul does not: both are left for later.
+#
+# ## What is left
+#
+# - **The backward.** Training needs the block's backward: lesson 06's attention backward exists,
+#   but each fused epilogue needs its own (SwiGLU's gradient needs the gate and up products the
+#   forward never stored: recompute them, or store them and give back the memory saved), and the
+#   matmuls' backward are two more matmuls each, with the weights transposed. The course has not
+#   built it.
+# - **Decoding.** A matmul for few rows, split over K, and the KV cache that a real decoding step
+#   reads instead of recomputing K and V.
+# - **Attention.** At the longer sequences the course's FlashAttention forward trails the fused
+#   attention PyTorch calls; its breakdown row above shows by how much. Lesson 10 works on it.
 #
 # ## Takeaways
 # - A block decomposes into a few matmuls with the small work folded into them: RMSNorm's γ into the

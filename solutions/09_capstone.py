@@ -429,7 +429,7 @@ def groupnorm_mish_split(x, num_groups, weight, bias, eps=1e-5, splits=None):
     groups, size = N * num_groups, C // num_groups * H * W
     BLOCK, warps = pick(cpu=(64, 4), gpu=(2048, 8))
     if splits is None:
-        sms = pick(cpu=4, gpu=torch.cuda.get_device_properties(x.device).multi_processor_count if ON_GPU else 0)
+        sms = pick(cpu=4, gpu=PROGRAMS)                       # PROGRAMS: the GPU's SM count
         few_groups, long_groups = groups < sms, size > 8 * BLOCK
         splits = triton.next_power_of_2(triton.cdiv(2 * sms, groups)) if few_groups and long_groups else 1
     assert splits >= 1 and splits & (splits - 1) == 0, "splits: a power of two"
@@ -618,9 +618,20 @@ def benchmarks():
         del x
 
 
+def _kernel_breakdown(kernels, top=8):
+    """[name, total µs, launches] of a trace's kernels, grouped by name, the longest first."""
+    totals = {}
+    for k in kernels:
+        name = k["name"][:80]
+        us, n = totals.get(name, (0.0, 0))
+        totals[name] = (us + k["dur_us"], n + 1)
+    ranked = sorted(totals.items(), key=lambda item: -item[1][0])[:top]
+    return [[name, round(us, 1), n] for name, (us, n) in ranked]
+
+
 def record_artifacts(folder):
-    """On a GPU (called by `make bench`): the block's peak memory and kernel launches per forward, for
-    each implementation and shape, into folder/09_block/<gpu>.json."""
+    """On a GPU (called by `make bench`): per forward of the block, for each implementation and shape,
+    the peak memory, the kernels launched and the longest of them, into folder/09_block/<gpu>.json."""
     import json
     import pathlib
     import tempfile
@@ -633,7 +644,7 @@ def record_artifacts(folder):
     packed = pack_weights(w, cfg)
     compiled = torch.compile(decoder_block, dynamic=False)
     rows = []
-    for B, N in BLOCK_SHAPES:
+    for B, N in BLOCK_SHAPES + DECODE_SHAPES:
         x = block_input(cfg, B, N, "cuda", torch.float16)
         for name, fn in _block_impls(cfg, x, w, packed, compiled).items():
             fn()
@@ -646,8 +657,9 @@ def record_artifacts(folder):
             with tempfile.TemporaryDirectory() as tmp:
                 trace = profile.save_trace(profile.profile_step(fn, warmup=1, memory=False),
                                            pathlib.Path(tmp) / "step.trace.json.gz")
+            kernels = profile.kernel_events(trace)
             rows.append({"label": f"B{B} N{N}", "impl": name, "peak_mib": round(peak / 2**20, 1),
-                         "kernels": len(profile.kernel_events(trace))})
+                         "kernels": len(kernels), "longest_kernels": _kernel_breakdown(kernels)})
         del x
     out = folder / "09_block" / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
