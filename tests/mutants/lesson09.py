@@ -102,7 +102,7 @@ WRONG += [
 
 RIGHT += [
     Right("groupnorm_mish", "tiles of 64 values, one warp", edit(
-        "09", "groupnorm_mish", ("    BLOCK, warps = pick(cpu=(256, 4), gpu=(2048, 8))",
+        "09", "groupnorm_mish", ("    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 16))",
                                  "    BLOCK, warps = pick(cpu=(64, 1), gpu=(512, 4))"))),
 ]
 
