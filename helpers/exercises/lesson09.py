@@ -89,7 +89,9 @@ def swiglu_linear_reference(h, w_gate_up):
 
 def _swiglu_cases():
     """Shapes whose rows are 16-byte aligned, as tensor descriptors need: K and f multiples of 8."""
-    M_big, K_big, f_big = pick((_odd(121, 191), 192, 72), (_odd(1001, 2047), 1024, 520))
+    # On a GPU the larger case has more tiles than the GPU has SMs (over 132 at every tile size the
+    # autotuner may pick), so each program must walk several: one tile per program is not enough.
+    M_big, K_big, f_big = pick((_odd(121, 191), 192, 72), (_odd(2049, 3071), 512, 1032))
     specs = [(1, 64, 32, F32, 1.0, False, "one token"),
              (_odd(67, 127), 136, 40, F16, 1.0, False, "several tiles per program, odd M"),
              (_odd(21, 63), 72, 24, F16, 1.0, True, "h a column slice of a wider matrix: its own row stride"),
