@@ -246,9 +246,8 @@ verdicts(matmuls, "persistent, TMA (lesson 09)", ["lesson 04's mainloop", "cuBLA
 
 # %% [markdown]
 # Read the first verdict as what the two changes bought on the same tiles and the same `tl.dot`, and
-# the second as the distance left to the vendor's hand-tuned kernels (they use the same TMA loads and
-# Hopper's warp-group MMA instructions, which Triton also emits here). Lesson 10 takes this mainloop
-# apart: what each change buys alone, warp specialisation, and the same machinery in attention.
+# the second as where the kernel stands against the vendor's hand-tuned ones. What each change buys
+# alone, warp specialisation, and the same machinery in attention are beyond this lesson.
 
 # %% [markdown]
 # ## RoPE: rotating Q and K
@@ -789,8 +788,8 @@ for target, group, ours, baseline in FUSION_TARGETS:
 #   built it.
 # - **Decoding.** A matmul for few rows, split over K, and the KV cache that a real decoding step
 #   reads instead of recomputing K and V.
-# - **Attention.** At the longer sequences the course's FlashAttention forward trails the fused
-#   attention PyTorch calls; its breakdown row above shows by how much. Lesson 10 works on it.
+# - **Attention.** The course's FlashAttention forward trails the fused attention that PyTorch's
+#   SDPA calls: compare the attention rows of the two breakdowns above.
 #
 # ## Takeaways
 # - A block decomposes into a few matmuls with the small work folded into them: RMSNorm's γ into the
