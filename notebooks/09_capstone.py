@@ -631,8 +631,8 @@ for gpu, record in block_records().items():
 
 # %% [markdown]
 # Where does each forward spend its time? The same recording keeps, per implementation, its longest
-# kernels (lesson 08's `kernel_events`, grouped by name): here at the first prefill shape, the
-# course's block beside `torch.compile`'s, on the last GPU recorded.
+# kernels (lesson 08's `kernel_table` of the trace's `kernel_events`): here at the first prefill
+# shape, the course's block beside `torch.compile`'s, on the last GPU recorded.
 
 # %%
 for gpu, record in list(block_records().items())[-1:]:

@@ -625,17 +625,6 @@ def benchmarks():
         del x
 
 
-def _kernel_breakdown(kernels, top=8):
-    """[name, total µs, launches] of a trace's kernels, grouped by name, the longest first."""
-    totals = {}
-    for k in kernels:
-        name = k["name"][:80]
-        us, n = totals.get(name, (0.0, 0))
-        totals[name] = (us + k["dur_us"], n + 1)
-    ranked = sorted(totals.items(), key=lambda item: -item[1][0])[:top]
-    return [[name, round(us, 1), n] for name, (us, n) in ranked]
-
-
 def record_artifacts(folder):
     """On a GPU (called by `make bench`): per forward of the block, for each implementation and shape,
     the peak memory, the kernels launched and the longest of them, into folder/09_block/<gpu>.json."""
@@ -646,6 +635,7 @@ def record_artifacts(folder):
     from helpers import profile
     from helpers.block import block_input, block_weights, decoder_block
 
+    kernel_table = load_solution("08").kernel_table   # lesson 08: a trace's kernels grouped by name
     cfg = BlockConfig()
     w = block_weights(cfg, "cuda", torch.float16)
     packed = pack_weights(w, cfg)
@@ -664,9 +654,11 @@ def record_artifacts(folder):
             with tempfile.TemporaryDirectory() as tmp:
                 trace = profile.save_trace(profile.profile_step(fn, warmup=1, memory=False),
                                            pathlib.Path(tmp) / "step.trace.json.gz")
-            kernels = profile.kernel_events(trace)
+            kernels = [{**k, "name": k["name"][:80]} for k in profile.kernel_events(trace)]
+            longest = [[row["name"], round(row["total_us"], 1), row["calls"]]
+                       for row in kernel_table(kernels)[:8]]
             rows.append({"label": f"B{B} N{N}", "impl": name, "peak_mib": round(peak / 2**20, 1),
-                         "kernels": len(kernels), "longest_kernels": _kernel_breakdown(kernels)})
+                         "kernels": len(kernels), "longest_kernels": longest})
         del x
     out = folder / "09_block" / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)

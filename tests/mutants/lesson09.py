@@ -109,12 +109,17 @@ RIGHT += [
 # ---------------------------------------------------------------- 4. decoder_block_fused
 
 
-def _parts(x, w, cfg, rotate=True, qkv_order=(0, 1, 2)):
+def _qkv(x2, w, cfg):
+    """The solution's Q|K|V projection: gamma folded into wqkv, 1 / rms as the row scale."""
+    return course.linear(x2, w["wqkv"], scale=lesson05.inv_rms(x2, cfg.eps))
+
+
+def _parts(x, w, cfg, rotate=True, qkv_order=(0, 1, 2), project=_qkv):
     """The solution's forward up to the attention's output, (T, d), and x as (T, d)."""
     B, N, d = x.shape
     H, D = cfg.n_heads, cfg.head_dim
     x2 = x.reshape(B * N, d)
-    qkv = course.linear(x2, w["wqkv"], scale=lesson05.inv_rms(x2, cfg.eps))
+    qkv = project(x2, w, cfg)
     views = [qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3)]
     q, k, v = (views[i] for i in qkv_order)
     if rotate:
@@ -163,7 +168,7 @@ def sdpa_in_the_middle(x, w, cfg):
     H, D = cfg.n_heads, cfg.head_dim
     w = course.pack_weights(w, cfg)
     x2 = x.reshape(B * N, d)
-    qkv = course.linear(x2, w["wqkv"], scale=lesson05.inv_rms(x2, cfg.eps))
+    qkv = _qkv(x2, w, cfg)
     q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
     q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
     a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B * N, d)
@@ -205,28 +210,17 @@ def three_projections(x, w, cfg):
 
 def gamma_twice(x, w, cfg):
     """lesson 05's rmsnorm_linear on the packed weights, whose columns already carry gamma."""
-    B, N, d = x.shape
     p = course.pack_weights(w, cfg)
-    x2 = x.reshape(B * N, d)
-    qkv = lesson05.rmsnorm_linear(x2, w["attn_norm"], p["wqkv"], cfg.eps)
-    H, D = cfg.n_heads, cfg.head_dim
-    q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
-    q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
-    a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())
-    return _mlp(course.linear(a.transpose(1, 2).reshape(B * N, d), p["wo"], residual=x2), p, cfg).view(x.shape)
+    project = lambda x2, p, cfg: lesson05.rmsnorm_linear(x2, w["attn_norm"], p["wqkv"], cfg.eps)  # noqa: E731
+    a, x2 = _parts(x, p, cfg, project=project)
+    return _mlp(course.linear(a, p["wo"], residual=x2), p, cfg).view(x.shape)
 
 
 def no_row_scale(x, w, cfg):
     """The Q|K|V matmul on the folded weights without the 1 / rms row scale."""
-    B, N, d = x.shape
     p = course.pack_weights(w, cfg)
-    x2 = x.reshape(B * N, d)
-    qkv = course.linear(x2, p["wqkv"])
-    H, D = cfg.n_heads, cfg.head_dim
-    q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
-    q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
-    a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())
-    return _mlp(course.linear(a.transpose(1, 2).reshape(B * N, d), p["wo"], residual=x2), p, cfg).view(x.shape)
+    a, x2 = _parts(x, p, cfg, project=lambda x2, p, cfg: course.linear(x2, p["wqkv"]))
+    return _mlp(course.linear(a, p["wo"], residual=x2), p, cfg).view(x.shape)
 
 
 WRONG += [
