@@ -193,10 +193,18 @@ show(course.linear_tile)
 # A kernel is then the walk over tiles, the mainloop, and an epilogue. `linear_kernel` is the block's
 # matmul with two optional epilogues: a scale per row (RMSNorm's 1/rms) and a residual add, both in
 # float32 on the accumulator before the one store. `HAS_SCALE` and `HAS_RESIDUAL` are compile-time
-# constants, so a call without them compiles to the bare matmul:
+# constants, so a call without them compiles to the bare matmul.
+#
+# The residual's tile costs shared memory too, and with `flatten=True` a 128 × 256 tile and its
+# residual no longer fit in an H100's 227 KB. So `FLATTEN` is a choice for the autotuner here, beside
+# `WARP_SPECIALIZE`: with `warp_specialize=True` Triton gives the loads to some warps and the
+# arithmetic to the others, another way to overlap the next tile's loads with this tile's epilogue.
+# The autotuner keeps whichever configuration of `EPILOGUE_CONFIGS` is fastest at each shape:
 
 # %%
 show(course.linear_kernel)
+for config in course.EPILOGUE_CONFIGS:
+    print(config)
 h_demo = torch.randn(37, 64, device=DEVICE)
 w_demo = torch.randn(72, 64, device=DEVICE)
 r_demo = torch.randn(37, 72, device=DEVICE)
@@ -427,54 +435,57 @@ verdicts(swiglu, "course: one matmul, SiLU*mul epilogue",
 # $y \tanh(\mathrm{softplus}(y))$.
 #
 # The kernel is lesson 05's RMSNorm with a different row: one program per (sample, group), whose
-# "row" is C/G channels × H × W values, read through the tensor's strides (U-Nets often run
-# channels-last). Too many values to hold at once, so two passes over the group:
+# "row" is C/G channels × H × W values. Too many values to hold at once, so two passes over the group:
 #
-# 1. sums of $x - s$ and $(x - s)^2$, BLOCK values at a time, for the mean and variance. The shift
-#    $s$ (the group's first value) matters: $\overline{x^2} - \bar{x}^2$ subtracts two nearly equal
+# 1. sums of $x - s$ and $(x - s)^2$, a tile at a time, for the mean and variance. The shift $s$
+#    (the group's first value) matters: $\overline{x^2} - \bar{x}^2$ subtracts two nearly equal
 #    numbers when the mean is large against the spread, and float32 loses the variance;
 # 2. normalise, apply the channel's weight and bias, then Mish, and store once.
+#
+# **Read the group as a matrix.** A group is C/G channels by H × W positions. The launcher merges H
+# and W into one dimension with `x.flatten(2)`: a view for contiguous tensors and for channels-last
+# ones (U-Nets often run channels-last), a copy only for strides that cannot merge. The kernel then
+# reads tiles of `CH_BLOCK` channels × `HW_BLOCK` positions at `c * sx_c + p * sx_p`, with `c` a
+# column of channel indices and `p` a row of positions. The obvious alternative, one flat index `i`
+# over the group split into channel, row and column with `//` and `%`, costs four integer divisions
+# by runtime values per element in each pass: each is a sequence of a dozen or more instructions,
+# more than all the arithmetic GroupNorm and Mish need, and enough to make the kernel wait on its
+# own instructions instead of on memory. Tiles need no division, and they make the weight and bias
+# one small vector per tile instead of two loads per element.
 #
 # Mish needs care at both ends. With $e = e^y$, $\tanh(\log(1 + e)) = \frac{e(e + 2)}{e(e + 2) + 2}$:
 # one exponential. For large y, $e(e+2)$ overflows to inf and inf/inf is NaN; capping y at 20 before
 # the exponential gives exactly 1 in float32 there. For very negative y, $e$ underflows to 0 and the
 # output is $-0$, as it should be.
-#
-# A helper maps a group's flat index (channel, row, column) to a memory offset through the strides:
-
-# %%
-@triton.jit
-def _group_offsets(i, hw, width, s_c, s_h, s_w):
-    """Memory offsets and channel of the group's flat indices i = (channel, row, column) in C, H, W order."""
-    c, r = i // hw, i % hw
-    return c * s_c + (r // width) * s_h + (r % width) * s_w, c
-
 
 # %% [markdown]
 # ## Exercise 3 · GroupNorm + Mish in one kernel
 #
-# Write `groupnorm_mish_kernel`; the launcher is written (one program per (sample, group); the output
-# is contiguous (N, C, H, W)). Details:
+# Write `groupnorm_mish_kernel`; the launcher is written (one program per (sample, group); x as
+# (N, C, H × W) with strides `sx_n, sx_c, sx_p`; the output is contiguous (N, C, H, W)). Details:
 #
 # - program `pid` is sample `pid // n_groups`, group `pid % n_groups` (as `tl.int64`); the group's
 #   first channel is `g * group_channels`, and its `size` is `group_channels * hw` values;
+# - loop over the group in tiles: channels `c = c0 + tl.arange(0, CH_BLOCK)[:, None]` for `c0` in
+#   `range(0, group_channels, CH_BLOCK)`, positions `p = p0 + tl.arange(0, HW_BLOCK)[None, :]` for
+#   `p0` in `range(0, hw, HW_BLOCK)`, masked where `c >= group_channels` or `p >= hw`;
 # - pass 1: the shift is the group's first value; accumulate per lane, in float32, the sums of
 #   `x - shift` and of its square (masked lanes must add 0); then
 #   `var = max(sum_sq / size - mean_shifted², 0)` and `mean = shift + mean_shifted`;
 # - pass 2: `y = (x - mean) * rsqrt(var + eps) * weight[c] + bias[c]`, then Mish with one `tl.exp`,
-#   capped as above; store in the output's dtype at `out_group + i`.
+#   capped as above; store in the output's dtype at `out_group + c * hw + p`.
 
 # %% tags=["exercise"]
 @triton.jit
-def groupnorm_mish_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, width, eps,
-                          sx_n, sx_c, sx_h, sx_w, BLOCK: tl.constexpr):
-    """GroupNorm then Mish over one (sample, group): its group_channels x H x W values, BLOCK at a time."""
+def groupnorm_mish_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, eps,
+                          sx_n, sx_c, sx_p, CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
+    """GroupNorm then Mish over one (sample, group): its group_channels x hw values, in tiles."""
     # YOUR CODE HERE:
     # 1. n, g from tl.program_id(0); x_group = x_ptr + n * sx_n + first_c * sx_c;
-    #    out_group = out_ptr + (n * n_groups + g) * group_channels * hw; offs = tl.arange(0, BLOCK);
-    # 2. pass 1 over range(0, size, BLOCK): offsets from _group_offsets, shifted sums in float32;
+    #    out_group = out_ptr + (n * n_groups + g) * group_channels * hw;
+    # 2. pass 1 over the tiles: shifted sums in float32 (tl.sum over both axes at the end);
     # 3. mean and inv_std;
-    # 4. pass 2: normalise, weight and bias of channel first_c + c, Mish, masked store.
+    # 4. pass 2 over the tiles: normalise, weight and bias of channel first_c + c, Mish, masked store.
     pass
 
 
@@ -485,10 +496,14 @@ def groupnorm_mish(x, num_groups, weight, bias, eps=1e-5):
     assert C % num_groups == 0, "the channels must split evenly into num_groups groups"
     assert weight.shape == bias.shape == (C,), "weight and bias: one value per channel"
     assert weight.stride(0) == bias.stride(0) == 1, "weight and bias: contiguous"
+    x3 = x.flatten(2)                      # (N, C, H * W): a view unless H and W cannot merge
+    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 16))
+    HW_BLOCK = min(triton.next_power_of_2(H * W), BLOCK)
+    CH_BLOCK = min(triton.next_power_of_2(C // num_groups), BLOCK // HW_BLOCK)
     out = torch.empty((N, C, H, W), device=x.device, dtype=x.dtype)
-    BLOCK, warps = pick(cpu=(256, 4), gpu=(2048, 8))
-    groupnorm_mish_kernel[(N * num_groups,)](x, weight, bias, out, num_groups, C // num_groups, H * W, W, eps,
-                                             *x.stride(), BLOCK=BLOCK, num_warps=warps)
+    groupnorm_mish_kernel[(N * num_groups,)](x3, weight, bias, out, num_groups, C // num_groups, H * W, eps,
+                                             *x3.stride(), CH_BLOCK=CH_BLOCK, HW_BLOCK=HW_BLOCK,
+                                             num_warps=warps)
     return out
 
 
@@ -505,11 +520,9 @@ groupnorm = timed("groupnorm_mish_fp16")
 verdicts(groupnorm, "course: one kernel", ["eager: group_norm, mish", "torch.compile"])
 verdicts(groupnorm, "course: split where it pays", ["course: one kernel", "torch.compile"])
 for label in dict.fromkeys(r["label"] for rows in groupnorm.values() for r in rows):
-    n, c, *_ = (int(v) for v in label.split()[0].split("x"))
+    n, c, h, w = (int(v) for v in label.split()[0].split("x"))
     groups = int(label.split()[1].removeprefix("G"))
-    size = label.split()[0].split("x")
-    values = c // groups * int(size[2]) * int(size[3])
-    print(f"{label:>18}: {n * groups:4} programs, {values:>9,} values each")
+    print(f"{label:>18}: {n * groups:4} programs, {c // groups * h * w:>9,} values each")
 
 # %% [markdown]
 # Against eager the fusion saves a whole round trip of the activations, and the verdict lines show
@@ -519,13 +532,14 @@ for label in dict.fromkeys(r["label"] for rows in groupnorm.values() for r in ro
 # 128 × 256 × 256 and 32 groups there are only 32 programs for a GPU of more than a hundred SMs:
 # most SMs idle, and each program streams its group alone, twice.
 #
-# That is where a **split reduction** pays. `groupnorm_mish_split` cuts each group into `splits`
-# slices: by default about two programs per SM, and no split at all (one kernel per group) where
-# N × G programs already fill the GPU or each group is only a few BLOCKs long.
-# A first kernel, one program per (group, slice), writes the slice's two shifted sums; a second, on
-# the same grid, adds up its group's few partial sums, derives the mean and variance, and normalises
-# its slice. One more launch and a few bytes per program, for all the SMs at work. Every slice of a
-# group must use the same shift, the group's first value, or the partial sums cannot be added:
+# That is where a **split reduction** pays. `groupnorm_mish_split` cuts each group's H × W positions
+# into `splits` slices (every channel of the group in each): by default about four programs per SM,
+# and no split at all (one kernel per group) where N × G programs already fill the GPU or each group
+# is only a few tiles long. A first kernel, one program per (group, slice), writes the slice's two
+# shifted sums; a second, on the same grid, adds up its group's few partial sums, derives the mean and
+# variance, and normalises its slice. One more launch and a few bytes per program, for all the SMs
+# at work. Every slice of a group must use the same shift, the group's first value, or the partial
+# sums cannot be added:
 
 # %%
 show(course.group_partial_sums_kernel)
@@ -549,8 +563,10 @@ verdicts(groupnorm_graphed, "course: split where it pays", ["course: one kernel"
 
 # %% [markdown]
 # Where the graphed verdict differs from the first, the difference was launch cost, not the kernels.
-# Inductor splits its reductions, and it generates its kernels for each shape: where it still wins
-# on the GPU's time alone, its kernels are the better ones, and that is the gap to study next.
+# The `% copy` column counts one read and one write of x, the least any implementation must move;
+# these kernels read x twice (the second read comes from L2 when the groups in flight fit there),
+# and every value pays an exponential and a division in Mish. Which of the two holds a given shape
+# back is a question for lesson 08's profiler.
 
 # %% [markdown]
 # ## Exercise 4 · The block from the course's kernels
@@ -599,6 +615,12 @@ check("decoder_block_fused", decoder_block_fused)
 block = timed("block_forward_fp16")
 verdicts(block, "course kernels (lesson 09)",
          ["eager + SDPA", "torch.compile(eager + SDPA)", "torch.compile max-autotune"])
+
+# %% [markdown]
+# Read ratios close to 1 with care. Two `make bench` runs on GPUs of the same model (another H100,
+# or the same one later) differ by a few percent for the same code, so a ratio within a few percent
+# of 1 is a tie, not a verdict. What separates the implementations for certain is the ratio to
+# eager, and the breakdowns below.
 
 # %% [markdown]
 # Peak memory above what was allocated before the forward, and the kernels one forward launched, as

@@ -299,8 +299,12 @@ def inv_rms(x, eps=1e-6):
     assert x.dim() == 2, "x: (M, K)"
     M, K = x.shape
     out = torch.empty(M, dtype=torch.float32, device=x.device)
-    inv_rms_kernel[(triton.cdiv(M, 16),)](x, out, M, K, eps, x.stride(0), x.stride(1),
-                                          BLOCK_M=16, BLOCK_N=pick(64, 512), num_warps=4)
+    # One row per program, read in tiles of up to 4096 values: on an H100 this was the fastest
+    # choice from 16 rows (a decoding step) to 8192, where more rows per program leave few programs,
+    # each with a long serial walk.
+    BLOCK_N = pick(64, min(triton.next_power_of_2(K), 4096))
+    inv_rms_kernel[(M,)](x, out, M, K, eps, x.stride(0), x.stride(1), BLOCK_M=1, BLOCK_N=BLOCK_N,
+                         num_warps=pick(4, 8))
     return out
 
 

@@ -6,8 +6,9 @@ New kernels, each a launcher (check shapes, allocate, launch) beside a PyTorch r
                      descriptors (TMA on Hopper), the row scale and the residual add in its epilogue
     swiglu_linear    SiLU(h @ w_gate.T) * (h @ w_up.T): one matmul, the product in the epilogue
     rope_qk          RoPE on Q and K in one launch, read from any strides, written contiguous
-    groupnorm_mish   GroupNorm then Mish, one program per (sample, group): not in the block, the
-                     same two-pass reduction on a convolutional layer's activations
+    groupnorm_mish   GroupNorm then Mish, one program per (sample, group), read in (channels x
+                     positions) tiles: not in the block, the same two-pass reduction on a
+                     convolutional layer's activations (groupnorm_mish_split: for few groups)
 
 and `decoder_block_fused`, the block from these and the kernels of lessons 05 (RMSNorm, and 1/rms
 per row for the norm folded into the next matmul) and 06 (causal FlashAttention).
@@ -60,19 +61,27 @@ def _descriptor_scratch(size, alignment, stream):
 triton.set_allocator(_descriptor_scratch)
 
 
-def _linear_config(bm, bn, warps, stages):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8},
+def _linear_config(bm, bn, warps, stages, **loop):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, **loop},
                          num_warps=warps, num_stages=stages)
 
 
 # On a GPU: 128 x 256 tiles and 3 stages were the fastest at most of the block's prefill shapes on an
 # H100; the smaller tiles are for few rows (decoding), where more tiles keep more SMs reading weights.
-LINEAR_CONFIGS = pick(
-    cpu=[_linear_config(64, 64, warps=4, stages=1)],
-    gpu=[_linear_config(bm, bn, warps, stages)
-         for bm, bn, warps, stages in [(128, 256, 8, 3), (256, 128, 8, 3), (128, 128, 8, 4), (128, 128, 4, 4),
-                                       (64, 128, 4, 4), (64, 64, 4, 4)]],
-)
+# Each tile: (BLOCK_M, BLOCK_N, warps, stages).
+LINEAR_TILES = pick(cpu=[(64, 64, 4, 1)],
+                    gpu=[(128, 256, 8, 3), (256, 128, 8, 3), (128, 128, 8, 4), (128, 128, 4, 4),
+                         (64, 128, 4, 4), (64, 64, 4, 4)])
+LINEAR_CONFIGS = [_linear_config(*tile) for tile in LINEAR_TILES]
+# linear_kernel's epilogue may read a residual tile, and that tile needs shared memory too. With
+# flatten=True (the next tile's loads in flight during the epilogue) a 128 x 256 tile and its
+# residual no longer fit an H100's 227 KB, and the autotuner fell back to 128 x 128 tiles, about 10%
+# slower. Two more configurations for it, without flatten: 256 x 128, and 128 x 256 with warp
+# specialisation (some warps only issue the loads, the others only compute; Triton's tl.range
+# option), which on an H100 recovered what flatten's overlap bought.
+EPILOGUE_CONFIGS = ([_linear_config(*tile, FLATTEN=True, WARP_SPECIALIZE=False) for tile in LINEAR_TILES]
+                    + pick(cpu=[], gpu=[_linear_config(256, 128, 8, 3, FLATTEN=False, WARP_SPECIALIZE=False),
+                                        _linear_config(128, 256, 8, 3, FLATTEN=False, WARP_SPECIALIZE=True)]))
 # Programs in flight: one per SM on a GPU; on the CPU two, so that each walks several tiles.
 PROGRAMS = pick(cpu=2, gpu=torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 0)
 
@@ -113,11 +122,12 @@ def linear_tile(a_desc, w_desc, off_m, off_n, K,
     return acc
 
 
-@triton.autotune(configs=LINEAR_CONFIGS, key=["M", "N", "K", "HAS_SCALE", "HAS_RESIDUAL"])
+@triton.autotune(configs=EPILOGUE_CONFIGS, key=["M", "N", "K", "HAS_SCALE", "HAS_RESIDUAL"])
 @triton.jit
 def linear_kernel(h_ptr, w_ptr, s_ptr, r_ptr, out_ptr, M, N, K, stride_h, stride_w, stride_r,
                   HAS_SCALE: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                  FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """out = s[:, None] * (h @ w.T) + r, the scale and the residual optional; h (M, K), w (N, K), r and
     out (M, N), out contiguous; the stride_ arguments are the others' row strides."""
     h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],
@@ -130,7 +140,8 @@ def linear_kernel(h_ptr, w_ptr, s_ptr, r_ptr, out_ptr, M, N, K, stride_h, stride
         r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_r, 1],
                                            block_shape=[BLOCK_M, BLOCK_N])
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):
+    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
         off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)
         if HAS_SCALE:                                   # one float32 per row: RMSNorm's 1 / rms
@@ -289,62 +300,77 @@ def rope_qk(q, k, cos, sin):
 # ---------------------------------------------------------------- 4. GroupNorm + Mish
 
 # One program per (sample, group) reads its group twice: a statistics pass, then a pass that
-# normalises, applies the affine and Mish, and stores. N * G programs must fill the GPU: with a
-# batch of 1 and 32 groups of a 256 x 256 image (2 M values each), 32 programs leave most of an
-# H100's 132 SMs idle. groupnorm_mish_split (below) splits each group's reduction over several
-# programs for such shapes; make bench times both.
+# normalises, applies the affine and Mish, and stores. The group is a (channels, H * W) matrix, read
+# in tiles of CH_BLOCK channels x HW_BLOCK positions: a channel's index is the tile's row, so the
+# per-channel weight and bias are one small vector per tile, and no offset needs a division.
+# N * G programs must fill the GPU: with a batch of 1 and 32 groups of a 256 x 256 image (2 M values
+# each), 32 programs leave most of an H100's 132 SMs idle. groupnorm_mish_split (below) splits each
+# group's positions over several programs for such shapes; make bench times both.
 
 
 def groupnorm_mish_reference(x, num_groups, weight, bias, eps):
     return F.mish(F.group_norm(x, num_groups, weight, bias, eps))
 
 
-@triton.jit
-def _group_offsets(i, hw, width, s_c, s_h, s_w):
-    """Memory offsets and channel of the group's flat indices i = (channel, row, column) in C, H, W order."""
-    c, r = i // hw, i % hw
-    return c * s_c + (r // width) * s_h + (r % width) * s_w, c
+def _groupnorm_args(x, num_groups, weight, bias, positions, BLOCK):
+    """Checks, then x as (N, C, H * W) and the tile shape: HW_BLOCK positions (at most BLOCK, and no
+    more than a slice of `positions` needs) by CH_BLOCK channels, CH_BLOCK * HW_BLOCK <= BLOCK."""
+    assert x.dim() == 4, "x: (N, C, H, W)"
+    N, C, H, W = x.shape
+    assert C % num_groups == 0, "the channels must split evenly into num_groups groups"
+    assert weight.shape == bias.shape == (C,), "weight and bias: one value per channel"
+    assert weight.stride(0) == bias.stride(0) == 1, "weight and bias: contiguous"
+    # A view wherever H and W can be merged (contiguous NCHW and channels-last both can), else a copy.
+    x3 = x.flatten(2)
+    HW_BLOCK = min(triton.next_power_of_2(positions), BLOCK)
+    CH_BLOCK = min(triton.next_power_of_2(C // num_groups), BLOCK // HW_BLOCK)
+    return x3, CH_BLOCK, HW_BLOCK
 
 
 @triton.jit
-def _shifted_sums(x_group, shift, start, end, hw, width, sx_c, sx_h, sx_w, BLOCK: tl.constexpr):
-    """Sums of (x - shift) and (x - shift)^2 over the group's flat indices [start, end), in float32."""
-    offs = tl.arange(0, BLOCK)
-    s = tl.zeros((BLOCK,), tl.float32)
-    s2 = tl.zeros((BLOCK,), tl.float32)
-    for first in range(start, end, BLOCK):
-        i = first + offs
-        at, _ = _group_offsets(i, hw, width, sx_c, sx_h, sx_w)
-        v = tl.load(x_group + at, mask=i < end, other=0.0).to(tl.float32)
-        v = tl.where(i < end, v - shift, 0.0)
-        s += v
-        s2 += v * v
-    return tl.sum(s, axis=0), tl.sum(s2, axis=0)
+def _shifted_sums(x_group, shift, channels, p_start, p_end, sx_c, sx_p,
+                  CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
+    """Sums of (x - shift) and (x - shift)^2 over the group's channels and positions [p_start, p_end)."""
+    s = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float32)
+    s2 = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float32)
+    for c0 in range(0, channels, CH_BLOCK):
+        c = c0 + tl.arange(0, CH_BLOCK)[:, None]
+        for p0 in range(p_start, p_end, HW_BLOCK):
+            p = p0 + tl.arange(0, HW_BLOCK)[None, :]
+            inside = (c < channels) & (p < p_end)
+            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)
+            v = tl.where(inside, v - shift, 0.0)
+            s += v
+            s2 += v * v
+    return tl.sum(tl.sum(s, axis=1), axis=0), tl.sum(tl.sum(s2, axis=1), axis=0)
 
 
 @triton.jit
-def _normalize_mish(x_group, out_group, w_group, b_group, mean, inv_std, start, end, hw, width,
-                    sx_c, sx_h, sx_w, BLOCK: tl.constexpr):
-    """Normalise the group's flat indices [start, end), scale and shift per channel, Mish, one store."""
-    offs = tl.arange(0, BLOCK)
-    for first in range(start, end, BLOCK):
-        i = first + offs
-        at, c = _group_offsets(i, hw, width, sx_c, sx_h, sx_w)
-        v = tl.load(x_group + at, mask=i < end, other=0.0).to(tl.float32)
-        gamma = tl.load(w_group + c, mask=i < end, other=0.0).to(tl.float32)
-        beta = tl.load(b_group + c, mask=i < end, other=0.0).to(tl.float32)
-        y = (v - mean) * inv_std * gamma + beta
-        # Mish: y * tanh(softplus(y)), and tanh(log(1 + e)) = e (e + 2) / (e (e + 2) + 2) for e = exp(y):
-        # one exp. It is capped at exp(20): past it t / (t + 2) is 1 in float32, and t stays finite.
-        e = tl.exp(tl.minimum(y, 20.0))
-        t = e * (e + 2.0)
-        tl.store(out_group + i, (y * t / (t + 2.0)).to(out_group.dtype.element_ty), mask=i < end)
+def _normalize_mish(x_group, out_group, w_group, b_group, mean, inv_std, channels, p_start, p_end, hw,
+                    sx_c, sx_p, CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
+    """Normalise positions [p_start, p_end) of the group's channels, scale and shift per channel, Mish,
+    one store into the contiguous output."""
+    for c0 in range(0, channels, CH_BLOCK):
+        c = c0 + tl.arange(0, CH_BLOCK)
+        scale = tl.load(w_group + c, mask=c < channels, other=0.0).to(tl.float32) * inv_std
+        beta = tl.load(b_group + c, mask=c < channels, other=0.0).to(tl.float32)
+        c, scale, beta = c[:, None], scale[:, None], beta[:, None]
+        for p0 in range(p_start, p_end, HW_BLOCK):
+            p = p0 + tl.arange(0, HW_BLOCK)[None, :]
+            inside = (c < channels) & (p < p_end)
+            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)
+            y = (v - mean) * scale + beta
+            # Mish: y * tanh(softplus(y)), and tanh(log(1 + e)) = e (e + 2) / (e (e + 2) + 2) for e = exp(y):
+            # one exp. It is capped at exp(20): past it t / (t + 2) is 1 in float32, and t stays finite.
+            e = tl.exp(tl.minimum(y, 20.0))
+            t = e * (e + 2.0)
+            tl.store(out_group + c * hw + p, (y * t / (t + 2.0)).to(out_group.dtype.element_ty), mask=inside)
 
 
 @triton.jit
-def groupnorm_mish_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, width, eps,
-                          sx_n, sx_c, sx_h, sx_w, BLOCK: tl.constexpr):
-    """GroupNorm then Mish over one (sample, group): its group_channels x H x W values, BLOCK at a time."""
+def groupnorm_mish_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, eps,
+                          sx_n, sx_c, sx_p, CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
+    """GroupNorm then Mish over one (sample, group): its group_channels x hw values, in tiles."""
     pid = tl.program_id(0)
     n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)
     first_c = g * group_channels
@@ -354,54 +380,52 @@ def groupnorm_mish_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels
     # Pass 1: sums of (x - shift) and its square. The shift (the group's first value) keeps
     # sum_sq / size - mean^2 from cancelling away when the mean is large against the spread.
     shift = tl.load(x_group).to(tl.float32)
-    s, s2 = _shifted_sums(x_group, shift, 0, size, hw, width, sx_c, sx_h, sx_w, BLOCK)
+    s, s2 = _shifted_sums(x_group, shift, group_channels, 0, hw, sx_c, sx_p, CH_BLOCK, HW_BLOCK)
     mean_shifted = s / size
     var = tl.maximum(s2 / size - mean_shifted * mean_shifted, 0.0)
     # Pass 2: normalise, scale and shift per channel, Mish, one store.
     _normalize_mish(x_group, out_group, w_ptr + first_c, b_ptr + first_c, shift + mean_shifted,
-                    tl.rsqrt(var + eps), 0, size, hw, width, sx_c, sx_h, sx_w, BLOCK)
+                    tl.rsqrt(var + eps), group_channels, 0, hw, hw, sx_c, sx_p, CH_BLOCK, HW_BLOCK)
 
 
 def groupnorm_mish(x, num_groups, weight, bias, eps=1e-5):
     """Mish(GroupNorm(x)) in one kernel; x (N, C, H, W) of any strides, weight and bias (C,)."""
-    assert x.dim() == 4, "x: (N, C, H, W)"
     N, C, H, W = x.shape
-    assert C % num_groups == 0, "the channels must split evenly into num_groups groups"
-    assert weight.shape == bias.shape == (C,), "weight and bias: one value per channel"
-    assert weight.stride(0) == bias.stride(0) == 1, "weight and bias: contiguous"
+    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 16))
+    x3, CH_BLOCK, HW_BLOCK = _groupnorm_args(x, num_groups, weight, bias, H * W, BLOCK)
     out = torch.empty((N, C, H, W), device=x.device, dtype=x.dtype)
-    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 16))   # on an H100, the best of 1024-4096 x 4-16 warps
-    groupnorm_mish_kernel[(N * num_groups,)](x, weight, bias, out, num_groups, C // num_groups, H * W, W, eps,
-                                             *x.stride(), BLOCK=BLOCK, num_warps=warps)
+    groupnorm_mish_kernel[(N * num_groups,)](x3, weight, bias, out, num_groups, C // num_groups, H * W, eps,
+                                             *x3.stride(), CH_BLOCK=CH_BLOCK, HW_BLOCK=HW_BLOCK,
+                                             num_warps=warps)
     return out
 
 
-# The split reduction: when N * G programs cannot fill the GPU, each group is cut into `splits`
-# slices of `chunk` values. A first kernel writes each slice's two sums; a second combines a group's
-# sums (a few floats) and normalises its slice. Two launches instead of one, and the same two reads
-# of x, now spread over N * G * splits programs.
+# The split reduction: when N * G programs cannot fill the GPU, each group's H * W positions are cut
+# into `splits` slices of `chunk` positions (all of the group's channels). A first kernel writes each
+# slice's two sums; a second combines a group's sums (a few floats) and normalises its slice. Two
+# launches instead of one, and the same two reads of x, now spread over N * G * splits programs.
 
 
 @triton.jit
-def group_partial_sums_kernel(x_ptr, part_ptr, n_groups, group_channels, hw, width, chunk,
-                              sx_n, sx_c, sx_h, sx_w, BLOCK: tl.constexpr):
+def group_partial_sums_kernel(x_ptr, part_ptr, n_groups, group_channels, hw, chunk,
+                              sx_n, sx_c, sx_p, CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
     """Program (group, slice): sums of (x - shift) and its square over the slice -> part[group, slice]."""
     pid, split = tl.program_id(0), tl.program_id(1)
     n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)
     x_group = x_ptr + n * sx_n + g * group_channels * sx_c
     start = split * chunk
-    end = min(start + chunk, group_channels * hw)
     shift = tl.load(x_group).to(tl.float32)               # the same shift in every slice of a group
-    s, s2 = _shifted_sums(x_group, shift, start, end, hw, width, sx_c, sx_h, sx_w, BLOCK)
+    s, s2 = _shifted_sums(x_group, shift, group_channels, start, min(start + chunk, hw), sx_c, sx_p,
+                          CH_BLOCK, HW_BLOCK)
     at = part_ptr + (pid * tl.num_programs(1) + split) * 2
     tl.store(at, s)
     tl.store(at + 1, s2)
 
 
 @triton.jit
-def groupnorm_mish_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, width,
-                                chunk, eps, sx_n, sx_c, sx_h, sx_w, SPLITS: tl.constexpr,
-                                BLOCK: tl.constexpr):
+def groupnorm_mish_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw,
+                                chunk, eps, sx_n, sx_c, sx_p, SPLITS: tl.constexpr,
+                                CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
     """Program (group, slice): the group's statistics from its SPLITS partial sums, then pass 2 on a slice."""
     pid, split = tl.program_id(0), tl.program_id(1)
     n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)
@@ -413,39 +437,36 @@ def groupnorm_mish_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, n_groups
     var = tl.maximum(tl.sum(tl.load(parts + 1), axis=0) / size - mean_shifted * mean_shifted, 0.0)
     start = split * chunk
     _normalize_mish(x_group, out_ptr + (n * n_groups + g) * size, w_ptr + first_c, b_ptr + first_c,
-                    tl.load(x_group).to(tl.float32) + mean_shifted, tl.rsqrt(var + eps), start,
-                    min(start + chunk, size), hw, width, sx_c, sx_h, sx_w, BLOCK)
+                    tl.load(x_group).to(tl.float32) + mean_shifted, tl.rsqrt(var + eps), group_channels,
+                    start, min(start + chunk, hw), hw, sx_c, sx_p, CH_BLOCK, HW_BLOCK)
 
 
 def groupnorm_mish_split(x, num_groups, weight, bias, eps=1e-5, splits=None):
-    """groupnorm_mish, each group's reduction split over `splits` programs (a power of two).
+    """groupnorm_mish, each group's positions split over `splits` programs (a power of two).
 
     splits=None chooses: 1 (groupnorm_mish, one launch) where N * G programs already fill the GPU
-    or a group is a few BLOCKs long; otherwise about four programs per SM (on an H100, 16 slices of
-    each of 32 groups ran 4x faster than one program per group, 2 slices 1.6x)."""
-    assert x.dim() == 4, "x: (N, C, H, W)"
+    or a group is a few BLOCKs long; otherwise about four programs per SM."""
     N, C, H, W = x.shape
-    assert C % num_groups == 0, "the channels must split evenly into num_groups groups"
-    assert weight.shape == bias.shape == (C,), "weight and bias: one value per channel"
-    assert weight.stride(0) == bias.stride(0) == 1, "weight and bias: contiguous"
-    groups, size = N * num_groups, C // num_groups * H * W
+    groups, hw = N * num_groups, H * W
     BLOCK, warps = pick(cpu=(64, 4), gpu=(2048, 8))
     if splits is None:
         sms = pick(cpu=4, gpu=PROGRAMS)                       # PROGRAMS: the GPU's SM count
-        few_groups, long_groups = groups < sms, size > 8 * BLOCK
+        few_groups, long_groups = groups < sms, C // num_groups * hw > 8 * BLOCK
         per_group = triton.next_power_of_2(4 * sms // groups + 1) // 2     # 4 sms / groups, a power of 2
         splits = per_group if few_groups and long_groups else 1
     assert splits >= 1 and splits & (splits - 1) == 0, "splits: a power of two"
     if splits == 1:
         return groupnorm_mish(x, num_groups, weight, bias, eps)
-    chunk = triton.cdiv(triton.cdiv(size, splits), BLOCK) * BLOCK      # whole BLOCKs per slice
+    chunk = triton.cdiv(hw, splits)
+    x3, CH_BLOCK, HW_BLOCK = _groupnorm_args(x, num_groups, weight, bias, chunk, BLOCK)
+    chunk = triton.cdiv(chunk, HW_BLOCK) * HW_BLOCK                    # whole tiles per slice
     partial = torch.empty((groups, splits, 2), device=x.device, dtype=torch.float32)
     out = torch.empty((N, C, H, W), device=x.device, dtype=x.dtype)
-    common = (num_groups, C // num_groups, H * W, W, chunk)
-    group_partial_sums_kernel[(groups, splits)](x, partial, *common, *x.stride(), BLOCK=BLOCK,
-                                                num_warps=warps)
-    groupnorm_mish_apply_kernel[(groups, splits)](x, partial, weight, bias, out, *common, eps, *x.stride(),
-                                                  SPLITS=splits, BLOCK=BLOCK, num_warps=warps)
+    common = (num_groups, C // num_groups, hw, chunk)
+    tiles = dict(CH_BLOCK=CH_BLOCK, HW_BLOCK=HW_BLOCK, num_warps=warps)
+    group_partial_sums_kernel[(groups, splits)](x3, partial, *common, *x3.stride(), **tiles)
+    groupnorm_mish_apply_kernel[(groups, splits)](x3, partial, weight, bias, out, *common, eps, *x3.stride(),
+                                                  SPLITS=splits, **tiles)
     return out
 
 

@@ -127,6 +127,8 @@ def test_rope_qk(dtype, B, H, N, D, layout):
 def nchw(N, C, H, W, dtype, layout, mean=0.0, scale=1.0):
     if layout == "channels_last":   # strides (HWC, 1, WC, C)
         return (randn(N, H, W, C, scale=scale) + mean).to(dtype).permute(0, 3, 1, 2)
+    if layout == "every other column":   # W's stride 2: H and W cannot be merged into one stride
+        return (randn(N, C, H, 2 * W, scale=scale) + mean).to(dtype)[..., ::2]
     return (randn(N, C, H, W, scale=scale) + mean).to(dtype)
 
 
@@ -137,6 +139,7 @@ def nchw(N, C, H, W, dtype, layout, mean=0.0, scale=1.0):
     ((2, 9, 17, 19), 3, "channels_last", 0.0, 1.0),    # 969 values per group: several tiles, strided
     ((2, 10, 11, 13), 2, "contiguous", 300.0, 1.0),    # a large mean: the variance must not cancel
     ((1, 14, 5, 7), 7, "contiguous", 0.0, 30.0),       # outputs past +-20: Mish's two tails
+    ((2, 8, 6, 5), 4, "every other column", 0.0, 1.0),  # strides that do not merge H and W
 ])
 def test_groupnorm_mish(dtype, shape, groups, layout, mean, affine_scale):
     x = nchw(*shape, dtype, layout, mean=mean, scale=2.0)

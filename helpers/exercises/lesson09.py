@@ -6,7 +6,8 @@
    interleaved weights, the product in the epilogue; every tile of every program, h of any
    (aligned) row stride, SiLU's tails.
 3. `groupnorm_mish`: GroupNorm then Mish over one (sample, group) per program, two passes over
-   the group; the variance must survive a large mean, Mish both of its tails.
+   the group in (channels x positions) tiles; the variance must survive a large mean, Mish both of
+   its tails, channels-last strides and groups of more channels than a tile holds.
 4. `decoder_block_fused`: the forward of helpers/block.py's decoder block from the course's
    kernels. Checked against the eager block with PyTorch's SDPA, then for its structure: it
    launches Triton kernels, and PyTorch runs no matrix multiply, attention or activation for it.

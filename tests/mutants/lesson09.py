@@ -91,19 +91,35 @@ WRONG += [
         "09", "groupnorm_mish", ("e = tl.exp(tl.minimum(y, 20.0))", "e = tl.exp(y)"))),
     Wrong("groupnorm_mish", "one weight and bias per group, not per channel", edit(
         "09", "groupnorm_mish",
-        ("gamma = tl.load(w_group + c,", "gamma = tl.load(w_group + 0 * c,"),
+        ("scale = tl.load(w_group + c,", "scale = tl.load(w_group + 0 * c,"),
         ("beta = tl.load(b_group + c,", "beta = tl.load(b_group + 0 * c,"))),
+    Wrong("groupnorm_mish", "weight and bias of the tile's row, not of the channel", edit(
+        "09", "groupnorm_mish",
+        ("scale = tl.load(w_group + c,", "scale = tl.load(w_group + c - c0,"),
+        ("beta = tl.load(b_group + c,", "beta = tl.load(b_group + c - c0,"))),
     Wrong("groupnorm_mish", "eps hard-coded to 1e-5, not the one passed in", edit(
-        "09", "groupnorm_mish", ("tl.rsqrt(var + eps), 0, size", "tl.rsqrt(var + 1e-5), 0, size"))),
-    Wrong("groupnorm_mish", "contiguous NCHW assumed: strides of H and W ignored", edit(
-        "09", "groupnorm_mish", ("    return c * s_c + (r // width) * s_h + (r % width) * s_w, c",
-                                 "    return c * s_c + r, c"))),
+        "09", "groupnorm_mish", ("tl.rsqrt(var + eps), group_channels, 0, hw", "tl.rsqrt(var + 1e-5), group_channels, 0, hw"))),
+    Wrong("groupnorm_mish", "contiguous NCHW assumed: the positions' stride taken to be 1", edit(
+        "09", "groupnorm_mish",
+        ("x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where",
+         "x_group + c * sx_c + p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where"),
+        ("x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            y =",
+         "x_group + c * sx_c + p, mask=inside, other=0.0).to(tl.float32)\n            y ="))),
+    Wrong("groupnorm_mish", "channels past the group not masked: the next group's values counted", edit(
+        "09", "groupnorm_mish",
+        ("inside = (c < channels) & (p < p_end)\n            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where",
+         "inside = (c >= 0) & (p < p_end)\n            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where"))),
+    Wrong("groupnorm_mish", "stored through x's strides, not into the contiguous output", edit(
+        "09", "groupnorm_mish", ("tl.store(out_group + c * hw + p,", "tl.store(out_group + c * sx_c + p * sx_p,"))),
 ]
 
 RIGHT += [
     Right("groupnorm_mish", "tiles of 64 values, one warp", edit(
         "09", "groupnorm_mish", ("    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 16))",
                                  "    BLOCK, warps = pick(cpu=(64, 1), gpu=(512, 4))"))),
+    Right("groupnorm_mish", "tiles of one channel", edit(
+        "09", "groupnorm_mish", ("    CH_BLOCK = min(triton.next_power_of_2(C // num_groups), BLOCK // HW_BLOCK)",
+                                 "    CH_BLOCK = 1"))),
 ]
 
 # ---------------------------------------------------------------- 4. decoder_block_fused
