@@ -109,6 +109,13 @@ WRONG += [
         "09", "groupnorm_mish",
         ("inside = (c < channels) & (p < p_end)\n            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where",
          "inside = (c >= 0) & (p < p_end)\n            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where"))),
+    Wrong("groupnorm_mish", "sums accumulated in float16", edit(
+        "09", "groupnorm_mish",
+        ("    s = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float32)\n    s2 = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float32)",
+         "    s = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float16)\n    s2 = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float16)"),
+        ("            s += v\n            s2 += v * v", "            s += v.to(tl.float16)\n            s2 += (v * v).to(tl.float16)"))),
+    Wrong("groupnorm_mish", "mean over one channel's H * W values, not the group's", edit(
+        "09", "groupnorm_mish", ("    mean_shifted = s / size", "    mean_shifted = s / hw"))),
     Wrong("groupnorm_mish", "stored through x's strides, not into the contiguous output", edit(
         "09", "groupnorm_mish", ("tl.store(out_group + c * hw + p,", "tl.store(out_group + c * sx_c + p * sx_p,"))),
 ]
