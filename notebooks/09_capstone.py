@@ -82,7 +82,7 @@ show(decoder_block)
 # | 1 | 1/rms of each row of x | | lesson 05's `inv_rms` |
 # | 2 | Q\|K\|V projection | the norm: γ in the weights, 1/rms as an epilogue row scale | `linear` |
 # | 3 | RoPE on Q and K | the copy to (B, H, N, D) | exercise 1 |
-# | 4 | causal FlashAttention | the scores, softmax and mask | lesson 06 |
+# | 4 | causal FlashAttention | scores, softmax, mask; V read in place, output written as (T, d) | lesson 06 |
 # | 5 | output projection + residual | the residual add, in the epilogue | `linear` |
 # | 6 | RMSNorm | | lesson 05 |
 # | 7 | SwiGLU: gate and up projections as one matmul | SiLU(gate) · up, in the epilogue | exercise 2 |
@@ -279,9 +279,9 @@ print(cos.shape, cos.dtype, "\n", cos[:, :4])
 # both tensors in one pass, loads cos and sin once for both, and computes in float32 in registers.
 #
 # The Q|K|V matmul writes a (T, 3d) matrix; Q and K are **views** of it, seen as (B, H, N, D) through
-# strides. FlashAttention reads (B, H, N, D) contiguous. So the rotation reads through the views'
-# strides and writes contiguous outputs: the copy that `.contiguous()` would otherwise cost is done
-# by the same pass.
+# strides. Lesson 06's FlashAttention reads (B, H, N, D) contiguous. So the rotation reads through the
+# views' strides and writes contiguous outputs: the copy that `.contiguous()` would otherwise cost is
+# done by the same pass.
 
 # %%
 B, N, H, D = 2, 5, SMALL.n_heads, SMALL.head_dim
@@ -339,6 +339,36 @@ def rope_qk(q, k, cos, sin):
 
 # %%
 check("rope_qk", rope_qk)
+
+# %% [markdown]
+# ## Attention on the projection's layout
+#
+# RoPE took care of Q and K, but V is not rotated: fed to lesson 06's kernel, which reads contiguous
+# (B, H, N, D) tensors, it needs a copy. The attention's output needs another, back to the (T, d)
+# rows the output projection reads: `a.transpose(1, 2).reshape(B * N, d)` copies. Two copies of a
+# (T, d) tensor, each a read and a write, for data that is already where it needs to be, only laid out
+# differently.
+#
+# The tensor descriptors of the mainloop section remove both. `course.causal_attention` is lesson 06's
+# causal forward with its loads and its store moved to descriptors, one per (batch, head) slice: a
+# descriptor is given the slice's row stride, so V is read in place, 3d values per row apart, and the
+# output is stored through the strides of a (B, N, H, D) tensor, which is the (T, d) matrix. The loop
+# over key tiles is lesson 06's online softmax unchanged:
+
+# %%
+show(course.attention_tiles)
+show(course.causal_attention_kernel)
+
+# %% [markdown]
+# On the small block's shapes, against PyTorch's attention of the same views:
+
+# %%
+qkv = torch.randn(B * N, 3 * SMALL.dim, device=DEVICE)
+q, k, v = (qkv[:, i * SMALL.dim:(i + 1) * SMALL.dim].view(B, N, H, D).transpose(1, 2) for i in range(3))
+out = course.causal_attention(q, k, v)
+want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+print("v's strides:", v.stride(), " output:", tuple(out.shape), "contiguous:", out.is_contiguous())
+print("largest difference from SDPA:", (out - want.transpose(1, 2)).abs().max().item())
 
 # %% [markdown]
 # ## SwiGLU in one matmul
@@ -581,13 +611,15 @@ verdicts(groupnorm_graphed, "course: split where it pays", ["course: one kernel"
 # - `lesson05.inv_rms(x, eps)` (1/rms of each row, float32) and `lesson05.rms_norm_rows(x, gamma, eps)`;
 # - `course.linear(h, w, scale=None, residual=None)`: `scale[:, None] * (h @ w.T) + residual`;
 # - `course.rope_qk(q, k, cos, sin)` (or your own), with `rope_tables(cfg, N, device)` for cos, sin;
-# - `lesson06.flash_forward_causal(q, k, v)`, which returns `(out, lse)` and wants contiguous inputs;
+# - `course.causal_attention(q, k, v)`: reads the views as they are and returns (B, N, H, D)
+#   contiguous, a view away from (T, d); or lesson 06's `lesson06.flash_forward_causal(q, k, v)`,
+#   which returns `(out, lse)`, wants contiguous inputs and returns (B, H, N, D);
 # - `course.swiglu_linear(h, w_gate_up)` (or your own).
 #
 # Work on x as a (T, d) matrix, T = B·N. Q, K and V are column slices of the projection's output,
-# viewed as (B, N, H, D) and transposed to (B, H, N, D). The attention's output goes back to (T, d)
-# the same way. The matrices `linear` and `swiglu_linear` read need contiguous rows: the attention's
-# output after the transpose is not, until `reshape` copies it. For the peak memory, `del` each
+# viewed as (B, N, H, D) and transposed to (B, H, N, D). The matrices `linear` and `swiglu_linear`
+# read need contiguous rows: `causal_attention`'s output is (T, d) after a `view`; lesson 06's,
+# transposed back to (B, N, H, D), is not, until `reshape` copies it. For the peak memory, `del` each
 # intermediate as soon as the next step has read it.
 
 # %% tags=["exercise"]
@@ -684,9 +716,9 @@ for gpu, record in list(block_records().items())[-1:]:
 #   forward never writes the normalised activations or the gate and up products, and drops each
 #   intermediate (`del`) as soon as the next kernel has read it, so PyTorch's caching allocator can
 #   hand the same memory to the next output.
-# - **Launches.** The course's block launches its eight Triton kernels plus the copies that
-#   `.contiguous()` and the reshape after attention make; eager launches several kernels per line of
-#   the block. At prefill sizes each kernel runs long enough that launching costs little: the count
+# - **Launches.** The course's block launches its eight Triton kernels and nothing else: no copy,
+#   since the attention reads and writes the projections' layout. Eager launches several kernels per
+#   line of the block. At prefill sizes each kernel runs long enough that launching costs little: the count
 #   matters for small steps.
 #
 # ## The megakernel question

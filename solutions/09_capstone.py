@@ -6,12 +6,14 @@ New kernels, each a launcher (check shapes, allocate, launch) beside a PyTorch r
                      descriptors (TMA on Hopper), the row scale and the residual add in its epilogue
     swiglu_linear    SiLU(h @ w_gate.T) * (h @ w_up.T): one matmul, the product in the epilogue
     rope_qk          RoPE on Q and K in one launch, read from any strides, written contiguous
+    causal_attention lesson 06's causal FlashAttention through tensor descriptors: reads Q, K, V in
+                     any layout with contiguous rows, writes the heads side by side
     groupnorm_mish   GroupNorm then Mish, one program per (sample, group), read in (channels x
                      positions) tiles: not in the block, the same two-pass reduction on a
                      convolutional layer's activations (groupnorm_mish_split: for few groups)
 
-and `decoder_block_fused`, the block from these and the kernels of lessons 05 (RMSNorm, and 1/rms
-per row for the norm folded into the next matmul) and 06 (causal FlashAttention).
+and `decoder_block_fused`, the block from these and lesson 05's kernels (RMSNorm, and 1/rms per row
+for the norm folded into the next matmul).
 Weights are in nn.Linear's (out, in) layout throughout; `pack_weights` concatenates them once.
 """
 
@@ -280,8 +282,8 @@ def rope_qk(q, k, cos, sin):
     """RoPE (half-split pairs) on q and k, (B, H, N, D) of any strides: (q_rot, k_rot), both contiguous.
 
     cos, sin: (N, D / 2) float32, as helpers.block.rope_tables gives them. The arithmetic is float32.
-    The outputs are contiguous because FlashAttention reads them that way: the rotation also does the
-    (B, N, H, D) -> (B, H, N, D) copy that the projection's views would otherwise need.
+    Lesson 06's FlashAttention reads contiguous (B, H, N, D) tensors: writing that layout, the rotation
+    also does the copy that the projection's views would otherwise need.
     """
     assert q.dim() == 4 and q.shape == k.shape and q.dtype == k.dtype, "q and k: (B, H, N, D), one dtype"
     B, H, N, D = q.shape
@@ -297,7 +299,96 @@ def rope_qk(q, k, cos, sin):
     return q_rot, k_rot
 
 
-# ---------------------------------------------------------------- 4. GroupNorm + Mish
+# ---------------------------------------------------------------- 4. attention on the projection's layout
+
+# Q, K and V are column slices of the Q|K|V matmul's (T, 3d) output: (B, H, N, D) views whose rows
+# are 3d values apart. Lesson 06's kernel reads contiguous (B, H, N, D) tensors and writes one, so
+# the block around it needed two copies: V into that layout, and the output back to (T, d) for the
+# output projection. This kernel is lesson 06's causal forward with its loads and its store through
+# tensor descriptors, one per (batch, head) slice: a descriptor takes the slice's row stride, so any
+# layout with contiguous rows reads in place, and the output is written as (B, N, H, D), which is the
+# (T, d) matrix the output projection reads. Rows past the sequence read as zeros and are not stored.
+
+
+@triton.jit
+def attention_tiles(acc, l_i, m_i, q, k_desc, v_desc, offs_m, lo, hi, qk_scale,
+                    BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr):
+    """Lesson 06's online softmax over the key tiles lo, lo + BLOCK_N, ... < hi, fetched by descriptor."""
+    for start_n in range(lo, hi, BLOCK_N):
+        k = k_desc.load([start_n, 0])                  # (BLOCK_N, HEAD_DIM)
+        v = v_desc.load([start_n, 0])
+        s = tl.dot(q, k.T)
+        if CAUSAL_MASK:   # keys past the query (past the sequence too) get -inf
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def head_descriptor(ptr, b, h, s_b, s_h, s_n, n_ctx, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr):
+    """The (n_ctx, HEAD_DIM) slice of batch b, head h, moved in tiles of ROWS rows."""
+    return tl.make_tensor_descriptor(ptr + b * s_b + h * s_h, shape=[n_ctx, HEAD_DIM], strides=[s_n, 1],
+                                     block_shape=[ROWS, HEAD_DIM])
+
+
+@triton.autotune(configs=lesson06.FWD_CONFIGS, key=["n_ctx", "HEAD_DIM"], prune_configs_by=lesson06.PRUNE)
+@triton.jit
+def causal_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_ctx, n_heads, qk_scale,
+                            sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
+                            HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program: BLOCK_M query rows of one (batch, head), as lesson 06's flash_fwd_causal_kernel."""
+    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M      # the longest rows first
+    b = (tl.program_id(1) // n_heads).to(tl.int64)
+    h = (tl.program_id(1) % n_heads).to(tl.int64)
+    q_desc = head_descriptor(q_ptr, b, h, sq_b, sq_h, sq_n, n_ctx, HEAD_DIM, BLOCK_M)
+    k_desc = head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n, n_ctx, HEAD_DIM, BLOCK_N)
+    v_desc = head_descriptor(v_ptr, b, h, sv_b, sv_h, sv_n, n_ctx, HEAD_DIM, BLOCK_N)
+    o_desc = head_descriptor(o_ptr, b, h, so_b, so_h, so_n, n_ctx, HEAD_DIM, BLOCK_M)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = q_desc.load([start_m, 0])
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    acc, l_i, m_i = attention_tiles(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, start_m, qk_scale,
+                                    BLOCK_N, False)
+    acc, l_i, m_i = attention_tiles(acc, l_i, m_i, q, k_desc, v_desc, offs_m, start_m, start_m + BLOCK_M,
+                                    qk_scale, BLOCK_N, True)
+    o_desc.store([start_m, 0], (acc / l_i[:, None]).to(o_desc.dtype))
+
+
+def causal_attention_reference(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous()
+
+
+def causal_attention(q, k, v):
+    """Causal attention of q, k, v, (B, H, N, D) of any strides whose rows are contiguous and 16-byte
+    aligned (the projection's column slices are): the output as (B, N, H, D), contiguous.
+
+    That is the heads side by side, as the output projection reads them: out.view(B * N, H * D)."""
+    assert q.dim() == 4 and q.shape == k.shape == v.shape, "q, k, v must all be (B, H, N, D)"
+    assert q.dtype == k.dtype == v.dtype, "q, k, v must share a dtype"
+    B, H, N, D = q.shape
+    assert D in (16, 32, 64, 128), "head dimension must be 16, 32, 64 or 128"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        assert t.stride(3) == 1, f"{name}: each row of D values must be contiguous (stride(3) == 1)"
+        assert all((s * t.element_size()) % 16 == 0 for s in t.stride()[:3]) and t.data_ptr() % 16 == 0, \
+            f"{name}: its strides {t.stride()[:3]} and start must be multiples of 16 bytes (descriptors)"
+    out = torch.empty((B, N, H, D), device=q.device, dtype=q.dtype)
+    o = out.transpose(1, 2)                                # the (B, H, N, D) view the kernel writes through
+    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
+    causal_attention_kernel[grid](q, k, v, o, N, H, D ** -0.5 * lesson06.LOG2E.value,
+                                  *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+                                  HEAD_DIM=D)
+    return out
+
+
+# ---------------------------------------------------------------- 5. GroupNorm + Mish
 
 # One program per (sample, group) reads its group twice: a statistics pass, then a pass that
 # normalises, applies the affine and Mish, and stores. The group is a (channels, H * W) matrix, read
@@ -470,7 +561,7 @@ def groupnorm_mish_split(x, num_groups, weight, bias, eps=1e-5, splits=None):
     return out
 
 
-# ---------------------------------------------------------------- 5. the decoder block
+# ---------------------------------------------------------------- 6. the decoder block
 
 
 def pack_weights(w, cfg: BlockConfig):
@@ -500,17 +591,15 @@ def decoder_block_fused(x, w, cfg: BlockConfig):
     """helpers.block.decoder_block(x, w, cfg, attention="sdpa"), from the course's kernels.
 
     x: (batch, seq, dim). w: pack_weights(...)'s dict (given block_weights' dict instead, it is packed
-    on every call). Launches, in order (8 Triton kernels, 2 copies):
+    on every call). Launches 8 Triton kernels, in order, and no copy:
       1. lesson 05's inv_rms: 1 / rms of each row of x                     -> (T,) float32
       2. linear with that row scale: the Q|K|V matmul, gamma folded in     -> (T, 3d)
-      3. rope_qk: Q and K rotated, from views of (2), written (B, H, N, D)  -> 2 x (B, H, N, D)
-      4. V's copy to (B, H, N, D) (a PyTorch copy kernel)
-      5. lesson 06's flash_forward_causal                                    -> (B, H, N, D)
-      6. the heads back to (T, d) (a PyTorch copy kernel)
-      7. linear with a residual: x + attention @ wo.T                       -> (T, d)
-      8. lesson 05's rms_norm_rows                                          -> (T, d)
-      9. swiglu_linear                                                      -> (T, f)
-     10. linear with a residual: (7) + mlp @ w_down.T                       -> (T, d)
+      3. rope_qk: Q and K rotated, from views of (2)                        -> 2 x (B, H, N, D)
+      4. causal_attention: V read in place from (2), the heads side by side -> (T, d)
+      5. linear with a residual: x + attention @ wo.T                       -> (T, d)
+      6. lesson 05's rms_norm_rows                                          -> (T, d)
+      7. swiglu_linear                                                      -> (T, f)
+      8. linear with a residual: (5) + mlp @ w_down.T                       -> (T, d)
     Each intermediate is dropped (del) as soon as the next step has read it: the caching allocator
     then reuses its memory, which keeps the forward's peak memory low.
     """
@@ -523,17 +612,14 @@ def decoder_block_fused(x, w, cfg: BlockConfig):
     q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
     cos, sin = _rope_tables(cfg, N, x.device)
     q, k = rope_qk(q, k, cos, sin)                                                 # 3
-    v = v.contiguous()                                                             # 4
-    del qkv
-    a, _ = lesson06.flash_forward_causal(q, k, v)                                 # 5
-    del q, k, v
-    a = a.transpose(1, 2).reshape(B * N, d)                                        # 6
-    x2 = linear(a, w["wo"], residual=x2)                                           # 7
+    a = causal_attention(q, k, v).view(B * N, d)                                   # 4
+    del qkv, q, k, v
+    x2 = linear(a, w["wo"], residual=x2)                                           # 5
     del a
-    h = lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)                         # 8
-    mlp = swiglu_linear(h, w["w_gate_up"])                                         # 9
+    h = lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)                         # 6
+    mlp = swiglu_linear(h, w["w_gate_up"])                                         # 7
     del h
-    return linear(mlp, w["w_down"], residual=x2).view(B, N, d)                     # 10
+    return linear(mlp, w["w_down"], residual=x2).view(B, N, d)                     # 8
 
 
 # ---------------------------------------------------------------- make bench (GPU)

@@ -96,10 +96,11 @@ def test_linear_says_what_a_tensor_descriptor_needs():
 # ---------------------------------------------------------------- rope_qk
 
 
-def projection_views(B, H, N, D, dtype):
-    """q, k as decoder_block makes them: (B, H, N, D) views of one (B, N, 3 H D) projection output."""
+def projection_views(B, H, N, D, dtype, n=2):
+    """q, k (and v, n=3) as decoder_block makes them: (B, H, N, D) views of one (B, N, 3 H D)
+    projection output."""
     qkv = randn(B, N, 3 * H * D, dtype=dtype)
-    return [qkv[..., i * H * D:(i + 1) * H * D].view(B, N, H, D).transpose(1, 2) for i in range(2)]
+    return [qkv[..., i * H * D:(i + 1) * H * D].view(B, N, H, D).transpose(1, 2) for i in range(n)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -119,6 +120,39 @@ def test_rope_qk(dtype, B, H, N, D, layout):
     assert q_rot.is_contiguous() and k_rot.is_contiguous()
     assert_matches(q_rot, want_q, TOLERANCES, dtype)
     assert_matches(k_rot, want_k, TOLERANCES, dtype)
+
+
+# ---------------------------------------------------------------- causal_attention
+
+# float32 on a GPU: tl.dot rounds float32 operands to TF32 (2**-11). float16: P is rounded to float16
+# before P V, as in lesson 06, a unit of 2**-11 on outputs of order one.
+ATTENTION_TOL = {torch.float32: MATMUL_TOL[torch.float32], torch.float16: (2e-3, 2e-3)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B, H, N, D, layout", [
+    (1, 1, 1, 16, "views"),           # one token
+    (2, 3, 37, 32, "views"),          # N over several query and key blocks, not a multiple of any
+    (1, 2, 70, 64, "q, k contiguous"),  # rope_qk's outputs beside V's view, as in the block
+])
+def test_causal_attention(dtype, B, H, N, D, layout):
+    q, k, v = projection_views(B, H, N, D, dtype, n=3)
+    if layout == "q, k contiguous":
+        q, k = q.contiguous(), k.contiguous()
+    out = lesson09.causal_attention(q, k, v)
+    assert out.shape == (B, N, H, D) and out.is_contiguous()   # the heads side by side: (T, d) rows
+    assert_matches(out, lesson09.causal_attention_reference(*double(q, k, v)), ATTENTION_TOL, dtype)
+
+
+def test_causal_attention_says_what_a_descriptor_cannot_read():
+    q, k, v = projection_views(1, 2, 8, 16, torch.float32, n=3)
+    with pytest.raises(AssertionError, match="head dimension"):
+        lesson09.causal_attention(*(t[..., :12] for t in (q, k, v)))
+    with pytest.raises(AssertionError, match="contiguous"):                  # columns 8 values apart
+        lesson09.causal_attention(q, k, randn(1, 2, 16, 8).transpose(2, 3))
+    odd_rows = randn(1, 8, 2 * 16 + 1)[..., :32].view(1, 8, 2, 16).transpose(1, 2)   # rows 33 values apart
+    with pytest.raises(AssertionError, match="16 bytes"):
+        lesson09.causal_attention(q, k, odd_rows)
 
 
 # ---------------------------------------------------------------- groupnorm_mish
@@ -186,7 +220,7 @@ def test_decoder_block_fused_float32_and_its_launches():
     torch.testing.assert_close(got["out"], want, atol=atol, rtol=rtol)
     if not ON_GPU:   # the interpreter records every launch: the block is 8 Triton kernels
         names = [launch.kernel for launch in traffic.launches]
-        assert names == ["inv_rms_kernel", "linear_kernel", "rope_qk_kernel", "flash_fwd_causal_kernel",
+        assert names == ["inv_rms_kernel", "linear_kernel", "rope_qk_kernel", "causal_attention_kernel",
                          "linear_kernel", "rms_norm_kernel", "swiglu_linear_kernel", "linear_kernel"], names
 
 

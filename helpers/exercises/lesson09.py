@@ -238,8 +238,8 @@ def _all_in_triton(fn):
         listed = ", ".join(f"{op} ({what})" for op, what in sorted(work.items()))
         return (f"PyTorch did part of the block's work: {listed}. Each of those "
                 f"is an eager kernel with its own round trip through memory. Every step of the forward "
-                f"should be one of the course's kernels: inv_rms, linear, rope_qk, flash_forward_causal, "
-                f"rms_norm_rows, swiglu_linear.")
+                f"should be one of the course's kernels: inv_rms, linear, rope_qk, causal_attention (or "
+                f"lesson 06's flash_forward_causal), rms_norm_rows, swiglu_linear.")
     if launched < 5:
         return (f"your forward launched {launched} Triton kernel(s); the block's steps (the Q|K|V "
                 f"projection, RoPE, attention, two projections with their residuals, the MLP) need more.")
