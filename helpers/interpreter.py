@@ -11,7 +11,8 @@ methods (and the launch that runs the grid), which gives us:
   before any memory is touched: even when the stray lane would land inside
   another argument's memory;
 * a traffic record: bytes loaded and stored by each launch, masked lanes
-  excluded, and, when asked, which elements each program touched;
+  excluded, how many of those bytes a tensor descriptor moved (`desc.load`,
+  `desc.store`), and, when asked, which elements each program touched;
 * a launch count (on a GPU too), so `check` can tell whether a Triton kernel ran,
   and the progress of the running launch, so a time-out can tell a slow kernel
   from an endless one.
@@ -56,6 +57,9 @@ class Launch:
     grid: tuple
     bytes_loaded: int = 0
     bytes_stored: int = 0
+    # the part of those bytes moved by tensor descriptors (desc.load / desc.store), not by pointers
+    descriptor_bytes_loaded: int = 0
+    descriptor_bytes_stored: int = 0
     # (program id, argument name, "load" or "store", element offsets), when recording touches
     touches: list = dataclasses.field(default_factory=list)
 
@@ -73,6 +77,7 @@ class _State:
     programs_run = 0          # programs started in the running launch
     launch: Launch | None = None
     recorders: list = []      # open `record()` contexts, innermost last
+    in_descriptor = False     # a tensor descriptor's load or store is running
     launches = 0              # every Triton launch in this process (interpreter or GPU)
 
 
@@ -160,8 +165,10 @@ def _check_and_count(ptrs, mask, verb, arg_store):
         nbytes = int(addresses.size) * itemsize
         if arg_store:
             launch.bytes_stored += nbytes
+            launch.descriptor_bytes_stored += nbytes if _State.in_descriptor else 0
         else:
             launch.bytes_loaded += nbytes
+            launch.descriptor_bytes_loaded += nbytes if _State.in_descriptor else 0
         if any(r.touches for r in _State.recorders) and addresses.size:
             pid = tuple(int(i) for i in _State.grid_idx)
             for i in np.unique(owner[owner >= 0]):
@@ -196,7 +203,20 @@ def _wrap_builder(builder_cls):
         _State.programs_run += 1
         return set_idx(self, *idx)
 
+    # A descriptor's load and store compute the tile's pointers and mask, then call the two above:
+    # mark the bytes they move as moved by a descriptor.
+    def through_descriptor(method):
+        def wrapped(self, *args, **kwargs):
+            previous, _State.in_descriptor = _State.in_descriptor, True
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                _State.in_descriptor = previous
+        return wrapped
+
     set_idx = builder_cls.set_grid_idx
+    builder_cls.create_descriptor_load = through_descriptor(builder_cls.create_descriptor_load)
+    builder_cls.create_descriptor_store = through_descriptor(builder_cls.create_descriptor_store)
     builder_cls.create_masked_load = create_masked_load
     builder_cls.create_masked_store = create_masked_store
     builder_cls.create_atomic_cas = create_atomic_cas

@@ -34,6 +34,7 @@ class Chip:
     register_kb: int      # register file per SM, KB
     shared_kb: int        # shared memory per SM, KB: the most a program can use of the SM's L1/shared SRAM
     hbm_gb: int           # device memory (HBM), GB
+    warps_per_sm: int = 64  # the most warps resident on one SM at once (2048 threads, Ampere and Hopper)
 
     def ridge(self, precision="fp16"):
         """The intensity (FLOP/byte) above which a kernel can be compute-bound."""

@@ -109,7 +109,8 @@ def persistent_matmul(a, b, programs=None):
     (M, K), N = a.shape, b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     BM, BN, BK = TMA_TILE
-    programs = programs or SMS
+    programs = SMS if programs is None else programs
+    assert programs >= 1, f"programs must be at least 1, not {programs}"
     persistent_matmul_kernel[(programs,)](descriptor(a, [BM, BK]), descriptor(b, [BK, BN]),
                                           descriptor(c, [BM, BN]), M, N, K,
                                           BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8)

@@ -1,0 +1,1079 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 10 · Hopper speed: TMA, persistent kernels, pipelining and warp specialisation
+#
+# Lesson 04's matmul and lesson 06's FlashAttention are the clear versions: every thread computes the
+# addresses it loads, `tl.load` fetches, `tl.dot` multiplies. They run on any GPU with tensor cores,
+# and on an H100 or H200 they leave speed behind, because the Hopper generation added hardware that
+# works *beside* the threads: a copy engine that moves whole tiles, a matrix instruction that runs
+# asynchronously, and enough shared memory to keep several tiles in flight. This lesson takes the
+# same two kernels towards cuBLAS and cuDNN with that hardware, one step at a time, and says after
+# each step what it bought, measured.
+#
+# Most of what this lesson is about happens only on a Hopper GPU. Without one, the interpreter still
+# runs every kernel here (tensor descriptors included) so you can write and check them; the speed,
+# the compiled code and what the compiler refuses come from recordings made on an H100 and an H200,
+# each labelled with its GPU, date and versions.
+#
+# **You will learn:**
+# - what TMA, `wgmma`, software pipelining, persistent programs and warp specialisation are, and
+#   which Triton feature reaches each: tensor descriptors, `tl.dot`, `num_stages`, a tile loop,
+#   `tl.range(..., warp_specialize=True)`;
+# - the rules a tensor descriptor imposes (16-byte alignment), what it does at the edges (zeros in,
+#   stores dropped), and how to build one on the host or inside the kernel;
+# - persistent programs and a tile scheduler, and why they pay;
+# - why an autotuner that times a kernel shorter than its own launch can change its mind between runs,
+#   and how to make its choice stable;
+# - where the fast matmul, the TMA-fed FlashAttention and RMSNorm + linear stand against cuBLAS,
+#   cuDNN and `torch.compile`, and what FlashAttention-3 does that this Triton does not reach;
+# - the long-row softmax: the two-read ceiling, the L2 cache's share, and one exponential per element.
+#
+# Exercises: a matmul fed by tensor descriptors, the persistent matmul, and the long-row softmax.
+
+# %% [markdown]
+# ## Setting up
+
+# %%
+from helpers import DEVICE, ON_GPU, check, describe, interpreter, pick
+from helpers.bench import compare, measure, recorded_devices, recorded_rows
+from helpers.cards import flashcards, self_check
+from helpers.roofline import CHIPS
+from helpers.solutions import load_solution
+from helpers.traffic import show_programs, triton_traffic
+
+import inspect
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+print(describe())
+course = load_solution("10")                  # the lesson's kernels, given where you do not write them
+lesson04, lesson05, lesson06 = load_solution("04"), course.lesson05, course.lesson06
+hopper = getattr(course, "recorded_hopper", dict)()   # {GPU: compiled code, compile survey, autotuner runs}
+print("GPUs with recorded timings:", ", ".join(recorded_devices()) or "none yet")
+print("GPUs with lesson 10's recordings:", ", ".join(hopper) or "none yet (`make bench` writes them)")
+
+
+def show(kernel):
+    """Print a function's or a Triton kernel's source."""
+    while hasattr(kernel, "fn"):              # an autotuner wraps a JITFunction, which wraps the function
+        kernel = kernel.fn
+    print(inspect.getsource(kernel))
+
+
+# %% [markdown]
+# ## What Hopper adds, and how Triton reaches it
+#
+# Five things, each with the Triton feature that reaches it:
+#
+# - **TMA, the tensor memory accelerator.** A copy engine in each SM. Given a tensor's description and
+#   a tile's coordinates, it moves the whole tile between global and shared memory by itself, writes
+#   zeros where the tile hangs over the tensor's edge, and signals a barrier when the tile has
+#   arrived. *Triton:* tensor descriptors, `desc.load([row, col])` and `desc.store([row, col], tile)`.
+# - **wgmma, the warpgroup matrix multiply.** Four warps together (a *warpgroup*, 128 threads) start
+#   one tensor-core operation on tiles that sit in shared memory, carry on with other work, and wait
+#   for the result only when they need it. *Triton:* `tl.dot`, when the tile and `num_warps` allow it
+#   (warps in multiples of four, tiles of 64 rows or more).
+# - **Software pipelining.** While the tensor cores work on step k of the K loop, the copies for steps
+#   k + 1, k + 2, ... are already on their way. *Triton:* `num_stages`, how many steps' worth of A
+#   and B tiles live in shared memory at once.
+# - **Persistent programs.** Not hardware, a way of using the rest: one program per SM, each walking
+#   many output tiles, so that one tile's epilogue runs while the next tile's copies arrive.
+#   *Triton:* a grid of as many programs as SMs, a loop over tiles, and a tile scheduler.
+# - **Warp specialisation.** Some warps only issue copies (the producer), the others only compute
+#   (the consumers); they hand tiles over through shared memory and barriers. *Triton:*
+#   `tl.range(..., warp_specialize=True)`; on Hopper only some configurations compile.
+#
+# Put together, a tile's journey changes. In lesson 04 every thread computes the addresses and the
+# masks of its share of each tile and issues its own small copies into shared memory (`cp.async`,
+# 16 bytes each, when the compiler pipelines the loop). With TMA, one thread issues one instruction
+# per tile, the copy engine writes the tile into shared memory, and `wgmma` reads it from there: the
+# threads spend their instructions and registers on the arithmetic instead. Because both the copy and
+# the matrix multiply are asynchronous, what is left to decide is how far ahead the copies run, which
+# is what `num_stages` and warp specialisation are about.
+#
+# ### The compiled code, as recorded
+#
+# You can see each piece in what Triton compiled. `make bench` compiled the lesson's fast matmul and
+# its attention on a Hopper GPU and kept, for two stages of the compiled code, the first line that
+# holds each instruction worth looking for and how many lines hold it (`helpers/compiled.py`):
+
+# %%
+if not hopper:
+    print("No compiled code recorded yet: `make bench` on a Hopper GPU records it (helpers/recorded/).")
+for gpu, record in hopper.items():
+    print(f"=== recorded on {gpu} ({record['date']}, torch {record['torch']}, triton {record['triton']})")
+    for kernel, excerpt in record["compiled"].items():
+        print(excerpt, "\n")
+
+# %% [markdown]
+# What to look for:
+#
+# - **ttgir** (Triton's IR with GPU layouts): `async_tma_copy_global_to_local` is a tile copied by
+#   TMA into shared memory; `warp_group_dot` is a `tl.dot` that became a warpgroup multiply;
+#   `warp_specialize` appears only in a kernel that was split into producer and consumer warps.
+# - **ptx** (NVIDIA's virtual assembly): `cp.async.bulk.tensor` is the TMA copy itself;
+#   `wgmma.mma_async` the asynchronous warpgroup multiply; `mbarrier.try_wait` a wait on the barrier a
+#   copy signals when its tile has arrived; `ld.global` a plain load into registers (the row scale
+#   of an epilogue, say), which the tile loop no longer needs.
+# - the first line: registers per thread (a thread may have at most 255), how many spilled to
+#   memory, and the shared memory the kernel claims. The attention kernel keeps a tile of scores and
+#   its output accumulator in registers, which is why its count is high.
+#
+# Lesson 04's recorded excerpt had `cp.async` (Ampere's per-thread asynchronous copy, 16 bytes at a
+# time) where this one has `cp.async.bulk.tensor`: the same pipeline, fed by the threads.
+#
+# ### Shared memory sets how deep the pipeline can be
+#
+# Each stage holds one tile of A and one of B; a TMA store needs the output tile in shared memory
+# too. The tile shape and `num_stages` must fit the SM's shared memory together. An estimate for
+# float16 (the compiler may reuse some of it, so treat the limit as approximate):
+
+# %%
+chip = CHIPS["H100 SXM"]
+limit = chip.shared_kb * 1024
+print(f"shared memory a program may use on the {chip.name}: {chip.shared_kb} KB (helpers.roofline.CHIPS)")
+print(f"{'tile BM x BN x BK':>18} {'one stage':>10} {'C tile':>8}"
+      + "".join(f"{s} stages".rjust(12) for s in range(2, 6)))
+for bm, bn, bk in ((128, 256, 64), (256, 128, 64), (128, 128, 64), (128, 64, 64), (64, 64, 64)):
+    stage, c_tile = 2 * (bm * bk + bk * bn), 2 * bm * bn
+    totals = [s * stage + c_tile for s in range(2, 6)]
+    print(f"{f'{bm} x {bn} x {bk}':>18} {stage // 1024:7} KB {c_tile // 1024:5} KB"
+          + "".join(f"{t // 1024:9} KB{' ' if t <= limit else '*'}" for t in totals))
+print("(* does not fit)")
+
+# %% [markdown]
+# The largest tiles do the most arithmetic per byte copied (lesson 03's intensity grows with the
+# tile), but leave room for only a few stages. That trade is one reason the fast matmul below lets the
+# autotuner choose among several tile shapes and depths.
+#
+# ### Warp specialisation: what compiles on Hopper
+#
+# `tl.range(lo, hi, step, warp_specialize=True)` asks the compiler to split the loop's work between a
+# producer warp, which only issues the TMA copies, and consumer warpgroups, which only wait for tiles
+# and run `wgmma`. With Triton 3.6 on `sm_90` (the H100 and H200) that request does not always
+# compile: some configurations stop with an error from the `NVGPUWarpSpecialization` pass. The
+# lesson's kernels therefore offer warp specialisation to the autotuner only as one option among
+# others, and the attention's search drops the warp-specialised configurations that fail to compile
+# before timing anything. `make bench` tried to compile each one and recorded the outcome:
+
+# %%
+if not hopper:
+    print("Nothing recorded yet: `make bench` on a Hopper GPU tries each warp-specialised configuration.")
+for gpu, record in hopper.items():
+    rows = record["warp_specialize"]
+    works = sum(r["compiles"] for r in rows)
+    print(f"{gpu}, triton {record['triton']}: {works} of {len(rows)} attempts compile")
+    tries = {}
+    for r in rows:
+        case = f"D={r['head_dim']} {'causal' if r['causal'] else 'full'}" if r.get("head_dim") else "all"
+        tries.setdefault((r["kernel"], r["config"]), []).append((case, r))
+    for (kernel, config), cases in tries.items():
+        ok = [case for case, r in cases if r["compiles"]]
+        failed = [(case, r["error"]) for case, r in cases if not r["compiles"]]
+        if not failed:
+            verdict = f"compiles ({len(ok)} of {len(cases)} tried)"
+        elif not ok:
+            verdict = f"fails ({len(failed)} of {len(cases)} tried): {failed[0][1]}"
+        else:
+            verdict = (f"compiles for {', '.join(ok)}; fails for {', '.join(c for c, _ in failed)}: "
+                       f"{failed[0][1]}")
+        print(f"  {kernel:17} {config:44} {verdict}")
+
+# %% [markdown]
+# Read the list as it stands for the Triton named in its first line: for each kernel and
+# configuration, whether it compiled for every head size and mask tried, for none, or for some. A
+# configuration that fails costs nothing at run time (it is dropped before timing), but it is a tool
+# the kernel cannot use on that GPU with that Triton.
+# Warp specialisation in Triton is recent, and what compiles can change with every release: read the
+# list for the Triton it names.
+#
+# ## Tensor descriptors, run here
+#
+# A tensor descriptor is a small record: where a 2-D tensor starts, its shape, its strides, and the
+# shape of the tiles you will move (`block_shape`). Built once, it turns a tile's coordinates into a
+# copy. There are two ways to make one:
+#
+# - **on the host**: `TensorDescriptor.from_tensor(t, block_shape)`
+#   (`triton.tools.tensor_descriptor`), passed to the kernel like any argument;
+# - **in the kernel**: `tl.make_tensor_descriptor(ptr, shape, strides, block_shape)`. On a GPU the
+#   program writes the descriptor into a little global memory that Triton asks for through
+#   `triton.set_allocator`; the lesson's solutions module installs one when it loads.
+#
+# The interpreter runs both: descriptors work on the CPU too (with Triton 3.6 and 3.9, the versions
+# the course supports). A host-side descriptor first: one program loads the 8 × 8 tile of `x` that
+# starts at row 8, column 8, adds one and stores it into `y` at the same place. `x` has only 12
+# rows, so half of the tile hangs over the edge:
+
+# %%
+@triton.jit
+def add_one_to_tile(src_desc, dst_desc, row, col):
+    """dst[tile at (row, col)] = src[tile at (row, col)] + 1, both tiles moved by descriptors."""
+    tile = src_desc.load([row, col])           # rows past the end of src arrive as zeros
+    dst_desc.store([row, col], tile + 1)       # rows past the end of dst are not written
+
+
+x = torch.arange(12 * 16, device=DEVICE, dtype=torch.float32).reshape(12, 16)
+y = torch.full((12, 16), -1.0, device=DEVICE)
+add_one_to_tile[(1,)](TensorDescriptor.from_tensor(x, block_shape=[8, 8]),
+                      TensorDescriptor.from_tensor(y, block_shape=[8, 8]), 8, 8)
+print(y.int())
+
+# %% [markdown]
+# Only rows 8 to 11 of the tile exist, and only they were written; the four rows past the edge were
+# dropped, with no mask in the kernel. Now a descriptor built inside the kernel, and the same tile
+# read back whole, into a buffer of exactly one tile:
+
+# %%
+@triton.jit
+def copy_tile_out(x_ptr, out_ptr, M, N, stride_m, row, col, BM: tl.constexpr, BN: tl.constexpr):
+    """out (BM, BN) = the tile of x (M, N) at (row, col), through descriptors the program builds."""
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[stride_m, 1], block_shape=[BM, BN])
+    out_desc = tl.make_tensor_descriptor(out_ptr, shape=[BM, BN], strides=[BN, 1], block_shape=[BM, BN])
+    out_desc.store([0, 0], x_desc.load([row, col]))
+
+
+tile = torch.empty(8, 8, device=DEVICE)
+copy_tile_out[(1,)](x, tile, 12, 16, x.stride(0), 8, 8, BM=8, BN=8)
+print(tile.int())
+
+# %% [markdown]
+# The last four rows are zeros: the copy engine's padding, which is what lets the K loop of a matmul
+# run past the end of K without a mask (zeros add nothing to a dot product).
+#
+# The price of all this is alignment. The innermost dimension must be contiguous (stride 1), and the
+# tensor's start and every other stride must be multiples of 16 bytes. A float32 matrix with rows of
+# 15 values has rows 60 bytes apart, and is refused:
+
+# %%
+odd = torch.randn(12, 15, device=DEVICE)
+try:
+    TensorDescriptor.from_tensor(odd, block_shape=[8, 8])
+except (AssertionError, ValueError) as e:
+    print(f"refused: {type(e).__name__}: {e}")
+wide = torch.zeros(12, 16, device=DEVICE)[:, :15]     # the same shape, rows 16 values (64 bytes) apart
+wide.copy_(odd)
+print("a (12, 15) view of a (12, 16) buffer, strides", wide.stride(), ":",
+      type(TensorDescriptor.from_tensor(wide, block_shape=[8, 8])).__name__, "accepted")
+
+# %% [markdown]
+# The fix is to allocate rows a little wider than needed and work on a view: the descriptor takes
+# the view's shape (15 columns, so column 15 reads as zero and is never written) and its stride (16).
+# The interpreter checks the same rules, and one more: the column at which a tile starts must also
+# fall on a 16-byte boundary, which tiles at multiples of the block shape always do. The course's
+# launchers go through `course.descriptor`, which says what is wrong in the course's words:
+
+# %%
+show(course.descriptor)
+
+# %% [markdown]
+# ## Exercise 1 · A matmul fed by tensor descriptors
+#
+# Write `tma_matmul_kernel`: lesson 04's one-program-per-tile matmul, with every tile moved by a
+# descriptor. The launcher is written: it builds host-side descriptors for A (tiles of
+# `BLOCK_M × BLOCK_K`), B (`BLOCK_K × BLOCK_N`) and C (`BLOCK_M × BLOCK_N`), and launches a 2-D grid,
+# one program per tile of C. In the kernel:
+#
+# - program `(program_id(0), program_id(1))` owns the tile of C starting at row
+#   `program_id(0) * BLOCK_M`, column `program_id(1) * BLOCK_N`;
+# - the K loop steps `k` by `BLOCK_K`, loads A's tile at `[off_m, k]` and B's at `[k, off_n]`, and
+#   accumulates `tl.dot` in float32;
+# - one `c_desc.store` at the end, converted to C's dtype (`c_desc.dtype`).
+#
+# No offsets, no pointers, no masks: the ragged edges of M, N and K are the descriptors' business.
+# Beside the values, the check counts the bytes your kernel moved through pointers: every tile of A,
+# B and C must go through a descriptor.
+
+# %% tags=["exercise"]
+@triton.jit
+def tma_matmul_kernel(a_desc, b_desc, c_desc, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr):
+    """C = A @ B for the tile (program_id(0), program_id(1)): every tile loaded and stored by descriptor."""
+    # YOUR CODE HERE:
+    # 1. off_m and off_n: the first row and column of this program's tile of C;
+    # 2. acc: a (BLOCK_M, BLOCK_N) float32 accumulator; for k from 0 to K in steps of BLOCK_K, load the
+    #    tile of A at [off_m, k] and the tile of B at [k, off_n], and add their product into acc;
+    # 3. store acc, converted to c_desc.dtype, at [off_m, off_n].
+    pass
+
+
+def tma_matmul(a, b):
+    """a @ b, a (M, K) and b (K, N) with contiguous, 16-byte aligned rows; one program per output tile."""
+    assert a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0], "tma_matmul takes (M, K) and (K, N)"
+    assert a.dtype == b.dtype, "a and b must share a dtype"
+    (M, K), N = a.shape, b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    BM, BN, BK = course.TMA_TILE
+    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
+    tma_matmul_kernel[grid](course.descriptor(a, [BM, BK]), course.descriptor(b, [BK, BN]),
+                            course.descriptor(c, [BM, BN]), K, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
+    return c
+
+
+# %%
+check("tma_matmul", tma_matmul)
+
+# %% [markdown]
+# Set your kernel beside lesson 04's mainloop, which computes every address and every mask itself:
+
+# %%
+show(lesson04.matmul_tile)
+
+# %% [markdown]
+# Both do the same arithmetic and read the same bytes. What the descriptor removes is the work of
+# finding them: on a GPU, lesson 04's loop spends registers and instructions on `BLOCK_M × BLOCK_K +
+# BLOCK_K × BLOCK_N` addresses and masks per step, spread over the threads; the TMA version spends one
+# instruction per tile, issued by one thread. What that buys, measured, is in the matmul table
+# further down (`exercise 1: tma_matmul` against `lesson 04: matmul`).
+#
+# ## Persistent programs and the tile scheduler
+#
+# One program per tile launches many more programs than the GPU has SMs. They run in *waves*: the
+# SMs take the first programs, and each program that finishes makes room for the next. Every program
+# starts cold (its first copies have nothing to overlap with) and ends with an epilogue during which
+# it gives its tensor cores nothing to do, unless another program on the same SM does. And the last
+# wave is usually partial:
+
+# %%
+sms = CHIPS["H100 SXM"].sms
+print(f"{sms} SMs (helpers.roofline.CHIPS, H100 SXM)")
+for n in (1024, 2048, 4096, 8192):
+    for bm, bn in ((128, 128), (128, 256)):
+        tiles = triton.cdiv(n, bm) * triton.cdiv(n, bn)
+        print(f"{n:5}^2 output in {bm} x {bn} tiles: {tiles:5} tiles = {tiles / sms:5.2f} waves; "
+              f"the last wave keeps {(tiles % sms or sms) / sms:4.0%} of the SMs busy")
+
+# %% [markdown]
+# A **persistent** kernel launches exactly as many programs as there are SMs (`P` of them), and
+# program `p` computes tiles `p, p + P, p + 2P, ...` in a loop. Three things follow:
+#
+# - each program sets up once (its shared-memory buffers, its barriers) and stays, instead of one
+#   start-up per tile;
+# - with the tile loop and the K loop in one program, the compiler can pipeline *across* tiles: the
+#   next tile's first copies are in flight while this tile's epilogue runs. That is what the fast
+#   matmul's `FLATTEN` switch asks for, below;
+# - the order in which tiles are visited is now the kernel's own choice, made by a **tile
+#   scheduler**: a function from "the i-th tile this kernel computes" to its coordinates.
+#
+# The partial last wave does not go away: some programs still compute one tile more than others.
+# Persistence, with the overlap across tiles, removes the start-ups and hides the epilogues; it does
+# not change the arithmetic of dividing tiles among SMs.
+#
+# The scheduler here is lesson 04's grouped order: `GROUP_M` rows of tiles at a time, walked column
+# by column, so that the tiles the SMs compute at about the same time share rows of A and columns of
+# B, which then come from L2 instead of memory. It is given:
+
+# %%
+show(course.tile_coords)
+tile_coords = course.tile_coords          # for your kernel below
+
+# %% [markdown]
+# Here is what exercise 2 builds, run through the interpreter on a small problem: 3 programs, an
+# output of 5 × 5 tiles whose last row and column are ragged. Each colour is one program; the
+# number is the program's id, placed in the middle of what it wrote. The list below the picture gives
+# each program's tiles in the order it computed them.
+
+# %%
+BM, BN, BK = course.TMA_TILE
+M_demo, N_demo = 5 * BM - BM // 2, 5 * BN - BN // 2
+a_demo = torch.randn(M_demo, 2 * BK)              # CPU tensors: the interpreter runs them on either device
+b_demo = torch.randn(2 * BK, N_demo)
+show_programs(course.persistent_matmul, a_demo, b_demo, 3, arg="c_desc.base", shape=(M_demo, N_demo))
+plt.show()
+
+
+def tiles_in_order(fn, *args, arg="c_desc.base", block=(BM, BN), n_cols=N_demo):
+    """{program: [(tile row, tile column), ...]} in the order each program stored its tiles."""
+    with interpreter.record(touches=True) as rec:
+        fn(*args)
+    order = {}
+    for pid, name, kind, offs in rec.launches[-1].touches:
+        if name == arg and kind == "store":
+            first = int(offs.min())
+            order.setdefault(pid[0], []).append((first // n_cols // block[0], first % n_cols // block[1]))
+    return order
+
+
+for program, tiles in tiles_in_order(course.persistent_matmul, a_demo, b_demo, 3).items():
+    print(f"program {program}: {tiles}")
+
+# %% [markdown]
+# With `GROUP_M = 8` and only 5 rows of tiles, the whole output is one group, walked column by
+# column: tiles 0 to 4 are column 0 top to bottom, tiles 5 to 9 column 1, and so on. Program 0 takes
+# tiles 0, 3, 6, ...; program 1 tiles 1, 4, 7, ...: the list shows it.
+#
+# ## Exercise 2 · The persistent matmul
+#
+# Write `persistent_matmul_kernel`; the launcher is written (it launches exactly `programs`
+# programs, one per SM by default, and the same descriptors as exercise 1). The tile scheduler is
+# given: `tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)` returns `(pid_m, pid_n)`, the tile's row
+# and column in units of tiles. In the kernel:
+#
+# - `num_pid_m`, `num_pid_n`: the number of tile rows and columns (`tl.cdiv`);
+# - loop `tile` from `tl.program_id(0)` to `num_pid_m * num_pid_n` in steps of `tl.num_programs(0)`;
+# - for each tile: its coordinates from `tile_coords`, exercise 1's K loop into a fresh accumulator,
+#   and one store.
+#
+# The check launches your kernel with fewer programs than tiles (and more, on small problems), so a
+# program that computes only its first tile leaves tiles unwritten; it also counts the programs your
+# launch ran and checks that each element of C was stored exactly once.
+
+# %% tags=["exercise"]
+@triton.jit
+def persistent_matmul_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """C = A @ B with a fixed number of programs: program p computes tiles p, p + P, p + 2P, ..."""
+    # YOUR CODE HERE:
+    # 1. num_pid_m, num_pid_n: tiles down and across;
+    # 2. for tile in range(program_id, number of tiles, number of programs):
+    #        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+    #        a fresh float32 accumulator, the K loop of exercise 1, one store through c_desc.
+    pass
+
+
+def persistent_matmul(a, b, programs=None):
+    """a @ b with `programs` programs (default: one per SM), each walking several output tiles."""
+    assert a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0], "persistent_matmul takes (M, K) and (K, N)"
+    assert a.dtype == b.dtype, "a and b must share a dtype"
+    (M, K), N = a.shape, b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    BM, BN, BK = course.TMA_TILE
+    programs = programs or course.SMS
+    persistent_matmul_kernel[(programs,)](course.descriptor(a, [BM, BK]), course.descriptor(b, [BK, BN]),
+                                          course.descriptor(c, [BM, BN]), M, N, K,
+                                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8)
+    return c
+
+
+# %%
+check("persistent_matmul", persistent_matmul)
+
+# %% [markdown]
+# Your kernel is persistent, but not yet pipelined across tiles: each tile's K loop still starts
+# cold, because the two loops are separate. The fast matmul below adds that, and more. First, a
+# detour that every measurement in this lesson depends on.
+#
+# ## Autotuning that does not flip
+#
+# The fast matmul has a search space: tile shapes, warps, stages, `FLATTEN` and warp
+# specialisation, chosen per shape by `@triton.autotune`. By default the autotuner times each
+# candidate with `do_bench`: it launches the kernel from Python, again and again, and keeps the
+# fastest. For large matmuls that is fine. For small ones it is not, because the thing it times is
+# then mostly the launch. Compare a launch from Python (lesson 01's measurement) with how long a
+# 1024³ matmul keeps the GPU busy (lesson 04's, replayed as a CUDA graph, so without any launch):
+
+# %%
+for gpu in recorded_devices():
+    launches = {r["impl"]: r["ms"] for r in recorded_rows("launch_overhead", gpu)[0]}
+    small = {r["impl"]: r["ms"] for r in recorded_rows("matmul_fp16", gpu)[0] if r["label"] == "1024^3"}
+    if "4096 launches" in launches and small:
+        per_launch_us = 1000 * launches["4096 launches"] / 4096
+        kernels = ", ".join(f"{'lesson 04' if impl == 'triton' else impl} {1000 * ms:.1f} µs"
+                            for impl, ms in small.items())
+        print(f"{gpu}: one launch from Python {per_launch_us:.1f} µs | a 1024^3 float16 matmul on the GPU: "
+              f"{kernels}")
+if not recorded_devices():
+    print("no GPU figures recorded yet")
+
+# %% [markdown]
+# When the launch takes longer than the kernel, the GPU finishes each candidate and then waits for
+# the CPU; what `do_bench` measures is then the CPU's pace, with its noise, and the candidates differ
+# by less than that noise. The winner is partly chance, and it can change from one process to the
+# next: the same code, a different kernel, a different speed. The lesson's solution does two things:
+#
+# 1. **Time each candidate as CUDA-graph replays.** The candidate's launch is captured once in a
+#    CUDA graph and the graph is replayed: the GPU runs the kernels back to back, and the timing is
+#    the GPU's alone (`do_bench_cudagraph`, given to the autotuner as its `do_bench`).
+# 2. **Prune the search per shape** before timing anything: a tile shape that leaves most SMs without
+#    a tile is not worth timing, so fewer, closer candidates are compared.
+
+# %%
+kernel = course.matmul_kernel
+while hasattr(kernel, "fn"):
+    kernel = kernel.fn
+source = inspect.getsource(kernel)
+print(source[:source.index("def ")])                  # the decorators: how the autotuner searches
+show(course._tiles_for_the_shape)
+if hasattr(course, "_graph_timed"):
+    show(course._graph_timed)
+
+# %% [markdown]
+# How many output tiles each tile shape makes, against the SMs (the pruning above compares the two):
+
+# %%
+shapes = sorted({(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in course.MATMUL_CONFIGS}) if ON_GPU \
+    else [(64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128)]   # the GPU's search
+print(f"tile shapes {'searched here' if ON_GPU else 'in the GPU search'}; {sms} SMs")
+print(f"{'matrix':>8}" + "".join(f"{f'{bm}x{bn}':>9}" for bm, bn in shapes))
+for n in (1024, 2048, 4096, 8192):
+    print(f"{f'{n}^2':>8}" + "".join(f"{triton.cdiv(n, bm) * triton.cdiv(n, bn):9}" for bm, bn in shapes))
+
+# %% [markdown]
+# Did it work? `make bench` ran the autotuner in three fresh processes, once with candidates
+# launched from Python (the default) and once as graph replays, and recorded each process's choice
+# and the speed of what it chose (that final speed timed the same way for both, as graph replays):
+
+# %%
+if not hopper:
+    print("Nothing recorded yet: `make bench` on a GPU runs the autotuner in three fresh processes.")
+for gpu, record in hopper.items():
+    rows = record["autotune_stability"]
+    print(f"{gpu} ({record['date']}, triton {record['triton']}):")
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        for timing in dict.fromkeys(r["timing"] for r in rows):
+            runs = sorted((r for r in rows if r["shape"] == shape and r["timing"] == timing),
+                          key=lambda r: r["process"])
+            if not runs:
+                continue
+            tflops = [r["tflops"] for r in runs]
+            cublas = [r["cublas_tflops"] for r in runs]
+            choices = len({r["config"] for r in runs})
+            print(f"  {shape}, candidates {timing}: {choices} different choice(s) in {len(runs)} processes; "
+                  f"{min(tflops):.0f} to {max(tflops):.0f} TFLOP/s "
+                  f"(cuBLAS {min(cublas):.0f} to {max(cublas):.0f})")
+            for r in runs:
+                print(f"      process {r['process']}: {r['config']}")
+
+# %% [markdown]
+# Read each shape's two lines together: how many different configurations three processes chose
+# with each kind of timing, and the range of speeds that followed. A choice that changes between
+# processes with the same code is noise, not tuning; the graph-replay line is the one every timing
+# in this lesson relies on. (`make bench` times the lesson's matmuls as graph replays too,
+# `Bench(..., graph=True)`, for the same reason.)
+#
+# ## The fast matmul
+#
+# `course.matmul` is your persistent kernel with four additions, each a switch the autotuner may
+# turn:
+#
+# - **`FLATTEN`**: `tl.range(..., flatten=True)` on the tile loop merges it with the K loop into one
+#   loop, so the software pipeline runs on from one tile into the next: the next tile's copies are
+#   in flight while this tile's epilogue converts and stores.
+# - **`WARP_SPECIALIZE`**: the same overlap by other means: a producer warp issues every copy, the
+#   consumers compute. Where it compiles, it competes with `FLATTEN` (the two are not combined).
+# - **the tile shape and `num_stages`**: larger tiles do more arithmetic per byte, deeper pipelines
+#   hide more latency, and shared memory bounds both (the table earlier).
+# - **`B_NK` and `HAS_SCALE`**: the layout of `nn.Linear`'s weights (B given as N × K, multiplied by
+#   the loaded tile's transpose), and an epilogue that scales each row of the result; RMSNorm uses
+#   it below.
+#
+# A pre-hook of each configuration sets the host descriptors' block shapes to that configuration's
+# tiles before it runs (`_set_block_shapes`), which is how one set of descriptors serves every
+# candidate.
+
+# %%
+show(course.matmul_kernel)
+print("configurations searched on this device:")
+for config in course.MATMUL_CONFIGS:
+    print(" ", config)
+
+# %% [markdown]
+# Checked here against PyTorch, in both layouts and with the row scale:
+
+# %%
+dtype = pick(cpu=torch.float32, gpu=torch.float16)
+a = torch.randn(100, 96, device=DEVICE, dtype=dtype)
+b = torch.randn(96, 72, device=DEVICE, dtype=dtype)
+w = torch.randn(72, 96, device=DEVICE, dtype=dtype)          # (N, K), as nn.Linear keeps it
+s = torch.rand(100, device=DEVICE) + 0.5
+for what, ours, want in (("a @ b", course.matmul(a, b), a @ b),
+                         ("a @ w.T", course.matmul(a, w, b_is_nk=True), a @ w.T),
+                         ("s * (a @ w.T)", course.matmul(a, w, scale=s, b_is_nk=True),
+                          s[:, None] * (a @ w.T))):
+    err = (ours.float() - want.float()).abs().max().item() / want.float().abs().max().item()
+    print(f"{what:>14}: largest difference {err:.1e} of the largest value")
+
+# %% [markdown]
+# ### What each switch buys
+#
+# On a GPU the next cell times every configuration of the search on its own at one large shape, as
+# graph replays: the effect of each switch, side by side. Without a GPU there is nothing to show:
+# these timings are not recorded, the ladder after them is.
+
+# %%
+def time_matmul_config(config, n):
+    """TFLOP/s of the fast matmul at n^3 (float16) with one configuration, or the compiler's refusal."""
+    a = torch.randn(n, n, device=DEVICE, dtype=torch.float16)
+    b = torch.randn(n, n, device=DEVICE, dtype=torch.float16)
+    c = torch.empty_like(a)
+    args = dict(a_desc=course.descriptor(a, [16, 16]), b_desc=course.descriptor(b, [16, 16]),
+                c_desc=course.descriptor(c, [16, 16]), s_ptr=None, M=n, N=n, K=n, B_NK=False, HAS_SCALE=False)
+    config.pre_hook({**args, **config.all_kwargs()})
+    tiles = triton.cdiv(n, config.kwargs["BLOCK_M"]) * triton.cdiv(n, config.kwargs["BLOCK_N"])
+    grid = (min(course.SMS, tiles),)
+    try:
+        ms = measure(lambda: course.matmul_kernel.fn[grid](**args, **config.all_kwargs()), graph=True)
+    except Exception as e:  # noqa: BLE001  (a configuration this Triton does not compile for this GPU)
+        return f"does not compile: {str(e).splitlines()[0][:80]}"
+    return f"{2 * n**3 / ms / 1e9:6.0f} TFLOP/s"
+
+
+if ON_GPU:
+    n = 4096
+    print(f"fast matmul at {n}^3, float16, each configuration alone, on {torch.cuda.get_device_name()}:")
+    for config in course.MATMUL_CONFIGS:
+        kw = config.kwargs
+        tile = f"{kw['BLOCK_M']:3} x {kw['BLOCK_N']:3}, {config.num_warps} warps, {config.num_stages} stages"
+        print(f"  {tile}, FLATTEN={kw['FLATTEN']!s:5} WARP_SPECIALIZE={kw['WARP_SPECIALIZE']!s:5}: "
+              f"{time_matmul_config(config, n)}")
+else:
+    print("no GPU here: each configuration alone is timed on a GPU only; the ladder below is recorded")
+
+# %% [markdown]
+# The whole ladder, on a GPU now or as recorded: lesson 04's matmul, your two kernels, the fast
+# matmul (autotuned), and cuBLAS, at four square sizes, every one timed as graph replays:
+
+# %%
+def course_benches(group):
+    """The solution's Bench items of one group (GPU only): benchmarks() yields its groups in order."""
+    found = False
+    for bench in getattr(course, "benchmarks", list)():
+        if bench.group == group:
+            found = True
+            yield bench
+        elif found:
+            return
+
+
+def timed(group):
+    """{GPU: rows} for one group: measured now on a GPU, else every recorded GPU's rows."""
+    rows = compare(group, lambda: list(course_benches(group)))
+    if ON_GPU:
+        return {torch.cuda.get_device_name(): rows} if rows else {}
+    return {gpu: recorded_rows(group, gpu)[0] for gpu in recorded_devices() if recorded_rows(group, gpu)[0]}
+
+
+def impl_named(rows, words):
+    """The first implementation whose name contains `words` (case ignored), or None."""
+    return next((r["impl"] for r in rows if words.lower() in r["impl"].lower()), None)
+
+
+def ladder(by_gpu, steps):
+    """Per GPU and shape: each step's TFLOP/s, what it bought over the step before, and the last but one
+    step's share of the last."""
+    if not by_gpu:
+        print("nothing measured or recorded for this group yet")
+    for gpu, rows in by_gpu.items():
+        names = [impl_named(rows, step) for step in steps]
+        names = [name for name in names if name]
+        print(f"{gpu}: {' -> '.join(names)}")
+        for label in dict.fromkeys(r["label"] for r in rows):
+            speed = {r["impl"]: r["tflops"] for r in rows if r["label"] == label}
+            line, before = [], None
+            for name in names:
+                if name in speed:
+                    bought = f" (x{speed[name] / speed[before]:.2f})" if before in speed else ""
+                    line.append(f"{speed[name]:5.0f}{bought}")
+                    before = name
+            tail = ""
+            if len(names) > 1 and names[-2] in speed and names[-1] in speed:
+                tail = f" | {names[-2]} at {speed[names[-2]] / speed[names[-1]]:.0%} of {names[-1]}"
+            print(f"  {label:>10}: " + " -> ".join(line) + f" TFLOP/s{tail}")
+
+
+matmul_rows = timed("hopper_matmul_fp16")
+ladder(matmul_rows, ["lesson 04", "exercise 1", "exercise 2", "lesson 10", "cublas"])
+
+# %% [markdown]
+# Each arrow is one step, and the factor in brackets what that step bought over the one before; the
+# last column says where the fast matmul stands against cuBLAS. Do not expect every factor to be above
+# 1. Read each against what the step changed:
+#
+# - **exercise 1** moves the tiles by TMA instead of per-thread loads, and nothing else; but it runs
+#   one fixed configuration (`course.TMA_TILE`, Triton's default warps and stages), where lesson 04's
+#   matmul is autotuned per shape. The first arrow compares an untuned kernel with a tuned one;
+# - **exercise 2** makes the programs persistent, and by itself that can cost: with one program per
+#   tile, an SM that has room for two programs runs them side by side, and one's loads overlap the
+#   other's epilogue for free. One program per SM gives that up, and without `FLATTEN` (or warp
+#   specialisation) nothing inside the program takes its place: each tile's K loop starts cold;
+# - **the fast matmul** puts it together: persistent programs that pipeline across tiles, and the
+#   tile shape, warps and stages chosen per shape from the search. That arrow is where the gain should
+#   show, and the last column says how much of cuBLAS's speed it reaches.
+#
+# The lesson: the Hopper features are means, not gains. Each helps only with the others around it
+# (TMA with a deep pipeline, persistence with overlap across tiles), and a change is worth keeping
+# when the measurement says so.
+#
+# ## FlashAttention forward through tensor descriptors
+#
+# Lesson 06's forward kernel streams K/V tiles past a block of queries with the online softmax. The
+# lesson's `course.attention` keeps that algorithm and the causal tile skipping, and changes three
+# things:
+#
+# - **Tensor descriptors**, built by each program for its (batch, head) slice with
+#   `tl.make_tensor_descriptor`: Q, K and V tiles arrive by TMA, the output leaves by TMA, and rows
+#   past N read as zeros and are never stored, so no load or store needs a mask.
+# - **A wider search**: 64 or 128 query rows per program, 64 or 128 keys per tile, 4 or 8 warps, 2 to
+#   4 stages, and warp specialisation (a producer warp for the K and V copies) where it compiles for
+#   the head size and mask at hand.
+# - **Cheaper arithmetic per score**: the scale folded into the exponential's argument
+#   (`s * qk_scale - m`, one fused multiply-add per score), and no mask at all on the interior tiles.
+
+# %%
+show(course._attend)
+show(course.attention_kernel)
+
+# %% [markdown]
+# Checked against PyTorch's attention, here, with a length that no tile divides:
+
+# %%
+q, k, v = (torch.randn(2, 3, 100, 64, device=DEVICE, dtype=dtype) for _ in range(3))
+for causal in (False, True):
+    out, lse = course.attention(q, k, v, causal=causal)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    print(f"causal={causal!s:5}: largest difference from SDPA {(out - want).abs().max().item():.1e}")
+
+# %% [markdown]
+# The benchmark: 16 heads, `B · N = 16,384` tokens, float16, head dimensions 128 and 64, full and
+# causal, against cuDNN's fused attention and FlashAttention-2 (both through PyTorch's SDPA) and
+# lesson 06's kernel. On a GPU now, or as recorded:
+
+# %%
+attention_groups = ["hopper_attention_fwd_d128", "hopper_attention_fwd_causal_d128",
+                    "hopper_attention_fwd_d64", "hopper_attention_fwd_causal_d64"]
+attention_rows = {group: timed(group) for group in attention_groups}
+
+# %% [markdown]
+# The tables in one view: per shape, the lesson's kernel's speed over each other's (TFLOP/s over
+# TFLOP/s, so above 1 means the lesson's kernel is faster):
+
+# %%
+def ratios(by_gpu, ours, others):
+    """Per GPU and shape: ours' TFLOP/s over each other implementation's."""
+    for gpu, rows in by_gpu.items():
+        mine = impl_named(rows, ours)
+        theirs = [name for name in (impl_named(rows, other) for other in others) if name]
+        if mine is None:
+            print(f"{gpu}: no row names {ours!r}")
+            continue
+        print(f"{gpu}: {mine} / " + ", / ".join(theirs))
+        for label in dict.fromkeys(r["label"] for r in rows):
+            speed = {r["impl"]: r["tflops"] for r in rows if r["label"] == label}
+            cells = [f"{speed[mine] / speed[name]:5.2f}" if name in speed and mine in speed else "    -"
+                     for name in theirs]
+            print(f"  {label:>12}: " + "  ".join(cells))
+
+
+for group, by_gpu in attention_rows.items():
+    print(group)
+    if not by_gpu:
+        print("  nothing measured or recorded for this group yet")
+    ratios(by_gpu, "lesson 10", ["cudnn", "flashattention-2", "lesson 06"])
+
+# %% [markdown]
+# The first column is the one that matters here: the lesson's kernel over cuDNN, shape by shape. The
+# second compares with FlashAttention-2, which was written for the A100 and on Hopper still issues
+# the A100's matrix instructions, so any kernel that reaches `wgmma` has an edge over it. The third
+# is what tensor descriptors and the wider search bought over lesson 06's kernel, and it is small,
+# below 1 at some shapes. Lesson 06's pointer loads were never the bottleneck on Hopper: the compiler
+# already pipelines them (`cp.async`, `num_stages`) and feeds `wgmma` from shared memory. In attention
+# much of the time goes to the softmax between the two matrix multiplies, and moving tiles faster
+# does not touch it. That is what FlashAttention-3 attacks.
+#
+# ### What FlashAttention-3 does that this kernel does not
+#
+# cuDNN's Hopper attention and FlashAttention-3 (the Hopper rewrite of FlashAttention, in CUDA with
+# NVIDIA's CUTLASS library) use the same hardware as the lesson's kernel, and more of it at once.
+# Three techniques from the FlashAttention-3 paper explain most of the gap that remains:
+#
+# - **Two warpgroups taking turns ("ping-pong").** An attention tile needs two matrix multiplies
+#   (scores, then probabilities times V) and a softmax between them. The exponentials run on the
+#   SM's special-function units, whose throughput is a small fraction of the tensor cores'. With two
+#   consumer warpgroups, the kernel arranges with barriers that one computes its softmax while the
+#   other runs its matrix multiplies, then they swap: the tensor cores stay busy through the
+#   exponentials.
+# - **Softmax overlapped with the matmuls inside one warpgroup.** Because `wgmma` is asynchronous, a
+#   warpgroup can start the score matrix multiply of the next tile, then compute the softmax of the
+#   current one while it runs. It costs registers: two tiles of scores are alive at once.
+# - **FP8.** Hopper's tensor cores run 8-bit floating point at twice the 16-bit rate. FlashAttention-3
+#   makes that usable for attention: it rearranges V in the kernel into the layout the FP8
+#   instruction requires for its second operand, scales in blocks, and multiplies Q and K by a random
+#   orthogonal matrix first, which spreads outlier values and keeps the 8-bit error small.
+#
+# The lesson's kernel does none of these. In Triton, which warps do what is mostly the compiler's
+# decision: `warp_specialize=True` asks for a producer and consumers, but a kernel cannot spell out
+# "these two warpgroups alternate, with these barriers between them", nor keep two score tiles in
+# flight on purpose. Triton's `tl.dot` can run FP8 on Hopper, but an FP8 attention with its accuracy
+# safeguards is a kernel of its own, beyond this course. Languages that expose warpgroups and
+# barriers directly (CUTLASS and CuTe in C++, or Triton's lower-level Gluon dialect) can express all
+# three.
+#
+# ## RMSNorm + linear, done right
+#
+# Lesson 05 fused RMSNorm into the following linear layer two ways: one kernel that normalised each
+# tile of x inside the matmul's K loop, and the same algebra with the matmul kept pure. Lesson 09
+# used the second. For inference, with $s_i = 1 / \mathrm{rms}(x_i)$:
+#
+# $$\mathrm{rms\_norm}(x)\,\gamma\,W^\top = \operatorname{diag}(s)\; x\; (W \operatorname{diag}\gamma)^\top$$
+#
+# - **γ is folded into W once**, when the weights are loaded: `fold_gamma(w, gamma)`, computed in
+#   float32 and stored in W's dtype. Nothing of the norm is left in the mainloop.
+# - **1/rms is computed once per row**, by lesson 05's `inv_rms`: one pass over x that writes M
+#   float32 values.
+# - **The row scale rides in the fast matmul's epilogue** (`HAS_SCALE`): x goes to the tensor cores
+#   exactly as TMA copied it, and the accumulator's rows are scaled before the one store.
+#
+# The first version's trouble was the mainloop: a tile of A that must be changed between the load and
+# the multiply has to be brought into registers, scaled, and fed to the tensor cores from there, a
+# detour that the TMA → shared memory → `wgmma` path exists to avoid.
+
+# %%
+show(course.fold_gamma)
+show(course.rmsnorm_linear)
+x = torch.randn(40, 96, device=DEVICE, dtype=dtype)
+gamma = (1 + 0.1 * torch.randn(96, device=DEVICE)).to(dtype)
+w = (torch.randn(72, 96, device=DEVICE) / 96**0.5).to(dtype)
+w_folded = course.fold_gamma(w, gamma)                 # once, when the weights are loaded
+ours, want = course.rmsnorm_linear(x, w_folded), course.rmsnorm_linear_reference(x, gamma, w)
+print(f"largest difference from F.rms_norm then the matmul: {(ours - want).abs().max().item():.1e}")
+
+# %% [markdown]
+# What it moves, counted by the interpreter (two launches: the 1/rms pass, then the matmul):
+
+# %%
+if not ON_GPU:   # the meter replays the kernels in the interpreter: on the CPU only, here
+    moved = triton_traffic(course.rmsnorm_linear, x, w_folded)
+    for launch in moved.launches:
+        print(f"  {launch.kernel:16} read {launch.bytes_loaded:8,} B, wrote {launch.bytes_stored:6,} B")
+    print(f"x itself is {x.nbytes:,} B: the 1/rms pass reads exactly that, and the matmul reads x and W "
+          f"again, tile by tile, as any tiled matmul does")
+else:
+    print("the traffic meter runs the kernels through the interpreter: run the notebook on the CPU to see it")
+
+# %% [markdown]
+# That second read of x is what this design cannot avoid: the matmul needs 1/rms for its epilogue
+# before it can store a single row, and the sum of squares needs the whole row. Against eager
+# PyTorch (`F.rms_norm` reads x and writes the normalised copy, the matmul reads that copy) it saves
+# one write of an x-sized tensor and a launch. How much is one pass over x worth, next to the matmul?
+# At the datasheet's rates, for the benchmark's shapes, in bfloat16:
+
+# %%
+for chip_name in ("H100 SXM", "H200"):
+    chip = CHIPS[chip_name]
+    for M, K, N in ((8192, 4096, 4096), (8192, 4096, 1024)):
+        pass_s = 2 * M * K / (chip.bandwidth_tbs * 1e12)              # one read (or write) of x
+        matmul_s = 2 * M * N * K / (chip.tflops["bf16"] * 1e12)
+        print(f"{chip.name}, M={M} K={K} N={N}: one pass over x takes {pass_s / matmul_s:5.1%} of the "
+              f"matmul's time at peak; eager adds two (the norm's read and write), the course's kernels one")
+
+# %% [markdown]
+# The share grows as N shrinks (the matmul does less work per row of x): at wide N the passes over x
+# are small next to the matmul and the implementations differ mostly by their matmuls; at narrow N
+# the saved pass matters more. On a GPU now, or as recorded:
+
+# %%
+rmsnorm_rows = timed("hopper_rmsnorm_linear_bf16")
+ratios(rmsnorm_rows, "lesson 10", ["f.rms_norm", "torch.compile", "lesson 05"])
+
+# %% [markdown]
+# Above 1, the lesson's two kernels beat that implementation at that shape; below 1, they lose. To
+# see which to expect, put two numbers side by side: the share of the matmul's time that one pass
+# over x is worth (printed above: what the course's version saves against eager), and how far the
+# fast matmul trails cuBLAS (the last column of the matmul ladder; here the matmul also reads W
+# transposed and scales rows in its epilogue). The fusion can win only where the first is larger.
+# At wide N the saved pass is worth a few percent, and a mainloop a few percent behind cuBLAS erases
+# it; at narrow N it is worth more, and the fusion has its best chance, if the mainloop keeps up at
+# that shape (W read transposed, a row scale in the epilogue): the table decides. Read it GPU by GPU:
+# the same kernels on two GPUs need not give the same verdict.
+#
+# `torch.compile` does the norm in one generated kernel (it reads x and writes the normalised copy)
+# and keeps cuBLAS for the matmul: the same passes over x as eager, each as fast as Inductor makes
+# it. Lesson 05's version runs the same two kernels' algebra on a lesson 04-style mainloop with one
+# fixed tile shape; the last column compares the two mainloops, not the fusions.
+#
+# Where it cannot win: its whole advantage over a norm kernel followed by cuBLAS is one pass over x
+# (the normalised copy is never written) and a launch, and it still reads x twice. Against that one
+# pass stands the mainloop's gap to cuBLAS at the shape. Reading x only once would mean computing the
+# norm inside the matmul, lesson 05's first version, which pays for it in the mainloop.
+#
+# ## The long-row softmax
+#
+# Lesson 05's tiled softmax handles rows too long for one program's registers: pass 1 walks the row
+# and keeps a running max and sum, pass 2 walks it again and writes `exp(x - max) / sum`. Lesson 08
+# profiled it and found that pass 2 re-reads most of the row from memory, and that walking pass 2
+# *backwards* saves some of that. This lesson's kernel takes both lessons' findings and asks how close
+# a two-pass softmax can get to the least traffic any softmax needs.
+#
+# **The two-read ceiling.** A softmax must read its input once and write its output once: two bytes
+# moved per byte of input. Those are the bytes the `% copy` column counts (a copy moves exactly that).
+# A kernel that reads the row twice from memory moves three, so at the copy's speed it reaches at
+# most two thirds of the copy ceiling. It can do better only if part of the second read comes from
+# L2 instead of memory.
+#
+# **How much can L2 hold?** Every program in flight works on its own row, and their rows share one
+# L2. When a program starts pass 2, at most its share of L2 (the L2's size over the programs in
+# flight) can still hold its row. Walking pass 2 backwards starts with the tiles pass 1 read last,
+# the likeliest to be in that share. The programs in flight: each SM holds at most 64 warps, so
+# `64 / num_warps` programs per SM at most (fewer if registers run out):
+
+# %%
+for chip_name in ("H100 SXM", "H200"):
+    chip = CHIPS[chip_name]
+    l2 = chip.l2_mb * 2**20
+    print(f"{chip.name}: L2 {chip.l2_mb:g} MB, {chip.sms} SMs, at most {chip.warps_per_sm} warps per SM")
+    for warps in (8, 16):
+        in_flight = chip.sms * (chip.warps_per_sm // warps)
+        share = l2 / in_flight
+        print(f"  {warps:2} warps per program: {in_flight:4} programs in flight, "
+              f"{share / 1024:4.0f} KiB of L2 each")
+        for cols, nbytes in ((65536, 4), (262144, 4), (262144, 2)):
+            kept = min(1.0, share / (cols * nbytes))       # the part of a row that can still be in L2
+            print(f"      rows of {cols:6} values of {nbytes} B: {kept:4.0%} of a row, "
+                  f"so at most {2 / (3 - kept):.0%} of the copy ceiling")
+
+# %% [markdown]
+# Read the percentages as ceilings, not predictions: the share is an upper bound on what survives (L2
+# also holds the outputs being written and other programs' tiles keep arriving), and lesson 08
+# measured the reversed pass saving less than its share. The lesson of the arithmetic: with rows this
+# long, the second read mostly comes from memory, and a two-pass kernel's ceiling sits a little above
+# two thirds of the copy. Fewer warps per program means more programs in flight, and less L2 each.
+#
+# **One exponential per element in pass 1.** Lesson 05's pass 1 keeps a running max and sum *per
+# lane*, and updates both for every element: `l * exp(m - m_new) + exp(x - m_new)`, two exponentials
+# per element. The lesson's kernel finds the tile's max first (a reduction across the tile, cheap),
+# then updates the row's single running max once per tile:
+#
+# $$m' = \max\big(m, \max_j x_j\big), \qquad l' = l\, e^{m - m'} + \sum_j e^{x_j - m'}$$
+#
+# One exponential per element, plus one per tile for the rescale. In a memory-bound kernel that
+# sounds free, but the special-function units are not fast, and with float16 input a tile of values
+# arrives in half the time: halving the exponentials keeps the arithmetic out of the way.
+#
+# ## Exercise 3 · The long-row softmax
+#
+# Write `softmax_long_kernel`; the launcher is written (one program per row, tiles of `BLOCK`
+# values). The row's values are contiguous; rows are `stride_xm` apart in x and `stride_om` apart in
+# the output.
+#
+# - Pass 1, forwards over the tiles: load a tile in float32 (lanes past the end of the row as `-inf`),
+#   its max, the new running max, then the running sum rescaled once and the tile's exponentials
+#   added, one `tl.exp` per element. Keep `m` and `l` as 1-element tensors (`tl.full((1,), ...)`) or
+#   scalars.
+# - The `-inf` trap from lesson 05: a row whose first tile is all `-inf` (a masked prefix) has a
+#   running max of `-inf`, and `exp(-inf - (-inf))` is NaN. Subtract a safe value instead (0 where
+#   the max is still `-inf`): the sum then stays 0 until a finite value arrives.
+# - Pass 2, **backwards**: tile `n_tiles - 1` first, tile 0 last; load, write
+#   `exp(x - m) / l` in the output's dtype (`out_ptr.dtype.element_ty`), masked at the row's end.
+#
+# Beside the values, the check counts how many times x is read (exactly twice) and watches where each
+# program's second pass begins (at the end of its row).
+
+# %% tags=["exercise"]
+@triton.jit
+def softmax_long_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_om, BLOCK: tl.constexpr):
+    """Softmax of row program_id(0), read in tiles of BLOCK: pass 1 forwards, pass 2 backwards."""
+    # YOUR CODE HERE:
+    # 1. row = program_id(0) as tl.int64; x_row and out_row: the row's start in x and in the output;
+    # 2. pass 1: m = -inf, l = 0; for each tile from the first: load (-inf past the row's end, float32),
+    #    m_new = max(m, the tile's max), a safe shift (0 while m_new is -inf),
+    #    l = l * exp(m - shift) + sum(exp(x - shift)); m = m_new;
+    # 3. pass 2: for i in range(n_tiles): the tile n_tiles - 1 - i; store exp(x - m) / l, masked.
+    pass
+
+
+def softmax_long(x):
+    """Softmax over the rows of x (M, n), rows of any length; each row's values contiguous."""
+    assert x.dim() == 2 and x.stride(1) == 1, "softmax_long takes a 2-D tensor with contiguous rows"
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 8))
+    softmax_long_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), out.stride(0), BLOCK=BLOCK,
+                                       num_warps=warps)
+    return out
+
+
+# %%
+check("softmax_long", softmax_long)
+
+# %% [markdown]
+# Say it, then measure it: the course's kernel, on a row of 4 tiles and a bit, reads the row twice
+# and writes it once, and its second pass walks the tiles from the last to the first (tile numbers of
+# each load of x, in order, for the first row):
+
+# %%
+n_cols, block = 4 * 256 + 100, 256
+x_small = torch.randn(3, n_cols)                     # CPU tensors: the interpreter runs them on either device
+out_small = torch.empty_like(x_small)
+with interpreter.record(touches=True) as rec:
+    course.softmax_long_kernel[(3,)](x_small, out_small, n_cols, x_small.stride(0), out_small.stride(0),
+                                     BLOCK=block)
+launch = rec.launches[-1]
+order = [int(offs.min()) // block for pid, name, kind, offs in launch.touches
+         if pid[0] == 0 and name == "x_ptr" and kind == "load"]
+print("tiles of row 0 loaded, in order:", order)
+print(f"read {launch.bytes_loaded / x_small.nbytes:.2f} x the input, "
+      f"wrote {launch.bytes_stored / x_small.nbytes:.2f} x")
+print("largest difference from torch.softmax:", (out_small - torch.softmax(x_small, 1)).abs().max().item())
+
+# %% [markdown]
+# How close it gets, on a GPU now or as recorded, float32 then float16, against lesson 05's tiled
+# kernel (pass 2 forwards, two exponentials per element), `torch.compile` of the naive softmax, and
+# `torch.softmax`. The `% copy` column is the one to read:
+
+# %%
+softmax_rows = {name: timed(f"hopper_softmax_long_{name}") for name in ("fp32", "fp16")}
+
+# %%
+for name, by_gpu in softmax_rows.items():
+    for gpu, rows in by_gpu.items():
+        print(f"{name}, {gpu}: % of the copy ceiling (reading twice, without L2's help: {2 / 3:.0%})")
+        for label in dict.fromkeys(r["label"] for r in rows):
+            cells = [f"{r['impl']} {r['fraction_of_copy']:.0%}" for r in rows if r["label"] == label]
+            print(f"  {label:>18}: " + " | ".join(cells))
+if not any(softmax_rows.values()):
+    print("nothing measured or recorded for these groups yet")
+
+# %% [markdown]
+# Compare the lesson's kernel with two thirds of the copy ceiling. At it, the kernel moves its bytes
+# (two reads and one write of the matrix) as fast as a copy moves its two; above it, L2 served part of
+# the second read; well below it, something other than memory holds it back (too few programs in
+# flight to keep the memory busy, or the arithmetic). The compiler's version and `torch.softmax`
+# read each row at least twice too; where one of them beats the lesson's kernel, ask lesson 08's
+# question: which bytes did it avoid, and how?
+#
+# The ceiling itself moves only if the second read goes. Two ways: keep the row on chip between the
+# passes (a Hopper *thread block cluster* lets several SMs, up to 8 in general and 16 on request,
+# read each other's shared memory: enough for rows of hundreds of thousands of values, split across
+# the cluster), or give up on a separate normalising pass (when the softmax feeds a matrix multiply,
+# as in attention, the normalisation can be applied afterwards to the smaller result:
+# FlashAttention's trick).
+#
+# ## Takeaways
+#
+# - Hopper adds hardware that works beside the threads: TMA copies whole tiles, `wgmma` multiplies
+#   asynchronously from shared memory, and enough shared memory to pipeline several steps ahead.
+#   Triton reaches them with tensor descriptors, `tl.dot`, `num_stages`, and (where it compiles)
+#   `warp_specialize=True`.
+# - A tensor descriptor needs a contiguous last dimension and 16-byte aligned start and strides;
+#   in return no load needs an address or a mask: past the edges tiles read zeros, and stores are
+#   dropped. The interpreter runs descriptors too.
+# - Persistent programs (one per SM) set up once, let the pipeline run across tiles, and make the
+#   tile order the kernel's choice; they do not fix a partial last wave.
+# - An autotuner that times a kernel shorter than a launch measures the launch, and its choice can
+#   change between runs: time candidates as CUDA-graph replays and prune the search per shape.
+# - Measure each step against the one before: alone, a step can lose (TMA without tuning, persistence
+#   without overlap across tiles); together they bring the matmul close to cuBLAS. What remains against
+#   cuDNN's attention is scheduling that plain Triton does not express (two warpgroups taking turns,
+#   softmax hidden under the matmuls) and FP8.
+# - RMSNorm + linear for inference: γ folded into W once, 1/rms once per row, the row scale in the
+#   epilogue of a fast matmul; it still reads x twice.
+# - A two-pass softmax moves three bytes for every two it needs: at most two thirds of the copy
+#   ceiling, plus what L2 keeps of each row until pass 2 (at most its share: L2 over the programs in
+#   flight). Walking pass 2 backwards collects what L2 kept; one exponential per element in pass 1
+#   keeps the arithmetic out of the way.
+
+# %%
+self_check("10")
+
+# %%
+flashcards("10")
