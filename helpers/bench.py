@@ -185,6 +185,27 @@ def compare(group, make_benches):
     return shown[0]  # the preferred GPU's rows, for the cells that read them
 
 
+def group_benches(module, group):
+    """The Bench items of one group of a solutions module's `benchmarks()` (GPU only; in group order)."""
+    found = False
+    for bench in module.benchmarks():
+        if bench.group == group:
+            found = True
+            yield bench
+        elif found:
+            return
+
+
+def timed(module, group):
+    """{GPU: rows} for one group of a solutions module: measured now on a GPU, else every recorded GPU's."""
+    from helpers.device import ON_GPU
+
+    rows = compare(group, lambda: list(group_benches(module, group)))
+    if ON_GPU:
+        return {torch.cuda.get_device_name(): rows} if rows else {}
+    return {gpu: recorded_rows(group, gpu)[0] for gpu in recorded_devices() if recorded_rows(group, gpu)[0]}
+
+
 # ---------------------------------------------------------------- make bench
 
 

@@ -33,7 +33,7 @@
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe, interpreter, pick
-from helpers.bench import ROOT, compare, recorded_devices, recorded_rows
+from helpers.bench import ROOT, recorded_devices, recorded_rows, timed
 from helpers.block import SMALL, BlockConfig, block_input, block_weights, decoder_block, rope_tables
 from helpers.cards import flashcards, self_check
 from helpers.exercises.lesson08 import busy_us   # lesson 08's union of kernel intervals
@@ -212,30 +212,12 @@ print("linear with a residual, largest error against PyTorch:",
       (course.linear(h_demo, w_demo, residual=r_demo) - (h_demo @ w_demo.T + r_demo)).abs().max().item())
 
 # %% [markdown]
-# How fast is it? The helpers below run this lesson's `make bench` groups on a GPU, or read every
-# recorded GPU's rows without one, and turn them into verdicts: at how many shapes one implementation
-# beats another, and each ratio (their time over ours, so above 1 is a win):
+# How fast is it? `timed(course, group)` (from `helpers.bench`) runs one of this lesson's `make bench`
+# groups on a GPU, or reads every recorded GPU's rows without one; `verdicts` below turns them into
+# verdicts: at how many shapes one implementation beats another, and each ratio (their time over ours,
+# so above 1 is a win):
 
 # %%
-def course_benches(group):
-    """The solution's Bench items of one group (GPU only): benchmarks() yields its groups in order."""
-    found = False
-    for bench in course.benchmarks():
-        if bench.group == group:
-            found = True
-            yield bench
-        elif found:
-            return
-
-
-def timed(group):
-    """{GPU: rows} for one group: measured now on a GPU, else every recorded GPU's rows."""
-    rows = compare(group, lambda: list(course_benches(group)))
-    if ON_GPU:
-        return {torch.cuda.get_device_name(): rows}
-    return {gpu: recorded_rows(group, gpu)[0] for gpu in recorded_devices() if recorded_rows(group, gpu)[0]}
-
-
 def verdicts(by_gpu, ours, others):
     """For each GPU and each other implementation: at how many shapes `ours` is faster, and by what ratio."""
     for gpu, rows in by_gpu.items():
@@ -249,7 +231,7 @@ def verdicts(by_gpu, ours, others):
                   f"(their time / ours: {ratios})")
 
 
-matmuls = timed("block_matmuls_fp16")
+matmuls = timed(course, "block_matmuls_fp16")
 verdicts(matmuls, "persistent, TMA (lesson 09)", ["lesson 04's mainloop", "cuBLAS"])
 
 # %% [markdown]
@@ -441,7 +423,7 @@ check("swiglu_linear", swiglu_linear)
 # cuBLAS matmuls plus SiLU and a product, and with `torch.compile` of that eager code:
 
 # %%
-swiglu = timed("swiglu_fp16")
+swiglu = timed(course, "swiglu_fp16")
 verdicts(swiglu, "course: one matmul, SiLU*mul epilogue",
          ["course matmul, then SiLU, mul", "eager: two matmuls, SiLU, mul", "torch.compile"])
 
@@ -546,7 +528,7 @@ check("groupnorm_mish", groupnorm_mish)
 # U-Net, on a GPU now or as recorded:
 
 # %%
-groupnorm = timed("groupnorm_mish_fp16")
+groupnorm = timed(course, "groupnorm_mish_fp16")
 verdicts(groupnorm, "course: one kernel", ["eager: group_norm, mish", "torch.compile"])
 verdicts(groupnorm, "course: split where it pays", ["course: one kernel", "torch.compile"])
 for label in dict.fromkeys(r["label"] for rows in groupnorm.values() for r in rows):
@@ -588,7 +570,7 @@ print("split into 4 slices, largest difference from one kernel per group:",
 # compiled function carries its guards. Replayed as CUDA graphs, only the GPU's time remains:
 
 # %%
-groupnorm_graphed = timed("groupnorm_mish_graphed_fp16")
+groupnorm_graphed = timed(course, "groupnorm_mish_graphed_fp16")
 verdicts(groupnorm_graphed, "course: split where it pays", ["course: one kernel", "torch.compile"])
 
 # %% [markdown]
@@ -644,7 +626,7 @@ check("decoder_block_fused", decoder_block_fused)
 # off, so that it is timed like the others). On a GPU now, or as recorded:
 
 # %%
-block = timed("block_forward_fp16")
+block = timed(course, "block_forward_fp16")
 verdicts(block, "course kernels (lesson 09)",
          ["eager + SDPA", "torch.compile(eager + SDPA)", "torch.compile max-autotune"])
 
@@ -752,8 +734,8 @@ for gpu in profiled_devices():
 # Python and replayed as a graph (on a GPU now, or as recorded):
 
 # %%
-decode = timed("block_decode_fp16")
-graphed = timed("block_decode_graphed_fp16")
+decode = timed(course, "block_decode_fp16")
+graphed = timed(course, "block_decode_graphed_fp16")
 for gpu, rows in graphed.items():
     from_python = {(r["label"], r["impl"]): r["ms"] for r in decode.get(gpu, [])}
     for r in rows:

@@ -42,7 +42,7 @@
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe, interpreter, pick
-from helpers.bench import compare, measure, recorded_devices, recorded_rows
+from helpers.bench import measure, recorded_devices, recorded_rows, timed
 from helpers.cards import flashcards, self_check
 from helpers.roofline import CHIPS
 from helpers.solutions import load_solution
@@ -635,25 +635,6 @@ else:
 # matmul (autotuned), and cuBLAS, at four square sizes, every one timed as graph replays:
 
 # %%
-def course_benches(group):
-    """The solution's Bench items of one group (GPU only): benchmarks() yields its groups in order."""
-    found = False
-    for bench in getattr(course, "benchmarks", list)():
-        if bench.group == group:
-            found = True
-            yield bench
-        elif found:
-            return
-
-
-def timed(group):
-    """{GPU: rows} for one group: measured now on a GPU, else every recorded GPU's rows."""
-    rows = compare(group, lambda: list(course_benches(group)))
-    if ON_GPU:
-        return {torch.cuda.get_device_name(): rows} if rows else {}
-    return {gpu: recorded_rows(group, gpu)[0] for gpu in recorded_devices() if recorded_rows(group, gpu)[0]}
-
-
 def impl_named(rows, words):
     """The first implementation whose name contains `words` (case ignored), or None."""
     return next((r["impl"] for r in rows if words.lower() in r["impl"].lower()), None)
@@ -682,7 +663,7 @@ def ladder(by_gpu, steps):
             print(f"  {label:>10}: " + " -> ".join(line) + f" TFLOP/s{tail}")
 
 
-matmul_rows = timed("hopper_matmul_fp16")
+matmul_rows = timed(course, "hopper_matmul_fp16")
 ladder(matmul_rows, ["lesson 04", "exercise 1", "exercise 2", "lesson 10", "cublas"])
 
 # %% [markdown]
@@ -742,7 +723,7 @@ for causal in (False, True):
 # %%
 attention_groups = ["hopper_attention_fwd_d128", "hopper_attention_fwd_causal_d128",
                     "hopper_attention_fwd_d64", "hopper_attention_fwd_causal_d64"]
-attention_rows = {group: timed(group) for group in attention_groups}
+attention_rows = {group: timed(course, group) for group in attention_groups}
 
 # %% [markdown]
 # The tables in one view: per shape, the lesson's kernel's speed over each other's (TFLOP/s over
@@ -873,7 +854,7 @@ for chip_name in ("H100 SXM", "H200"):
 # the saved pass matters more. On a GPU now, or as recorded:
 
 # %%
-rmsnorm_rows = timed("hopper_rmsnorm_linear_bf16")
+rmsnorm_rows = timed(course, "hopper_rmsnorm_linear_bf16")
 ratios(rmsnorm_rows, "lesson 10", ["f.rms_norm", "torch.compile", "lesson 05"])
 
 # %% [markdown]
@@ -1021,7 +1002,7 @@ print("largest difference from torch.softmax:", (out_small - torch.softmax(x_sma
 # `torch.softmax`. The `% copy` column is the one to read:
 
 # %%
-softmax_rows = {name: timed(f"hopper_softmax_long_{name}") for name in ("fp32", "fp16")}
+softmax_rows = {name: timed(course, f"hopper_softmax_long_{name}") for name in ("fp32", "fp16")}
 
 # %%
 for name, by_gpu in softmax_rows.items():
