@@ -33,6 +33,7 @@
 #   and how to make its choice stable;
 # - where the fast matmul, the TMA-fed FlashAttention and RMSNorm + linear stand against cuBLAS,
 #   cuDNN and `torch.compile`, and what FlashAttention-3 does that this Triton does not reach;
+# - the attention backward in one kernel, dQ added up by atomics, and what the atomics cost;
 # - the long-row softmax: the two-read ceiling, the L2 cache's share, and one exponential per element.
 #
 # Exercises: a matmul fed by tensor descriptors, the persistent matmul, and the long-row softmax.
@@ -450,9 +451,11 @@ def persistent_matmul(a, b, programs=None):
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     BM, BN, BK = course.TMA_TILE
     programs = programs or course.SMS
+    # float32 tiles take twice the shared memory: two K steps in flight instead of Triton's default three
     persistent_matmul_kernel[(programs,)](course.descriptor(a, [BM, BK]), course.descriptor(b, [BK, BN]),
                                           course.descriptor(c, [BM, BN]), M, N, K,
-                                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8)
+                                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8,
+                                          num_stages=2 if a.element_size() == 4 else 3)
     return c
 
 
@@ -692,12 +695,15 @@ ladder(matmul_rows, ["lesson 04", "exercise 1", "exercise 2", "lesson 10", "cubl
 # lesson's `course.attention` keeps that algorithm and the causal tile skipping, and changes three
 # things:
 #
-# - **Tensor descriptors**, built by each program for its (batch, head) slice with
-#   `tl.make_tensor_descriptor`: Q, K and V tiles arrive by TMA, the output leaves by TMA, and rows
-#   past N read as zeros and are never stored, so no load or store needs a mask.
-# - **A wider search**: 64 or 128 query rows per program, 64 or 128 keys per tile, 4 or 8 warps, 2 to
-#   4 stages, and warp specialisation (a producer warp for the K and V copies) where it compiles for
-#   the head size and mask at hand.
+# - **Tensor descriptors built on the host**, over Q, K, V and O viewed as `(B · H, N, D)`, moving
+#   boxes of `(1, rows, D)`: a box never leaves its head, Q, K and V tiles arrive by TMA, the output
+#   leaves by TMA, and rows past N read as zeros and are never stored, so no load or store needs a
+#   mask. A pre-hook sets the boxes per configuration, as for the matmul. (Descriptors built by each
+#   program with `tl.make_tensor_descriptor`, lesson 09's way, measured slower on short sequences:
+#   every program writes its four descriptors to memory before its first copy.)
+# - **A wider search, timed as graph replays**: 64 or 128 query rows per program, 64 or 128 keys per
+#   tile, 4 or 8 warps, 2 to 4 stages, and warp specialisation (a producer warp for the K and V
+#   copies) where it compiles for the head size and mask at hand.
 # - **Cheaper arithmetic per score**: the scale folded into the exponential's argument
 #   (`s * qk_scale - m`, one fused multiply-add per score), and no mask at all on the interior tiles.
 
@@ -756,11 +762,14 @@ for group, by_gpu in attention_rows.items():
 # The first column is the one that matters here: the lesson's kernel over cuDNN, shape by shape. The
 # second compares with FlashAttention-2, which was written for the A100 and on Hopper still issues
 # the A100's matrix instructions, so any kernel that reaches `wgmma` has an edge over it. The third
-# is what tensor descriptors and the wider search bought over lesson 06's kernel, and it is small,
-# below 1 at some shapes. Lesson 06's pointer loads were never the bottleneck on Hopper: the compiler
-# already pipelines them (`cp.async`, `num_stages`) and feeds `wgmma` from shared memory. In attention
-# much of the time goes to the softmax between the two matrix multiplies, and moving tiles faster
-# does not touch it. That is what FlashAttention-3 attacks.
+# is what tensor descriptors, the wider search and the graph-timed choice bought over lesson 06's
+# kernel, and it is some percent, not a factor. Lesson 06's pointer loads were never the main cost
+# on Hopper: the compiler already pipelines them (`cp.async`, `num_stages`) and feeds `wgmma` from
+# shared memory. In attention much of the time goes to the softmax between the
+# two matrix multiplies, and moving tiles faster does not touch it. Read the first column by
+# sequence length too: short sequences give each program few key tiles, so its prologue and epilogue
+# weigh more. That is where the lesson's kernel is furthest behind cuDNN, and what FlashAttention-3
+# attacks.
 #
 # ### What FlashAttention-3 does that this kernel does not
 #
@@ -789,6 +798,92 @@ for group, by_gpu in attention_rows.items():
 # safeguards is a kernel of its own, beyond this course. Languages that expose warpgroups and
 # barriers directly (CUTLASS and CuTe in C++, or Triton's lower-level Gluon dialect) can express all
 # three.
+
+# ## The backward pass: dQ added up by atomics
+#
+# Lesson 06's backward runs two kernels after the small `delta = rowsum(dO · O)` pass. The dK/dV
+# kernel gives each program a block of keys and streams the query blocks past it: per step it
+# recomputes the scores `S`, then `dV += Pᵀ dO`, `dP = dO Vᵀ` and `dK += dSᵀ Q`, four matrix
+# multiplies. The dQ kernel gives each program a block of queries and streams the key blocks: `S`
+# again, `dP` again and `dQ += dS K`, three more. Seven per tile, two of them computed twice.
+#
+# The dQ kernel exists because a key-block program cannot *own* any row of dQ: every key block
+# contributes to every query row. It can still contribute: with `dS` in hand, its share `dS K` is one
+# more matrix multiply, added into a float32 copy of dQ with atomic adds (`tl.atomic_add`: the add
+# happens in the L2 cache, so two programs adding into one row never lose each other's value). That
+# makes five matrix multiplies per tile and one kernel. FlashAttention-2's CUDA code does the same,
+# and FlashAttention-3 hands the adds to TMA (`cp.reduce.async.bulk`).
+#
+# The price is traffic: every step adds a `BLOCK_M × D` float32 tile into memory that many other
+# programs are adding into too, where the two-kernel version writes each dQ tile once. The kernel
+# scales its share by the softmax scale before adding it, so dQ needs only a cast to float16 after.
+# Interior steps take no mask; the diagonal steps of the causal case mask the scores, and the last
+# query block masks the rows past N.
+
+# %%
+show(course._attend_backward)
+show(course.attention_backward_kernel)
+
+# %% [markdown]
+# Checked against PyTorch's autograd through its own attention, here, with a length no tile divides:
+
+# %%
+dtype = pick(cpu=torch.float32, gpu=torch.float16)
+q, k, v, dout = (torch.randn(2, 3, 100, 64, device=DEVICE, dtype=dtype) for _ in range(4))
+for causal in (False, True):
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    F.scaled_dot_product_attention(*leaves, is_causal=causal).backward(dout)
+    out, lse = course.attention(q, k, v, causal=causal)
+    grads = course.attention_backward(q, k, v, out, lse, dout, causal=causal)
+    worst = max((g - t.grad).abs().max().item() for g, t in zip(grads, leaves))
+    print(f"causal={causal!s:5}: largest difference of dq, dk, dv from autograd's {worst:.1e}")
+
+# %% [markdown]
+# `course.trainable_attention` wraps the forward and this backward in a `torch.autograd.Function`,
+# as lesson 06's `attention` did. The benchmark times forward and backward together, causal, against
+# cuDNN, FlashAttention-2 and lesson 06's two-kernel backward (behind lesson 06's forward):
+
+# %%
+training_groups = ["hopper_attention_fwd_bwd_causal_d128", "hopper_attention_fwd_bwd_causal_d64"]
+training_rows = {group: timed(course, group) for group in training_groups}
+for group, by_gpu in training_rows.items():
+    print(group)
+    if not by_gpu:
+        print("  nothing measured or recorded for this group yet")
+    ratios(by_gpu, "lesson 10", ["cudnn", "flashattention-2", "lesson 06"])
+
+# %% [markdown]
+# Two fewer matrix multiplies per tile, and yet read the last column: against lesson 06's two
+# kernels the atomic version is about even, ahead at some shapes and behind at others, nowhere near
+# the two sevenths the count promises. The arithmetic of one step says why. Per step, with the tiles
+# the autotuner usually picks (64 query rows, 128 keys, D = 128):
+
+# %%
+BLOCK_M, BLOCK_N, D = 64, 128, 128
+flops_per_step = 5 * 2 * BLOCK_M * BLOCK_N * D
+loads = 2 * BLOCK_M * D * 2                      # the Q and dO tiles, float16
+atomics = BLOCK_M * D * 4                        # the float32 share of dQ, read and written in L2
+print(f"per step: {flops_per_step / 1e6:.1f} MFLOP, {loads // 1024} KiB of Q and dO loaded, "
+      f"{atomics // 1024} KiB added into dQ by atomics")
+for gpu, rows in training_rows["hopper_attention_fwd_bwd_causal_d128"].items():
+    mine = impl_named(rows, "lesson 10")
+    fastest = max((r for r in rows if r["impl"] == mine), key=lambda r: r["tflops"], default=None)
+    if fastest:
+        rate = fastest["tflops"] * 1e12 / flops_per_step * atomics
+        print(f"{gpu}: at {fastest['tflops']:.0f} TFLOP/s ({fastest['label']}), the atomic adds alone "
+              f"stream about {rate / 1e12:.1f} TB/s into L2")
+
+# %% [markdown]
+# Every step's atomic adds are as many bytes as its loads, and each one is a read, an add and a write
+# inside L2, where many programs' adds to the same rows queue up. The two-kernel version spends two
+# extra matrix multiplies and writes each dQ tile once. On Hopper, whose tensor cores are fast
+# compared with its L2, the trade comes out about even. There is a second cost: one program now
+# holds dK, dV and the scores of a step at once, and the compiled code of the backward (recorded
+# above) shows its registers at the limit and some spilled to memory, and its adds as
+# `atom.global...add.v4.f32` instructions, four float32 adds each, issued by the very threads that
+# run the matrix multiplies. FlashAttention-3 keeps the atomics and takes them off the critical
+# path: a separate warp issues them through TMA while the others compute, which is the kind of
+# warp-level scheduling this Triton does not let a kernel spell out.
 #
 # ## RMSNorm + linear, done right
 #
@@ -1046,6 +1141,9 @@ if not any(softmax_rows.values()):
 #   without overlap across tiles); together they bring the matmul close to cuBLAS. What remains against
 #   cuDNN's attention is scheduling that plain Triton does not express (two warpgroups taking turns,
 #   softmax hidden under the matmuls) and FP8.
+# - The attention backward can drop two of its seven matrix multiplies per tile by adding dQ's
+#   shares with float32 atomics; the atomic traffic into L2 takes back most of what that saves unless
+#   something else issues it while the tensor cores work.
 # - RMSNorm + linear for inference: γ folded into W once, 1/rms once per row, the row scale in the
 #   epilogue of a fast matmul; it still reads x twice.
 # - A two-pass softmax moves three bytes for every two it needs: at most two thirds of the copy

@@ -14,6 +14,8 @@ and, built from them:
                     per row, then `matmul` with the row scale in its epilogue
     attention       FlashAttention forward (full or causal) through tensor descriptors, with a wider
                     space of tile shapes, stages and warp specialisation than lesson 06's
+    attention_backward  dQ, dK and dV in one kernel: dQ added up with float32 atomics in the dK/dV pass
+    trainable_attention the two as an autograd function
 """
 
 import torch
@@ -40,6 +42,16 @@ def descriptor(t, block_shape):
         (f"a tensor descriptor needs its start and its strides {tuple(t.stride()[:-1])} (in values of "
          f"{t.element_size()} bytes) to be multiples of 16 bytes; copy the tensor into an aligned one")
     return TensorDescriptor.from_tensor(t, block_shape)
+
+
+def _descriptor_scratch(size, alignment, stream):
+    """Global memory in which programs build their tensor descriptors (128 bytes each)."""
+    return torch.empty(size, device=DEVICE, dtype=torch.int8)
+
+
+# Kernels that build descriptors themselves (tl.make_tensor_descriptor: the notebook's examples, or an
+# exercise written that way) need it on a GPU. The lesson's own kernels take descriptors from the host.
+triton.set_allocator(_descriptor_scratch)
 
 
 # ---------------------------------------------------------------- exercise 1: a TMA-fed tile loop
@@ -111,9 +123,11 @@ def persistent_matmul(a, b, programs=None):
     BM, BN, BK = TMA_TILE
     programs = SMS if programs is None else programs
     assert programs >= 1, f"programs must be at least 1, not {programs}"
+    # float32 tiles take twice the shared memory: two K steps in flight instead of Triton's default three
     persistent_matmul_kernel[(programs,)](descriptor(a, [BM, BK]), descriptor(b, [BK, BN]),
                                           descriptor(c, [BM, BN]), M, N, K,
-                                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8)
+                                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8,
+                                          num_stages=2 if a.element_size() == 4 else 3)
     return c
 
 
@@ -267,8 +281,8 @@ def softmax_long_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_om, BLOCK: tl.
 
 SOFTMAX_CONFIGS = pick(cpu=[triton.Config({"BLOCK": 256}, num_warps=4)],
                        gpu=[triton.Config({"BLOCK": b}, num_warps=w, num_stages=s)
-                            for b, w, s in [(2048, 8, 2), (4096, 8, 2), (4096, 16, 2), (8192, 16, 2),
-                                            (4096, 8, 3), (2048, 4, 3)]])
+                            for b, w, s in [(4096, 8, 2), (8192, 16, 2), (16384, 8, 3), (16384, 16, 1),
+                                            (16384, 16, 2), (16384, 16, 3)]])
 softmax_long_tuned_kernel = triton.autotune(configs=SOFTMAX_CONFIGS, key=["n_cols"])(softmax_long_kernel)
 
 
@@ -283,30 +297,24 @@ def softmax_long(x):
 # ---------------------------------------------------------------- FlashAttention forward, TMA-fed
 #
 # Lesson 06's forward with three changes:
-# * Q, K, V and O move through tensor descriptors, one per (batch, head) slice, built by the program
-#   itself (tl.make_tensor_descriptor; lesson 09 did the same): rows past N read as zeros and are not
-#   stored, so no load or store needs a mask;
+# * Q, K, V and O move through tensor descriptors built on the host over (B * H, N, D) views, in boxes
+#   of (1, rows, D): a box stays inside one head, rows past N read as zeros and are not stored, so no
+#   load or store needs a mask. (Descriptors built by each program, as in lesson 09, measured slower
+#   on short sequences: every program writes its own descriptors before its first copy.)
 # * the search covers 64 to 128 rows per tile, 4 or 8 warps, 2 to 4 stages, and warp specialisation
-#   (some warps load K and V, the others compute) where this Triton compiles it for the GPU;
+#   (some warps load K and V, the others compute) where this Triton compiles it for the GPU, timed
+#   as CUDA-graph replays like the matmul's;
 # * the scale is applied inside the exponential's argument (s * scale - m: one fused multiply-add),
 #   and the interior tiles (every key valid) take no mask at all.
 
 
-def _descriptor_scratch(size, alignment, stream):
-    """Global memory in which programs build their tensor descriptors (128 bytes each)."""
-    return torch.empty(size, device=DEVICE, dtype=torch.int8)
-
-
-triton.set_allocator(_descriptor_scratch)
-
-
 @triton.jit
-def _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, lo, hi, n_ctx, qk_scale,
-            BLOCK_N: tl.constexpr, MASK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+def _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, lo, hi, n_ctx, qk_scale, BLOCK_N: tl.constexpr,
+            HEAD_DIM: tl.constexpr, MASK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """Online softmax over key tiles lo, lo + BLOCK_N, ... < hi. MASK: "none", "keys" or "causal"."""
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        k = k_desc.load([start_n, 0])                   # (BLOCK_N, HEAD_DIM)
-        v = v_desc.load([start_n, 0])
+        k = k_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)    # a (1, BLOCK_N, D) box
+        v = v_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         s = tl.dot(q, k.T)
         if MASK != "none":
             offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -323,16 +331,23 @@ def _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, lo, hi, n_ctx, qk_scale,
     return acc, l_i, m_i
 
 
+def _set_attention_boxes(args):
+    """Config pre-hook: Q and O move in boxes of BLOCK_M rows, K and V in boxes of BLOCK_N, one head each."""
+    D = args["HEAD_DIM"]
+    args["q_desc"].block_shape = args["o_desc"].block_shape = [1, args["BLOCK_M"], D]
+    args["k_desc"].block_shape = args["v_desc"].block_shape = [1, args["BLOCK_N"], D]
+
+
 def _attention_config(bm, bn, warps, stages, ws=False):
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": ws}, num_warps=warps,
-                         num_stages=stages)
+                         num_stages=stages, pre_hook=_set_attention_boxes)
 
 
 ATTENTION_CONFIGS = pick(
     cpu=[_attention_config(32, 16, 4, 1)],
-    gpu=[_attention_config(*c) for c in [(128, 64, 4, 2), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3),
-                                         (64, 64, 4, 3), (128, 128, 4, 2, True), (128, 128, 8, 2, True),
-                                         (128, 64, 8, 3, True), (128, 64, 4, 2, True)]])
+    gpu=[_attention_config(*c) for c in [(128, 128, 8, 3), (128, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 3),
+                                         (128, 64, 8, 4), (128, 64, 8, 3, True), (128, 128, 8, 2, True),
+                                         (128, 64, 4, 2, True)]])
 
 
 def _attention_search(configs, named_args, **kwargs):
@@ -343,8 +358,10 @@ def _attention_search(configs, named_args, **kwargs):
     kept = []
     for config in configs:
         if config.kwargs["WARP_SPECIALIZE"]:
+            args = {**named_args, **constexprs, **config.all_kwargs()}
+            config.pre_hook(args)
             try:
-                attention_kernel.fn.warmup(**named_args, **constexprs, **config.all_kwargs(), grid=(1,))
+                attention_kernel.fn.warmup(**args, grid=(1,))
             except RuntimeError:    # e.g. "PassManager::run failed" in Triton 3.6's warp specialisation
                 continue
         kept.append(config)
@@ -352,44 +369,37 @@ def _attention_search(configs, named_args, **kwargs):
 
 
 @triton.autotune(configs=ATTENTION_CONFIGS, key=["n_ctx", "HEAD_DIM", "CAUSAL"],
-                 prune_configs_by={"early_config_prune": _attention_search})
+                 prune_configs_by={"early_config_prune": _attention_search}, do_bench=_graph_timed)
 @triton.jit
-def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, n_ctx, qk_scale, HEAD_DIM: tl.constexpr,
+def attention_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, n_ctx, qk_scale, HEAD_DIM: tl.constexpr,
                      CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      WARP_SPECIALIZE: tl.constexpr):
     """One program: BLOCK_M query rows of one (batch, head); out and lse (natural log) for those rows.
-    q, k, v, o: contiguous (B, H, N, D)."""
+    The descriptors see q, k, v, o as (B * H, N, D): a box never crosses from one head into the next."""
     if CAUSAL:    # the query blocks with the most key tiles first
         start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     else:
         start_m = tl.program_id(0) * BLOCK_M
-    head = tl.program_id(1).to(tl.int64) * n_ctx * HEAD_DIM      # where this (batch, head) starts
-    q_desc = tl.make_tensor_descriptor(q_ptr + head, shape=[n_ctx, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                       block_shape=[BLOCK_M, HEAD_DIM])
-    k_desc = tl.make_tensor_descriptor(k_ptr + head, shape=[n_ctx, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                       block_shape=[BLOCK_N, HEAD_DIM])
-    v_desc = tl.make_tensor_descriptor(v_ptr + head, shape=[n_ctx, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                       block_shape=[BLOCK_N, HEAD_DIM])
-    o_desc = tl.make_tensor_descriptor(o_ptr + head, shape=[n_ctx, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                       block_shape=[BLOCK_M, HEAD_DIM])
+    head = tl.program_id(1)
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = q_desc.load([start_m, 0])
+    q = q_desc.load([head, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     if CAUSAL:   # keys before the block: all visible; the block's own keys: the diagonal mask
-        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, start_m, n_ctx, qk_scale,
-                                BLOCK_N, "none", WARP_SPECIALIZE)
-        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, start_m, start_m + BLOCK_M,
-                                n_ctx, qk_scale, BLOCK_N, "causal", WARP_SPECIALIZE)
+        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, 0, start_m, n_ctx, qk_scale,
+                                BLOCK_N, HEAD_DIM, "none", WARP_SPECIALIZE)
+        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, start_m, start_m + BLOCK_M,
+                                n_ctx, qk_scale, BLOCK_N, HEAD_DIM, "causal", WARP_SPECIALIZE)
     else:        # whole key tiles: no mask; the last, partial one: hide the keys past n_ctx
         n_full = (n_ctx // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, n_full, n_ctx, qk_scale,
-                                BLOCK_N, "none", WARP_SPECIALIZE)
-        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, n_full, n_ctx, n_ctx, qk_scale,
-                                BLOCK_N, "keys", WARP_SPECIALIZE)
-    o_desc.store([start_m, 0], (acc / l_i[:, None]).to(o_desc.dtype))
-    lse_ptr += tl.program_id(1).to(tl.int64) * n_ctx
+        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, 0, n_full, n_ctx, qk_scale,
+                                BLOCK_N, HEAD_DIM, "none", WARP_SPECIALIZE)
+        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, n_full, n_ctx, n_ctx,
+                                qk_scale, BLOCK_N, HEAD_DIM, "keys", WARP_SPECIALIZE)
+    out = (acc / l_i[:, None]).to(o_desc.dtype)
+    o_desc.store([head, start_m, 0], out.reshape(1, BLOCK_M, HEAD_DIM))
+    lse_ptr += head.to(tl.int64) * n_ctx
     tl.store(lse_ptr + offs_m, (m_i + tl.log2(l_i)) * lesson06.LN2, mask=offs_m < n_ctx)
 
 
@@ -403,9 +413,145 @@ def attention(q, k, v, causal=False, sm_scale=None):
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    # (B * H, N, D) views; the box shapes are placeholders that each configuration's pre-hook sets
+    descs = [descriptor(t.view(B * H, N, D), [1, 16, D]) for t in (q, k, v, out)]
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
-    attention_kernel[grid](q, k, v, out, lse, N, sm_scale * lesson06.LOG2E.value, HEAD_DIM=D, CAUSAL=causal)
+    attention_kernel[grid](*descs, lse, N, sm_scale * lesson06.LOG2E.value, HEAD_DIM=D, CAUSAL=causal)
     return out, lse
+
+
+# ---------------------------------------------------------------- attention backward: dQ by atomics
+#
+# Lesson 06's backward runs two kernels that each recompute P: dK/dV (4 matmuls per tile: S, dV, dP,
+# dK) and dQ (3 more: S, dP, dQ), 7 in all. Here one program per key block does the first four and
+# also dQ's share, dS K, for the query block in hand, and adds it into a float32 dQ with atomic adds:
+# 5 matmuls per tile. Many programs add into the same rows of dQ; float32 keeps the sum's rounding
+# small, and a causal program begins at its own diagonal, so the programs seldom meet on a row.
+
+
+@triton.jit
+def _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n, lo, hi, n_ctx,
+                     qk_scale, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr):
+    """Query blocks lo, lo + BLOCK_M, ... < hi past one key block: dK, dV accumulate here, dQ in memory.
+    MASK: "none" (every query row exists and sees every key), "rows" (rows past n_ctx) or "causal"."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q = q_desc.load([head, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)    # rows past the end read 0
+        do = do_desc.load([head, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
+        if MASK == "none":
+            lse2 = tl.load(lse_ptr + offs_m) * lesson06.LOG2E
+            delta = tl.load(delta_ptr + offs_m)
+        else:   # lse = +inf past the end: those rows' P is 0 and they add nothing
+            lse2 = tl.load(lse_ptr + offs_m, mask=offs_m < n_ctx, other=float("inf")) * lesson06.LOG2E
+            delta = tl.load(delta_ptr + offs_m, mask=offs_m < n_ctx, other=0.0)
+        sT = tl.dot(k, q.T)                             # S^T: (BLOCK_N, BLOCK_M)
+        if MASK == "causal":
+            sT = tl.where(offs_m[None, :] >= offs_n[:, None], sT, -float("inf"))
+        pT = tl.exp2(sT * qk_scale - lse2[None, :])     # P^T, recomputed from the saved lse
+        dv = tl.dot(pT.to(do.dtype), do, dv)            # dV += P^T dO
+        dpT = tl.dot(v, do.T)                           # dP^T = V dO^T
+        dsT = (pT * (dpT - delta[None, :])).to(q.dtype)  # dS = P * (dP - delta)
+        dk = tl.dot(dsT, q, dk)                         # dK += dS^T Q
+        dq = tl.dot(dsT.T, k) * sm_scale                # these keys' share of dQ = dS K
+        dq_ptrs = dq_ptr + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+        if MASK == "none":
+            tl.atomic_add(dq_ptrs, dq, sem="relaxed")
+        else:
+            tl.atomic_add(dq_ptrs, dq, mask=offs_m[:, None] < n_ctx, sem="relaxed")
+    return dk, dv
+
+
+def _set_backward_boxes(args):
+    """Config pre-hook: Q and dO move in boxes of BLOCK_M rows, K, V, dK and dV in boxes of BLOCK_N."""
+    D = args["HEAD_DIM"]
+    args["q_desc"].block_shape = args["do_desc"].block_shape = [1, args["BLOCK_M"], D]
+    for name in ("k_desc", "v_desc", "dk_desc", "dv_desc"):
+        args[name].block_shape = [1, args["BLOCK_N"], D]
+
+
+def _backward_config(bm, bn, warps, stages):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages,
+                         pre_hook=_set_backward_boxes)
+
+
+# BLOCK_N keys per program, BLOCK_M queries per step; causal needs BLOCK_N a multiple of BLOCK_M.
+BACKWARD_CONFIGS = pick(
+    cpu=[_backward_config(16, 32, 4, 1)],
+    gpu=[_backward_config(*c) for c in [(64, 128, 8, 3), (64, 128, 8, 2), (64, 128, 8, 4), (64, 64, 4, 3),
+                                        (64, 64, 4, 4), (32, 64, 4, 3)]])
+
+
+@triton.autotune(configs=BACKWARD_CONFIGS, key=["n_ctx", "HEAD_DIM", "CAUSAL"], reset_to_zero=["dq_ptr"],
+                 prune_configs_by={"early_config_prune": lesson06.small_problems_one_config})
+@triton.jit
+def attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_ptr, lse_ptr, delta_ptr,
+                              n_ctx, qk_scale, sm_scale, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program: dK and dV for BLOCK_N keys of one (batch, head), and those keys' share of dQ, added
+    into dq (float32, zeroed, contiguous (B, H, N, D)). The descriptors see (B * H, N, D) tensors."""
+    start_n = tl.program_id(0) * BLOCK_N
+    head = tl.program_id(1)
+    dq_ptr += head.to(tl.int64) * n_ctx * HEAD_DIM
+    lse_ptr += head.to(tl.int64) * n_ctx
+    delta_ptr += head.to(tl.int64) * n_ctx
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = k_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # keys past the end read 0: they
+    v = v_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # add nothing to dQ
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    n_full = (n_ctx // BLOCK_M) * BLOCK_M    # query blocks below this have every row
+    lo = 0
+    if CAUSAL:   # queries before start_n see none of these keys; those on the diagonal see some
+        lo = start_n + BLOCK_N
+        dk, dv = _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n,
+                                  start_n, tl.minimum(lo, n_ctx), n_ctx, qk_scale, sm_scale, HEAD_DIM,
+                                  BLOCK_M, "causal")
+    dk, dv = _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n, lo,
+                              n_full, n_ctx, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, "none")
+    dk, dv = _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n,
+                              tl.maximum(lo, n_full), n_ctx, n_ctx, qk_scale, sm_scale, HEAD_DIM, BLOCK_M,
+                              "rows")
+    dk_desc.store([head, start_n, 0], (dk * sm_scale).to(dk_desc.dtype).reshape(1, BLOCK_N, HEAD_DIM))
+    dv_desc.store([head, start_n, 0], dv.to(dv_desc.dtype).reshape(1, BLOCK_N, HEAD_DIM))
+
+
+def attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None):
+    """dq, dk, dv of attention(q, k, v, causal) given dout: delta = rowsum(dO * O) by lesson 06's kernel,
+    then one kernel for all three gradients."""
+    B, H, N, D = q.shape
+    sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
+    delta = lesson06.backward_delta(out, dout)
+    dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    descs = [descriptor(t.view(B * H, N, D), [1, 16, D]) for t in (q, k, v, dout, dk, dv)]
+    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)  # noqa: E731
+    attention_backward_kernel[grid](*descs, dq, lse, delta, N, sm_scale * lesson06.LOG2E.value, sm_scale,
+                                    HEAD_DIM=D, CAUSAL=causal)
+    return dq.to(q.dtype), dk, dv
+
+
+class Attention(torch.autograd.Function):
+    """Lesson 10's forward and backward, for autograd (as lesson 06's FlashAttention)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        out, lse = attention(q, k, v, causal, sm_scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = attention_backward(q, k, v, out, lse, dout, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None
+
+
+def trainable_attention(q, k, v, causal=False, sm_scale=None):
+    """attention(q, k, v, causal)'s output, differentiable: loss.backward() runs attention_backward."""
+    return Attention.apply(q, k, v, causal, sm_scale)
 
 
 # ---------------------------------------------------------------- make bench (GPU)
@@ -452,6 +598,22 @@ def benchmarks():
                 yield Bench(group, N, bytes=4 * q.nbytes, flops=flops, label=f"B{B} N{N}", metric="TFLOP/s",
                             impls=impls)
                 del q, k, v
+
+    for D in (128, 64):
+        for B, N in ((16, 1024), (4, 4096), (1, 16384)):
+            q, k, v, dout = (torch.randn(B, 16, N, D, device="cuda", dtype=torch.float16) for _ in range(4))
+            q, k, v = (t.requires_grad_() for t in (q, k, v))
+            named = {"lesson 10: attention + attention_backward": trainable_attention,
+                     "lesson 06: attention": lesson06.attention, **sdpa}
+            impls = {}
+            for name, fn in named.items():
+                call = lambda fn=fn, q=q, k=k, v=v, dout=dout: lesson06._fwd_bwd(fn, q, k, v, dout, True)  # noqa: E731
+                if name.startswith("lesson") or lesson06._works(call):
+                    impls[name] = call
+            flops = int(3.5 * 4 * B * 16 * N * N * D // 2)   # forward 1x + backward 2.5x, causal halves both
+            yield Bench(f"hopper_attention_fwd_bwd_causal_d{D}", N, bytes=8 * q.nbytes, flops=flops,
+                        label=f"B{B} N{N}", metric="TFLOP/s", impls=impls)
+            del q, k, v, dout
 
     pair = lambda x, g, w: F.linear(F.rms_norm(x, (x.shape[1],), g, 1e-6), w)  # noqa: E731
     compiled_pair = torch.compile(pair, dynamic=False)
@@ -503,9 +665,8 @@ def _warp_specialize_survey():
     rows = []
     for D in (64, 128):
         for causal in (False, True):
-            q = torch.empty(1, 1, 1024, D, device="cuda", dtype=torch.float16)
-            args = dict(q_ptr=q, k_ptr=q, v_ptr=q, o_ptr=q, lse_ptr=q, n_ctx=1024, qk_scale=1.0, HEAD_DIM=D,
-                        CAUSAL=causal)
+            args = dict(_attention_descriptors(1, 1024, D), lse_ptr=torch.empty(1024, device="cuda"),
+                        n_ctx=1024, qk_scale=1.0, HEAD_DIM=D, CAUSAL=causal)
             for config in (c for c in ATTENTION_CONFIGS if c.kwargs["WARP_SPECIALIZE"]):
                 rows.append(_try_compile(attention_kernel, args, config, head_dim=D, causal=causal))
     a = torch.empty(1024, 1024, device="cuda", dtype=torch.float16)
@@ -514,12 +675,18 @@ def _warp_specialize_survey():
             args = dict(a_desc=descriptor(a, [16, 16]), b_desc=descriptor(a, [16, 16]),
                         c_desc=descriptor(a, [16, 16]), s_ptr=a, M=1024, N=1024, K=1024, B_NK=False,
                         HAS_SCALE=scale)
-            config.pre_hook({**args, **config.all_kwargs()})
             rows.append(_try_compile(matmul_kernel, args, config, head_dim=None, causal=None))
     return rows
 
 
+def _attention_descriptors(heads, n, d, names=("q_desc", "k_desc", "v_desc", "o_desc")):
+    """Descriptor arguments of an attention kernel, over fresh (heads, n, d) float16 tensors."""
+    return {name: descriptor(torch.empty(heads, n, d, device="cuda", dtype=torch.float16), [1, 16, d])
+            for name in names}
+
+
 def _try_compile(kernel, args, config, **what):
+    config.pre_hook({**args, **config.all_kwargs()})    # the descriptors' boxes for this configuration
     try:
         kernel.fn.warmup(**args, **config.all_kwargs(), grid=(1,))
         ok, error = True, ""
@@ -572,13 +739,25 @@ def record_artifacts(folder):
     compiled = {"matmul_kernel": (f"# matmul_kernel, {_describe_config(config)}, float16\n" +
                                   compiled_excerpt(matmul_kernel.fn[(SMS,)](**args, **config.all_kwargs()),
                                                    LOOK_FOR_HOPPER))}
-    q = torch.randn(1, 16, 4096, 128, device="cuda", dtype=torch.float16)
-    lse = torch.empty(1, 16, 4096, device="cuda")
     config = _attention_config(128, 64, 4, 2)
-    kernel = attention_kernel.fn[(32, 16)](q, q, q, torch.empty_like(q), lse, 4096, 0.1, HEAD_DIM=128,
-                                           CAUSAL=False, **config.all_kwargs())
+    args = dict(_attention_descriptors(16, 4096, 128), lse_ptr=torch.empty(16, 4096, device="cuda"),
+                n_ctx=4096, qk_scale=0.1, HEAD_DIM=128, CAUSAL=False)
+    config.pre_hook({**args, **config.all_kwargs()})
+    kernel = attention_kernel.fn[(32, 16)](**args, **config.all_kwargs())
     compiled["attention_kernel"] = (f"# attention_kernel, D=128, {_describe_config(config)}, float16\n" +
                                     compiled_excerpt(kernel, LOOK_FOR_HOPPER))
+    config = _backward_config(64, 128, 8, 3)
+    names = ("q_desc", "k_desc", "v_desc", "do_desc", "dk_desc", "dv_desc")
+    zeros = lambda *shape: torch.zeros(*shape, device="cuda")  # noqa: E731
+    args = dict(_attention_descriptors(16, 4096, 128, names), dq_ptr=zeros(16, 4096, 128),
+                lse_ptr=zeros(16, 4096), delta_ptr=zeros(16, 4096), n_ctx=4096, qk_scale=0.1, sm_scale=0.1,
+                HEAD_DIM=128, CAUSAL=True)
+    config.pre_hook({**args, **config.all_kwargs()})
+    kernel = attention_backward_kernel.fn[(32, 16)](**args, **config.all_kwargs())
+    compiled["attention_backward_kernel"] = (
+        f"# attention_backward_kernel, D=128, causal, {_describe_config(config)}, float16\n" +
+        compiled_excerpt(kernel, {"ptx": ("cp.async.bulk.tensor", "wgmma.mma_async", "atom.global",
+                                          "red.global")}))
     stability = []
     for timing in ("launched from Python", "CUDA graph replay"):
         for process in (1, 2, 3):

@@ -204,3 +204,67 @@ def test_the_exercise_cases_keep_rows_aligned_and_start_rows_with_minus_inf():
     headed = [case.args[0] for case in spec._softmax_cases() if "-inf" in case.label]
     assert headed and all(torch.isinf(x[:, : x.shape[1] // 2]).all() for x in headed)
     assert all(torch.isfinite(torch.softmax(x.double(), -1)).all() for x in headed)
+
+
+# ---------------------------------------------------------------- attention, forward and backward
+# Lengths that no tile divides (the last query and key blocks partial) and one that the tiles do.
+
+ATTENTION_CASES = [(False, 64, 32), (True, 64, 32), (False, 75, 16), (True, 75, 16)]   # causal, N, D
+
+
+def attention_inputs(N, D, dtype=torch.float16):
+    return [torch.randn(2, 2, N, D, device=DEVICE, dtype=dtype) for _ in range(4)]   # q, k, v, dout
+
+
+def autograd_reference(q, k, v, dout, causal):
+    """out and dq, dk, dv from PyTorch's attention in float64, through autograd."""
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
+    out.backward(dout.double())
+    return out.detach(), [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("causal, N, D", ATTENTION_CASES)
+def test_attention_forward_and_lse(causal, N, D):
+    q, k, v, _ = attention_inputs(N, D)
+    out, lse = lesson10.attention(q, k, v, causal=causal)
+    want, _ = autograd_reference(q, k, v, q, causal)
+    scores = (q.double() @ k.double().transpose(-1, -2)) * D**-0.5
+    if causal:
+        scores = scores.masked_fill(torch.ones(N, N, dtype=torch.bool, device=DEVICE).triu(1), -float("inf"))
+    assert out.dtype == q.dtype and out.shape == q.shape and lse.dtype == torch.float32
+    torch.testing.assert_close(out.double(), want, atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(lse.double(), torch.logsumexp(scores, -1), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("causal, N, D", ATTENTION_CASES)
+def test_attention_backward_matches_autograd(causal, N, D):
+    q, k, v, dout = attention_inputs(N, D)
+    out, lse = lesson10.attention(q, k, v, causal=causal)
+    grads = lesson10.attention_backward(q, k, v, out, lse, dout, causal=causal)
+    _, want = autograd_reference(q, k, v, dout, causal)
+    for name, got, ref in zip("qkv", grads, want):
+        assert got.dtype == q.dtype and got.shape == q.shape, name
+        torch.testing.assert_close(got.double(), ref, atol=5e-3, rtol=5e-3, msg=lambda m: f"d{name}: {m}")
+
+
+def test_trainable_attention_runs_the_backward_through_autograd():
+    q, k, v, dout = attention_inputs(48, 16)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    lesson10.trainable_attention(*leaves, causal=True).backward(dout)
+    _, want = autograd_reference(q, k, v, dout, True)
+    for t, ref in zip(leaves, want):
+        torch.testing.assert_close(t.grad.double(), ref, atol=5e-3, rtol=5e-3)
+
+
+def test_attention_backward_adds_dq_with_atomics_in_one_kernel():
+    """One launch computes all three gradients; dQ's shares arrive by atomic adds into float32."""
+    from helpers import interpreter
+
+    q, k, v, dout = attention_inputs(64, 16)
+    out, lse = lesson10.attention(q, k, v, causal=False)
+    with interpreter.record(touches=True) as rec:
+        lesson10.attention_backward(q, k, v, out, lse, dout)
+    launches = [launch for launch in rec.launches if launch.kernel == "attention_backward_kernel"]
+    assert len(launches) == 1, [launch.kernel for launch in rec.launches]
+    assert {kind for pid, name, kind, offs in launches[0].touches if name == "dq_ptr"} == {"store"}
