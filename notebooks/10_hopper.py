@@ -798,7 +798,7 @@ for group, by_gpu in attention_rows.items():
 # safeguards is a kernel of its own, beyond this course. Languages that expose warpgroups and
 # barriers directly (CUTLASS and CuTe in C++, or Triton's lower-level Gluon dialect) can express all
 # three.
-
+#
 # ## The backward pass: dQ added up by atomics
 #
 # Lesson 06's backward runs two kernels after the small `delta = rowsum(dO · O)` pass. The dK/dV

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from matmul_testing import MATMUL_TOL, assert_matches, randn
 
 from helpers import DEVICE, ON_GPU, pick
 from helpers.block import SMALL, block_input, block_weights, decoder_block
@@ -17,22 +18,7 @@ lesson09 = load_solution("09")
 DTYPES = [torch.float32, torch.float16]
 
 # Element-wise kernels compute in float32 and round once: check's table (about two units in the last
-# place of the output dtype, against a float64 reference). Matmuls too, on the CPU; on a GPU tl.dot
-# takes float32 operands as TF32 (a 10-bit mantissa, 2**-11 relative per operand), so float32
-# matmul outputs of order one are good to about 1e-3, and 1e-2 leaves room for the sums.
-MATMUL_TOL = {torch.float32: pick(cpu=TOLERANCES[torch.float32], gpu=(1e-2, 1e-2)),
-              torch.float16: TOLERANCES[torch.float16]}
-
-
-def randn(*shape, dtype=torch.float32, scale=1.0):
-    return (torch.randn(*shape, device=DEVICE) * scale).to(dtype)
-
-
-def assert_matches(got, want, tol, dtype):
-    """got (in `dtype`) against a float64 reference, within `tol[dtype]`."""
-    assert got.dtype == dtype and got.shape == want.shape, (got.dtype, got.shape, want.shape)
-    atol, rtol = tol[dtype]
-    torch.testing.assert_close(got.double(), want, atol=atol, rtol=rtol)
+# place of the output dtype, against a float64 reference). Matmuls: MATMUL_TOL (TF32 on a GPU).
 
 
 def double(*tensors):

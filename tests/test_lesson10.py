@@ -1,13 +1,14 @@
-"""Lesson 10: the TMA-fed and persistent matmuls and the long-row softmax match their references; the
-interpreter's meter tells bytes moved by tensor descriptors from bytes moved through pointers."""
+"""Lesson 10: the TMA-fed and persistent matmuls, the long-row softmax and the attention forward and
+backward match their references; the interpreter's meter tells bytes moved by tensor descriptors from
+bytes moved through pointers."""
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from matmul_testing import MATMUL_TOL, assert_matches, randn
 
-from helpers import DEVICE, ON_GPU, pick
-from helpers.check import TOLERANCES
+from helpers import DEVICE, ON_GPU
 from helpers.exercises.lesson05 import SOFTMAX_TOL
 from helpers.solutions import load_solution
 from helpers.traffic import triton_traffic
@@ -16,26 +17,10 @@ lesson10 = load_solution("10")
 
 DTYPES = [torch.float32, torch.float16]
 
-# The interpreter's tl.dot multiplies float32 exactly: check's float32 table on the CPU. On a GPU
-# tl.dot takes float32 operands as TF32 (2**-11 relative each): 1e-2 for outputs of order one.
-# float16 inputs: exact products, float32 sums, one rounding at the store (2**-12 relative).
-MATMUL_TOL = {torch.float32: pick(cpu=TOLERANCES[torch.float32], gpu=(1e-2, 1e-2)),
-              torch.float16: TOLERANCES[torch.float16]}
-
-
-def randn(*shape, dtype=torch.float32, scale=1.0):
-    return (torch.randn(*shape, device=DEVICE) * scale).to(dtype)
-
 
 def operands(M, K, N, dtype):
     """a (M, K) and b (K, N) scaled by 1 / sqrt(K): products of order one."""
     return randn(M, K, dtype=dtype), randn(K, N, dtype=dtype, scale=K**-0.5)
-
-
-def assert_matches(got, want, tol, dtype):
-    assert got.dtype == dtype and got.shape == want.shape, (got.dtype, got.shape, want.shape)
-    atol, rtol = tol[dtype]
-    torch.testing.assert_close(got.double(), want, atol=atol, rtol=rtol)
 
 
 # ---------------------------------------------------------------- tma_matmul and persistent_matmul

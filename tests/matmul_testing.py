@@ -1,0 +1,25 @@
+"""What the matmul tests of lessons 09 and 10 share: inputs on the device, and the comparison with a
+float64 reference within a tolerance per dtype."""
+
+import torch
+
+from helpers import DEVICE, pick
+from helpers.check import TOLERANCES
+
+# The interpreter's tl.dot multiplies float32 exactly: check's float32 table on the CPU. On a GPU
+# tl.dot takes float32 operands as TF32 (a 10-bit mantissa, 2**-11 relative per operand), so float32
+# matmul outputs of order one are good to about 1e-3, and 1e-2 leaves room for the sums. float16
+# inputs: exact products, float32 sums, one rounding at the store (2**-12 relative).
+MATMUL_TOL = {torch.float32: pick(cpu=TOLERANCES[torch.float32], gpu=(1e-2, 1e-2)),
+              torch.float16: TOLERANCES[torch.float16]}
+
+
+def randn(*shape, dtype=torch.float32, scale=1.0):
+    return (torch.randn(*shape, device=DEVICE) * scale).to(dtype)
+
+
+def assert_matches(got, want, tol, dtype):
+    """got (in `dtype`) against a float64 reference, within `tol[dtype]`."""
+    assert got.dtype == dtype and got.shape == want.shape, (got.dtype, got.shape, want.shape)
+    atol, rtol = tol[dtype]
+    torch.testing.assert_close(got.double(), want, atol=atol, rtol=rtol)
