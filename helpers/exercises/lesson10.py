@@ -91,6 +91,17 @@ def _operands(M, K, N, dtype, a_view=False):
     return a.to(dtype), b.to(dtype)
 
 
+def _long_k_case(*programs):
+    """float16, a long K, every product positive: the running sum climbs steadily to about 1, so a sum
+    kept in float16 rounds at every K step and the roundings pile up; one kept in float32 rounds once."""
+    M, K, N = _odd(17, 47), _aligned(2000, 2100, F16), _aligned(40, 72, F16)
+    a = torch.rand(M, K, device=DEVICE).to(F16)
+    b = (torch.rand(K, N, device=DEVICE) * (4 / K)).to(F16)
+    launch = f", programs={programs[0]}" if programs else ""
+    return Case(f"M={M} K={K} N={N} float16{launch} (a long K, every product positive: the running sum "
+                f"must be kept in float32)", (a, b, *programs))
+
+
 def _tma_cases():
     def sizes(k_range, n_range, dtype):
         return _aligned(*k_range, dtype), _aligned(*n_range, dtype)
@@ -108,7 +119,7 @@ def _tma_cases():
               "A is a column slice of a wider matrix: rows K + 16 values apart"),
              (M_big, *sizes((K_big, K_big + 60), (N_big, N_big + 60), dtype_big), dtype_big, False, "larger")]
     return [Case(f"M={M} K={K} N={N} {_name(dtype)} ({why})", _operands(M, K, N, dtype, view))
-            for M, K, N, dtype, view, why in specs]
+            for M, K, N, dtype, view, why in specs] + [_long_k_case()]
 
 
 # float32 on the CPU: the interpreter's tl.dot multiplies float32 exactly and sums in float32;
@@ -181,7 +192,7 @@ def _persistent_cases():
         N = n_range if isinstance(n_range, int) else _aligned(*n_range, dtype)
         cases.append(Case(f"M={M} K={K} N={N} {_name(dtype)}, programs={programs} ({why})",
                           (*_operands(M, K, N, dtype), programs)))
-    return cases
+    return cases + [_long_k_case(pick(3, 11))]
 
 
 def _each_tile_once(fn):

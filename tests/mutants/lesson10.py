@@ -85,6 +85,12 @@ WRONG = [
         "10", "tma_matmul", (TMA_GRID, TMA_GRID.replace("triton.cdiv(N, BN)", "N // BN")))),
     Wrong("tma_matmul", "C allocated in float32, whatever the inputs' dtype", edit(
         "10", "tma_matmul", (TMA_OUT, TMA_OUT.replace("dtype=a.dtype", "dtype=torch.float32")))),
+    Wrong("tma_matmul", "the running sum kept in C's dtype (float16 for float16 inputs)", edit(
+        "10", "tma_matmul", ("    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n    for k in range(0, K, BLOCK_K):\n"
+                             "        a = a_desc.load",
+                             "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=c_desc.dtype)\n    for k in range(0, K, BLOCK_K):\n"
+                             "        a = a_desc.load"),
+                            ("        acc = tl.dot(a, b, acc)", "        acc = tl.dot(a, b, acc, out_dtype=c_desc.dtype)"))),
 ]
 
 RIGHT = [
@@ -121,6 +127,11 @@ WRONG += [
                                           "    for tile in range(tl.program_id(0) * per, tl.program_id(0) * per + per):"))),
     Wrong("persistent_matmul", "the last group of tile rows taken as a full GROUP_M rows", edit(
         "10", "persistent_matmul", ("    rows = min(num_pid_m - first_m, GROUP_M)\n", "    rows = GROUP_M\n"))),
+    Wrong("persistent_matmul", "the running sum kept in C's dtype (float16 for float16 inputs)", edit(
+        "10", "persistent_matmul", (COORDS, COORDS.replace("dtype=tl.float32", "dtype=c_desc.dtype")),
+        ("acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc)",
+         "acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc, "
+         "out_dtype=c_desc.dtype)"))),
     Wrong("persistent_matmul", "C allocated in float32, whatever the inputs' dtype", edit(
         "10", "persistent_matmul", (PERSISTENT_OUT, PERSISTENT_OUT.replace("dtype=a.dtype", "dtype=torch.float32")))),
 ]
