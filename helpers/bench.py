@@ -7,7 +7,8 @@ timings mean nothing, so the lessons show what `make bench` recorded on a GPU:
 
 Each solutions module may define `benchmarks()`, yielding `Bench` items;
 `python -m helpers.bench` (what `make bench` runs) times them all in one run,
-checks every implementation against the first one before timing it, and writes
+checks every implementation against the first one, times them in turn over
+several rounds (keeping each one's median), and writes
 the figures of the GPU it ran on to `helpers/recorded/bench/<gpu>.json` (one file
 per GPU, every row naming its device, copy ceiling, date and versions; a partial
 run replaces only its own groups in its own GPU's file) plus one plot per group
@@ -22,6 +23,7 @@ import datetime
 import json
 import pathlib
 import re
+import statistics
 import sys
 from typing import Callable
 
@@ -52,12 +54,13 @@ class Bench:
                                     # Python (tens of µs, and jittery), for kernels of a few µs
 
 
-def measure(fn: Callable, warmup_ms=25, rep_ms=100, graph=False):
+def measure(fn: Callable, warmup_ms=25, rep_ms=100, graph=False, quantiles=None):
     """Median milliseconds of `fn()` on the GPU (do_bench: events, warm-up, L2 flushed).
 
     graph=True captures one call of `fn` in a CUDA graph and times the graph's replays instead: the
     same kernels, launched without Python. A kernel of ten microseconds then reads its own time, not
-    the time the CPU took to launch it, which varies from process to process."""
+    the time the CPU took to launch it, which varies from process to process.
+    quantiles: return those quantiles of the times instead of the median (as the autotuner asks)."""
     import triton.testing
 
     if graph:
@@ -67,6 +70,8 @@ def measure(fn: Callable, warmup_ms=25, rep_ms=100, graph=False):
         with torch.cuda.graph(captured):
             fn()
         fn = captured.replay
+    if quantiles is not None:
+        return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=quantiles)
     return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
 
 
@@ -125,9 +130,16 @@ def recorded_rows(group, device=None):
     return rows, where
 
 
+# A GPU's clock moves with its temperature and power draw: timed once each, one after another, the
+# implementations of a Bench would each meet a different clock, and at a few percent apart the
+# order would decide. So they are timed in turn, ROUNDS times over, and each keeps its median.
+ROUNDS = 3
+
+
 def time_bench(b, ceiling):
-    """Time each implementation of one Bench (after checking it agrees with the first); return rows."""
-    rows, first = [], None
+    """Check each implementation of one Bench against the first, then time them in turn, ROUNDS times
+    over; return one row per implementation with the median of its rounds."""
+    first = None
     for name, fn in b.impls.items():
         out = fn()
         out = out[0] if isinstance(out, (tuple, list)) else out
@@ -138,9 +150,15 @@ def time_bench(b, ceiling):
             if not err <= b.tol:
                 raise AssertionError(f"{b.group} {b.label or b.size}: {name} differs from "
                                      f"{next(iter(b.impls))} by {err:.2e} (relative)")
-        ms = measure(fn, graph=b.graph)
+    rounds = {name: [] for name in b.impls}
+    for _ in range(ROUNDS):
+        for name, fn in b.impls.items():
+            rounds[name].append(measure(fn, graph=b.graph))
+    rows = []
+    for name, times in rounds.items():
+        ms = statistics.median(times)
         rows.append({"group": b.group, "size": b.size, "label": b.label or str(b.size), "impl": name,
-                     "ms": ms, "gbps": gbps(b.bytes, ms), "tflops": tflops(b.flops, ms),
+                     "ms": ms, "rounds_ms": times, "gbps": gbps(b.bytes, ms), "tflops": tflops(b.flops, ms),
                      "metric": b.metric, "fraction_of_copy": gbps(b.bytes, ms) / ceiling,
                      "timing": "CUDA graph replay" if b.graph else "launched from Python"})
     return rows

@@ -496,8 +496,11 @@ if not recorded_devices():
 # next: the same code, a different kernel, a different speed. The lesson's solution does two things:
 #
 # 1. **Time each candidate as CUDA-graph replays.** The candidate's launch is captured once in a
-#    CUDA graph and the graph is replayed: the GPU runs the kernels back to back, and the timing is
-#    the GPU's alone (`do_bench_cudagraph`, given to the autotuner as its `do_bench`).
+#    CUDA graph and `do_bench` times replays of the graph: no Python launch in the timing, and the
+#    L2 cache flushed before each replay, exactly as `make bench` times the lesson's kernels
+#    (`helpers.bench.measure(..., graph=True)`, given to the autotuner as its `do_bench`). Triton's
+#    own `do_bench_cudagraph` replays the graph back to back instead, without a flush or a pause:
+#    the GPU then works flat out for the whole search, and its clock drifts as it warms up.
 # 2. **Prune the search per shape** before timing anything: a tile shape that leaves most SMs without
 #    a tile is not worth timing, so fewer, closer candidates are compared.
 
@@ -523,9 +526,11 @@ for n in (1024, 2048, 4096, 8192):
     print(f"{f'{n}^2':>8}" + "".join(f"{triton.cdiv(n, bm) * triton.cdiv(n, bn):9}" for bm, bn in shapes))
 
 # %% [markdown]
-# Did it work? `make bench` ran the autotuner in three fresh processes, once with candidates
-# launched from Python (the default) and once as graph replays, and recorded each process's choice
-# and the speed of what it chose (that final speed timed the same way for both, as graph replays):
+# Did it work? `make bench` ran the autotuner in three fresh processes for each of three ways of
+# timing the candidates: launched from Python (the default), graph replays back to back
+# (`do_bench_cudagraph`), and graph replays with the L2 flushed before each (the lesson's). It
+# recorded each process's choice and the speed of what it chose (that final speed timed the same
+# way every time, the lesson's way):
 
 # %%
 if not hopper:
@@ -549,11 +554,13 @@ for gpu, record in hopper.items():
                 print(f"      process {r['process']}: {r['config']}")
 
 # %% [markdown]
-# Read each shape's two lines together: how many different configurations three processes chose
+# Read each shape's lines together: how many different configurations three processes chose
 # with each kind of timing, and the range of speeds that followed. A choice that changes between
-# processes with the same code is noise, not tuning; the graph-replay line is the one every timing
-# in this lesson relies on. (`make bench` times the lesson's matmuls as graph replays too,
-# `Bench(..., graph=True)`, for the same reason.)
+# processes with the same code is noise, not tuning; the last line ("L2 flushed") is how the
+# lesson's autotuner times, and how `make bench` times the lesson's matmuls (`Bench(...,
+# graph=True)`), for the same reason. `make bench` also times the implementations of each row in
+# turn, three rounds over, and keeps each one's median, so that a clock drifting during the run
+# does not favour whichever implementation ran first.
 #
 # ## The fast matmul
 #
@@ -946,7 +953,8 @@ for chip_name in ("H100 SXM", "H200"):
 # %% [markdown]
 # The share grows as N shrinks (the matmul does less work per row of x): at wide N the passes over x
 # are small next to the matmul and the implementations differ mostly by their matmuls; at narrow N
-# the saved pass matters more. On a GPU now, or as recorded:
+# the saved pass matters more. On a GPU now, or as recorded (every implementation timed as CUDA-graph
+# replays: the GPU's time, without the host's work of building descriptors and launching):
 
 # %%
 rmsnorm_rows = timed(course, "hopper_rmsnorm_linear_bf16")
