@@ -500,7 +500,7 @@ if not recorded_devices():
 #    L2 cache flushed before each replay, exactly as `make bench` times the lesson's kernels
 #    (`helpers.bench.measure(..., graph=True)`, given to the autotuner as its `do_bench`). Triton's
 #    own `do_bench_cudagraph` replays the graph back to back instead, without a flush or a pause:
-#    the GPU then works flat out for the whole search, and its clock drifts as it warms up.
+#    a different measurement from the one the lesson's figures come from.
 # 2. **Prune the search per shape** before timing anything: a tile shape that leaves most SMs without
 #    a tile is not worth timing, so fewer, closer candidates are compared.
 
@@ -556,11 +556,17 @@ for gpu, record in hopper.items():
 # %% [markdown]
 # Read each shape's lines together: how many different configurations three processes chose
 # with each kind of timing, and the range of speeds that followed. A choice that changes between
-# processes with the same code is noise, not tuning; the last line ("L2 flushed") is how the
-# lesson's autotuner times, and how `make bench` times the lesson's matmuls (`Bench(...,
-# graph=True)`), for the same reason. `make bench` also times the implementations of each row in
-# turn, three rounds over, and keeps each one's median, so that a clock drifting during the run
-# does not favour whichever implementation ran first.
+# processes with the same code is noise, not tuning; it costs little only where the configurations
+# chosen are about equally fast. The last line ("L2 flushed") is how the lesson's autotuner times,
+# and how `make bench` times the lesson's matmuls (`Bench(..., graph=True)`): the autotuner then
+# ranks candidates by the measurement the lesson reports.
+#
+# Look also at a shape where all three processes chose the same configuration: its speeds still
+# differ from process to process. That spread belongs to a single timing of a compute-bound kernel
+# (the GPU's clock follows its temperature and power draw), and it is as large as the gaps the
+# lesson is chasing. So `make bench` times the implementations of each row in turn, three rounds
+# over, and keeps each one's median: a clock that drifts during the run then does not favour
+# whichever implementation ran first.
 #
 # ## The fast matmul
 #
