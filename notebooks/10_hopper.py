@@ -737,7 +737,8 @@ for causal in (False, True):
 # %% [markdown]
 # The benchmark: 16 heads, `B · N = 16,384` tokens, float16, head dimensions 128 and 64, full and
 # causal, against cuDNN's fused attention and FlashAttention-2 (both through PyTorch's SDPA) and
-# lesson 06's kernel. On a GPU now, or as recorded:
+# lesson 06's kernel, every one timed as CUDA-graph replays (the GPU's time: building descriptors
+# and launching from Python stay out of it, as in the matmul tables). On a GPU now, or as recorded:
 
 # %%
 attention_groups = ["hopper_attention_fwd_d128", "hopper_attention_fwd_causal_d128",
@@ -854,7 +855,8 @@ for causal in (False, True):
 # %% [markdown]
 # `course.trainable_attention` wraps the forward and this backward in a `torch.autograd.Function`,
 # as lesson 06's `attention` did. The benchmark times forward and backward together, causal, against
-# cuDNN, FlashAttention-2 and lesson 06's two-kernel backward (behind lesson 06's forward):
+# cuDNN, FlashAttention-2 and lesson 06's two-kernel backward (behind lesson 06's forward), each
+# forward and backward captured together in one CUDA graph and timed as its replays:
 
 # %%
 training_groups = ["hopper_attention_fwd_bwd_causal_d128", "hopper_attention_fwd_bwd_causal_d64"]

@@ -596,8 +596,10 @@ def benchmarks():
                     if lesson06._works(call):
                         impls[name] = call
                 flops = 4 * B * 16 * N * N * D // (2 if causal else 1)
+                # Graph replays, as for the matmul: the GPU's time, without the host's work (descriptors,
+                # autotuner dispatch, and for the backward autograd), which varied between runs.
                 yield Bench(group, N, bytes=4 * q.nbytes, flops=flops, label=f"B{B} N{N}", metric="TFLOP/s",
-                            impls=impls)
+                            impls=impls, graph=True)
                 del q, k, v
 
     for D in (128, 64):
@@ -613,7 +615,7 @@ def benchmarks():
                     impls[name] = call
             flops = int(3.5 * 4 * B * 16 * N * N * D // 2)   # forward 1x + backward 2.5x, causal halves both
             yield Bench(f"hopper_attention_fwd_bwd_causal_d{D}", N, bytes=8 * q.nbytes, flops=flops,
-                        label=f"B{B} N{N}", metric="TFLOP/s", impls=impls)
+                        label=f"B{B} N{N}", metric="TFLOP/s", impls=impls, graph=True)
             del q, k, v, dout
 
     pair = lambda x, g, w: F.linear(F.rms_norm(x, (x.shape[1],), g, 1e-6), w)  # noqa: E731
