@@ -50,3 +50,43 @@ def test_without_a_gpu_compare_shows_every_recorded_gpu(folder, monkeypatch, cap
     out = capsys.readouterr().out
     assert "recorded on NVIDIA H100 80GB HBM3" in out and "recorded on NVIDIA H200" in out
     assert rows[0]["device"] == "NVIDIA H200"
+
+
+def _fake_timer(monkeypatch, times):
+    """Replace measure(): each call returns the next of `times[name of the function timed]`; return the
+    list of names in the order they were timed."""
+    order = []
+
+    def measure(fn, graph=False):
+        name = fn.__name__
+        order.append(name)
+        return times[name].pop(0)
+    monkeypatch.setattr(bench, "measure", measure)
+    return order
+
+
+def _impls(value):
+    def fast():
+        return value
+
+    def slow():
+        return value
+    return {"fast": fast, "slow": slow}
+
+
+def test_implementations_are_timed_in_turn_and_keep_their_median(monkeypatch):
+    order = _fake_timer(monkeypatch, {"fast": [1.0, 9.0, 2.0], "slow": [3.0, 4.0, 50.0]})
+    b = bench.Bench("g", 1, bytes=1000, flops=1, impls=_impls(bench.torch.ones(4)))
+    rows = bench.time_bench(b, ceiling=1.0)
+    assert order == ["fast", "slow"] * bench.ROUNDS            # in turn, not one implementation at a time
+    assert {r["impl"]: r["ms"] for r in rows} == {"fast": 2.0, "slow": 4.0}   # medians: one outlier each
+    assert rows[0]["rounds_ms"] == [1.0, 9.0, 2.0]
+
+
+def test_an_implementation_that_disagrees_is_refused_before_any_timing(monkeypatch):
+    order = _fake_timer(monkeypatch, {"fast": [1.0] * 3, "slow": [1.0] * 3})
+    impls = _impls(bench.torch.ones(4))
+    impls["slow"] = lambda: bench.torch.zeros(4)
+    with pytest.raises(AssertionError, match="differs from fast"):
+        bench.time_bench(bench.Bench("g", 1, bytes=1, flops=1, impls=impls), ceiling=1.0)
+    assert order == []
