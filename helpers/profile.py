@@ -172,8 +172,10 @@ def record_block(folder, variant, cfg, batch, seq, attention, dtype=torch.float1
 
 NCU_SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats",
                 "ComputeWorkloadAnalysis")
-# The metrics lesson 08 reads. The sections above do not collect the DRAM byte counts: asked for apart.
-NCU_EXTRA = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum")
+# The metrics lessons 08 and 10 read. The sections above do not collect these byte counts: asked for apart.
+# lts__t_sectors_op_*: what L2 did for atomic adds, per 32-byte sector (lesson 10's attention backward).
+NCU_EXTRA = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
+             "lts__t_sectors_op_atom.sum", "lts__t_sectors_op_red.sum")
 NCU_METRICS = (
     "gpu__time_duration.sum", *NCU_EXTRA,
     "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",     # DRAM: % of its peak
@@ -191,39 +193,68 @@ NCU_STALLS = ("smsp__average_warps_issue_stalled_", "_per_issue_active.ratio")  
 
 
 def record_ncu(folder):
-    """Nsight Compute over `python -m helpers.profile --ncu-run`: ncu.json and ncu_details.csv."""
+    """Lesson 08's kernels under Nsight Compute: folder/ncu.json and folder/ncu_details.csv."""
+    record, details = ncu_profile("08", folder)
+    if details:
+        (folder / "ncu_details.csv").write_text(details)
+    (folder / "ncu.json").write_text(json.dumps(record, indent=1))
+    print(record.get("error") or f"ncu: {len(record['kernels'])} kernels profiled", flush=True)
+
+
+def ncu_profile(lesson, folder):
+    """Nsight Compute over `python -m helpers.profile --ncu-run LESSON` (the targets of that lesson's
+    `ncu_targets()`), run in folder: (record, the details page as CSV text). The record holds the
+    metrics of every profiled launch, named after the target that made it, and the command; or an
+    "error" where ncu is missing or failed."""
+    import shutil
+
     from helpers.solutions import load_solution
 
-    targets = load_solution("08").ncu_targets()
+    if shutil.which("ncu") is None:
+        return {**stamp(), "error": "ncu (Nsight Compute) is not on the PATH"}, ""
+    targets = load_solution(lesson).ncu_targets()
+    patterns = [t["kernel"] for t in targets.values() if "kernel" in t]
+    only = f"-k regex:{'|'.join(patterns)} " if patterns else ""    # the targets' kernels, no others
     report = folder / "ncu_report"
     sections = " ".join(f"--section {s}" for s in NCU_SECTIONS)
-    command = (f"ncu --profile-from-start off --clock-control none {sections} "
+    command = (f"ncu --profile-from-start off --clock-control none {only}{sections} "
                f"--metrics {','.join(NCU_EXTRA)} -o {report.name} -f "
-               f"{sys.executable} -m helpers.profile --ncu-run")
+               f"{sys.executable} -m helpers.profile --ncu-run {lesson}")
     print("$", command, flush=True)
     run = subprocess.run(command.split(), cwd=folder, capture_output=True, text=True, env=_env())
-    log = run.stdout[-4000:] + run.stderr[-4000:]
     rep = folder / (report.name + ".ncu-rep")
     if run.returncode != 0 or not rep.exists():
-        (folder / "ncu.json").write_text(json.dumps({**stamp(), "command": command, "error": log}, indent=1))
+        log = run.stdout[-4000:] + run.stderr[-4000:]
         print("ncu failed:\n" + log, flush=True)
-        return
+        return {**stamp(), "command": command, "error": log}, ""
     read = ["ncu", "--import", str(rep), "--csv", "--print-units", "base", "--page"]   # base: ns, bytes
     raw = subprocess.run(read + ["raw"], capture_output=True, text=True, check=True).stdout
     details = subprocess.run(read + ["details"], capture_output=True, text=True, check=True).stdout
     rep.unlink()
-    (folder / "ncu_details.csv").write_text(details)
     kernels, units = _ncu_raw_rows(raw)
-    names = list(targets)
-    for i, k in enumerate(kernels):          # one profiled launch per target, in order
+    _name_launches(kernels, targets)
+    version = subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    return {**stamp(), "ncu": version[-1] if version else "?", "command": command, "units": units,
+            "kernels": kernels}, details
+
+
+def _name_launches(kernels, targets):
+    """Give each profiled launch (in launch order) the target that made it, and what the target counted.
+    A target with a `kernel` pattern made the consecutive launches whose names match it; a target
+    without one made exactly one launch."""
+    import re
+
+    names, i, taken = list(targets), 0, 0
+    for k in kernels:
+        while i < len(names):
+            pattern = targets[names[i]].get("kernel")
+            if (re.search(pattern, k["Kernel Name"]) if pattern else taken == 0):
+                break
+            i, taken = i + 1, 0
         k["target"] = names[i] if i < len(names) else None
         if k["target"]:
+            taken += 1
             k["counted"] = {key: targets[k["target"]][key] for key in ("bytes", "flops", "what")}
-    version = subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-    record = {**stamp(), "ncu": version[-1] if version else "?", "command": command, "units": units,
-              "kernels": kernels}
-    (folder / "ncu.json").write_text(json.dumps(record, indent=1))
-    print(f"ncu: {len(kernels)} kernels profiled", flush=True)
 
 
 def _ncu_raw_rows(csv_text):
@@ -251,13 +282,13 @@ def _ncu_raw_rows(csv_text):
     return out, {names[i]: units[i] for i in keep if units[i]}
 
 
-def ncu_run():
-    """Inside ncu: warm every target up (autotuning, compiling), then launch each once while the
-    profiler is on, in order."""
+def ncu_run(lesson):
+    """Inside ncu: warm every target of the lesson up (autotuning, compiling), then launch each once
+    while the profiler is on, in order."""
     import helpers  # noqa: F401  (the GPU, before triton)
     from helpers.solutions import load_solution
 
-    targets = load_solution("08").ncu_targets()
+    targets = load_solution(lesson).ncu_targets()
     for t in targets.values():
         for _ in range(3):
             t["run"]()
@@ -324,11 +355,11 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(description="Record the profiles lesson 08 shows (GPU only).")
     parser.add_argument("--only", help="comma-separated parts: block, ncu, proton, loop")
-    parser.add_argument("--ncu-run", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ncu-run", metavar="LESSON", help=argparse.SUPPRESS)
     parser.add_argument("--proton-run", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ncu_run:
-        ncu_run()
+        ncu_run(args.ncu_run)
         return 0
     if args.proton_run:
         proton_run(args.proton_run)

@@ -813,6 +813,53 @@ for group, by_gpu in attention_rows.items():
 # barriers directly (CUTLASS and CuTe in C++, or Triton's lower-level Gluon dialect) can express all
 # three.
 #
+# ### What the profiler sees
+#
+# `make bench` also runs the lesson's kernels and the ones they are measured against under Nsight
+# Compute (lesson 08's `ncu`, with `course.ncu_targets()` as its list), and records a few of its
+# figures. For the attention forward, causal, D = 128, N = 2,048, one of the shapes where the lesson's
+# kernel trails cuDNN most: its time, how the kernel was launched (programs, threads per program,
+# registers per thread), the share of cycles the tensor cores were busy, and the bytes that went
+# through L2:
+
+# %%
+def profiled(targets, columns):
+    """Per GPU, the recorded Nsight Compute figures of some of `course.ncu_targets()`: columns is
+    {heading: fn(metrics of one kernel) -> number}."""
+    if not hopper:
+        print("No profiles recorded yet: `make bench` on a Hopper GPU with Nsight Compute records them.")
+    for gpu, record in hopper.items():
+        ncu = record.get("ncu", {})
+        if "kernels" not in ncu:
+            print(f"{gpu}: no profile ({ncu.get('error', 'not recorded')[:100]})")
+            continue
+        version = ncu["ncu"].split()[1]         # "Version 2025.3.1.0 (build ...)"
+        print(f"{gpu} ({record['date']}, Nsight Compute {version}, triton {record['triton']})")
+        print(f"  {'':34}" + "".join(f"{heading:>15}" for heading in columns))
+        for k in ncu["kernels"]:
+            if k["target"] in targets:
+                cells = [fn(k) for fn in columns.values()]
+                print(f"  {k['target']:34}" + "".join(f"{v:15,.0f}" if v == int(v) or abs(v) >= 100
+                                                      else f"{v:15.2f}" for v in cells))
+
+
+LAUNCH = {"time us": lambda k: k["gpu__time_duration.sum"] / 1e3,       # ncu's time unit: nanoseconds
+          "programs": lambda k: k["launch__grid_size"],
+          "threads": lambda k: k["launch__block_size"],
+          "registers": lambda k: k["launch__registers_per_thread"],
+          "tensor %": lambda k: k["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]}
+profiled(["attention forward (10)", "cuDNN forward"],
+         {**LAUNCH, "L2 GB": lambda k: k["lts__t_bytes.sum"] / 1e9})
+
+# %% [markdown]
+# Two different designs. cuDNN launches one program per SM (the programs column is the SM count)
+# of 384 threads: three warpgroups, the arrangement FlashAttention-3 describes, one warpgroup issuing
+# the TMA copies and two computing in turns, each program walking many query blocks. The lesson's
+# kernel launches one program per query block. The tensor-core column is the gap in one number:
+# cuDNN keeps its tensor cores busy a larger share of the time, because while one of its warpgroups
+# computes exponentials the other's matrix multiplies run. The lesson's tensor cores wait through
+# every tile's softmax.
+#
 # ## The backward pass: dQ added up by atomics
 #
 # Lesson 06's backward runs two kernels after the small `delta = rowsum(dO · O)` pass. The dK/dV
@@ -892,13 +939,43 @@ for gpu, rows in training_rows["hopper_attention_fwd_bwd_causal_d128"].items():
 # Every step's atomic adds are as many bytes as its loads, and each one is a read, an add and a write
 # inside L2, where many programs' adds to the same rows queue up. The two-kernel version spends two
 # extra matrix multiplies and writes each dQ tile once. On Hopper, whose tensor cores are fast
-# compared with its L2, the trade comes out about even. There is a second cost: one program now
-# holds dK, dV and the scores of a step at once, and the compiled code of the backward (recorded
-# above) shows its registers at the limit and some spilled to memory, and its adds as
-# `atom.global...add.v4.f32` instructions, four float32 adds each, issued by the very threads that
-# run the matrix multiplies. FlashAttention-3 keeps the atomics and takes them off the critical
-# path: a separate warp issues them through TMA while the others compute, which is the kind of
-# warp-level scheduling this Triton does not let a kernel spell out.
+# compared with its L2, the trade comes out about even against lesson 06.
+#
+# Against cuDNN the question is different, and the profiler answers it. The backward alone, causal,
+# B = 4, N = 4,096, D = 128, beside cuDNN's backward kernel on the same tensors; the last two columns
+# are the 32-byte sectors that L2 updated by atomic adds, and the requests that went to spilled
+# registers:
+
+# %%
+profiled(["attention backward (10)", "cuDNN backward"],
+         {**LAUNCH,
+          "L2 adds M": lambda k: (k["lts__t_sectors_op_red.sum"] + k["lts__t_sectors_op_atom.sum"]) / 1e6,
+          "spills k": lambda k: k["derived__local_spilling_requests"] / 1e3})
+for gpu, record in hopper.items():
+    found = {k["target"]: k for k in record.get("ncu", {}).get("kernels", [])}
+    if {"attention backward (10)", "cuDNN backward"} <= found.keys():
+        adds = [found[name]["lts__t_sectors_op_red.sum"] + found[name]["lts__t_sectors_op_atom.sum"]
+                for name in ("attention backward (10)", "cuDNN backward")]
+        print(f"{gpu}: L2 atomic sectors, the lesson's kernel over cuDNN's: {adds[0] / adds[1]:.3f}")
+        for name in ("attention backward (10)", "cuDNN backward"):
+            k = found[name]
+            held = k["launch__block_size"] * k["launch__registers_per_thread"]
+            print(f"  {name}: {held:,.0f} registers per program, of the SM's 65,536")
+
+# %% [markdown]
+# cuDNN adds dQ into L2 with atomics too, and as many of them: the atomic traffic is not what
+# separates the two kernels. Nor are the registers: each kernel's program takes nearly all of its
+# SM's register file, and both spill some. What separates them is how the work is arranged. cuDNN's
+# backward runs one program per SM for the whole kernel, with three warpgroups, as its forward does,
+# so that copies, matrix multiplies and the elementwise work between them overlap across
+# warpgroups; its tensor cores are busy a clearly larger share of the time. In the lesson's kernel a
+# program's warps do everything in turn: five matrix multiplies per step, the exponentials and the
+# atomic adds between them, and the tensor cores wait while the rest runs.
+# FlashAttention-3 goes further and hands the adds to a warp of their own, which issues them through
+# TMA (`cp.reduce.async.bulk`) while the others compute. Triton has the TMA half
+# (`desc.atomic_add(offsets, tile)` on a tensor descriptor), but not the half that decides which warps
+# do what and when, and the interpreter does not run descriptor atomics, so the lesson keeps
+# `tl.atomic_add`.
 #
 # ## RMSNorm + linear, done right
 #
@@ -1133,12 +1210,56 @@ if not any(softmax_rows.values()):
 # read each row at least twice too; where one of them beats the lesson's kernel, ask lesson 08's
 # question: which bytes did it avoid, and how?
 #
+# Nsight Compute counts those bytes. Rows of 262,144 float32 values, the lesson's kernel beside
+# `torch.compile`'s; `read / input` is the bytes read from DRAM over the input's size (1 would be a
+# single read), `write / input` the same for the writes, `DRAM %` how busy the memory was against
+# its peak:
+
+# %%
+def input_bytes(k):
+    return k["counted"]["bytes"] / 2        # the record counts one read and one write of the input
+
+
+MEMORY = {"time us": LAUNCH["time us"],
+          "read / input": lambda k: k["dram__bytes_read.sum"] / input_bytes(k),
+          "write / input": lambda k: k["dram__bytes_write.sum"] / input_bytes(k),
+          "DRAM %": lambda k: k["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"]}
+profiled(["long softmax (10)", "torch.compile softmax, long rows"], MEMORY)
+
+# %% [markdown]
+# Both read the input from memory nearly twice: L2 kept only a few percent of each row until pass 2,
+# as the share arithmetic predicted, and memory was about as busy as it gets (a copy does not reach
+# 100% either). That is the two-read ceiling, measured: with rows this long, a two-pass softmax can
+# only pass it by dropping the second read.
+#
 # The ceiling itself moves only if the second read goes. Two ways: keep the row on chip between the
 # passes (a Hopper *thread block cluster* lets several SMs, up to 8 in general and 16 on request,
 # read each other's shared memory: enough for rows of hundreds of thousands of values, split across
 # the cluster), or give up on a separate normalising pass (when the softmax feeds a matrix multiply,
 # as in attention, the normalisation can be applied afterwards to the smaller result:
 # FlashAttention's trick).
+#
+# ### The rows that fit: lesson 05 against the compiler
+#
+# Lesson 05's row softmax and RMSNorm, one row per program, ended within about a percent of
+# `torch.compile`'s kernels, ahead at some shapes and behind at others (lesson 05 prints the ratios).
+# The profile of two of those shapes, a softmax over rows of 4,096 float32 values and an RMSNorm over
+# rows of 8,192 bfloat16 values, each kernel beside Inductor's:
+
+# %%
+profiled(["row softmax (05)", "torch.compile softmax, rows", "RMSNorm (05)", "torch.compile RMSNorm"],
+         {**MEMORY, "threads": LAUNCH["threads"], "registers": LAUNCH["registers"]})
+
+# %% [markdown]
+# Every kernel here reads its input once and writes its output once (the writes read a little under 1:
+# the last lines written still sit in L2 when ncu stops counting, as lesson 08 found): none moves a
+# byte more than it must. With the bytes
+# equal, the time is the DRAM column alone, and where the two kernels differ, the faster one kept
+# memory busier. There is no byte left to save, and what remains (how evenly the programs' loads keep
+# every memory channel busy, which shifts from GPU to GPU, as the two GPUs' tables show) is not a
+# choice the kernel's algorithm makes. That is why "ahead of the compiler at every shape" is not a
+# goal a better algorithm can reach for these two: both kernels already do all the algorithm needs
+# and nothing more.
 #
 # ## Takeaways
 #
@@ -1158,8 +1279,9 @@ if not any(softmax_rows.values()):
 #   cuDNN's attention is scheduling that plain Triton does not express (two warpgroups taking turns,
 #   softmax hidden under the matmuls) and FP8.
 # - The attention backward can drop two of its seven matrix multiplies per tile by adding dQ's
-#   shares with float32 atomics; the atomic traffic into L2 takes back most of what that saves unless
-#   something else issues it while the tensor cores work.
+#   shares with float32 atomics; against lesson 06's two kernels that comes out about even. cuDNN
+#   makes as many atomic adds: what it has beyond the lesson's kernel is warpgroups that overlap their
+#   work, and registers to spare.
 # - RMSNorm + linear for inference: γ folded into W once, 1/rms once per row, the row scale in the
 #   epilogue of a fast matmul; it still reads x twice.
 # - A two-pass softmax moves three bytes for every two it needs: at most two thirds of the copy

@@ -377,6 +377,8 @@ def attention_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, n_ctx, qk_scale, H
                      WARP_SPECIALIZE: tl.constexpr):
     """One program: BLOCK_M query rows of one (batch, head); out and lse (natural log) for those rows.
     The descriptors see q, k, v, o as (B * H, N, D): a box never crosses from one head into the next."""
+    # Causal: the masked key tiles must end where the query block ends (64 rows, 128 keys would not).
+    tl.static_assert(not CAUSAL or BLOCK_M % BLOCK_N == 0, "causal: BLOCK_M must be a multiple of BLOCK_N")
     if CAUSAL:    # the query blocks with the most key tiles first
         start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     else:
@@ -479,8 +481,8 @@ def _backward_config(bm, bn, warps, stages):
 # BLOCK_N keys per program, BLOCK_M queries per step; causal needs BLOCK_N a multiple of BLOCK_M.
 BACKWARD_CONFIGS = pick(
     cpu=[_backward_config(16, 32, 4, 1)],
-    gpu=[_backward_config(*c) for c in [(64, 128, 8, 3), (64, 128, 8, 2), (64, 128, 8, 4), (64, 64, 4, 3),
-                                        (64, 64, 4, 4), (32, 64, 4, 3)]])
+    gpu=[_backward_config(*c) for c in [(64, 128, 8, 3), (64, 128, 8, 2), (64, 128, 8, 4), (32, 128, 8, 3),
+                                        (64, 64, 4, 3), (64, 64, 4, 4), (32, 64, 4, 3)]])
 
 
 @triton.autotune(configs=BACKWARD_CONFIGS, key=["n_ctx", "HEAD_DIM", "CAUSAL"], reset_to_zero=["dq_ptr"],
@@ -491,6 +493,7 @@ def attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One program: dK and dV for BLOCK_N keys of one (batch, head), and those keys' share of dQ, added
     into dq (float32, zeroed, contiguous (B, H, N, D)). The descriptors see (B * H, N, D) tensors."""
+    tl.static_assert(not CAUSAL or BLOCK_N % BLOCK_M == 0, "causal: BLOCK_N must be a multiple of BLOCK_M")
     start_n = tl.program_id(0) * BLOCK_N
     head = tl.program_id(1)
     dq_ptr += head.to(tl.int64) * n_ctx * HEAD_DIM
@@ -732,12 +735,65 @@ def _stability_probe(timing):
     print(json.dumps(rows))
 
 
+def ncu_targets():
+    """name -> {run, kernel, bytes, flops, what}: the kernels of the goals this lesson misses, each beside
+    the kernel it is measured against, for Nsight Compute (record_artifacts). `kernel` is a pattern of
+    the profiled kernel's name; `bytes` and `flops` are the least the operation moves and does."""
+    from torch.nn.attention import SDPBackend
+
+    fp16 = dict(device="cuda", dtype=torch.float16)
+    cudnn = lesson06._sdpa(SDPBackend.CUDNN_ATTENTION)
+    compiled_softmax = torch.compile(lesson05.softmax_naive, dynamic=False)
+    compiled_rms = torch.compile(lesson05.rms_norm_naive, dynamic=False)
+    targets = {}
+
+    def pair(name, ours, kernel, theirs_name, theirs, theirs_kernel, **counted):
+        targets[name] = {"run": ours, "kernel": kernel, **counted}
+        targets[theirs_name] = {"run": theirs, "kernel": theirs_kernel, **counted}
+
+    B, H, N, D = 8, 16, 2048, 128
+    q, k, v = (torch.randn(B, H, N, D, **fp16) for _ in range(3))
+    pair("attention forward (10)", lambda: attention(q, k, v, True), "attention_kernel",
+         "cuDNN forward", lambda: cudnn(q, k, v, True), "cudnn",
+         bytes=4 * q.nbytes, flops=2 * B * H * N * N * D, what=f"B{B} H{H} N{N} D{D} causal")
+
+    B, N = 4, 4096
+    q2, k2, v2, dout = (torch.randn(B, H, N, D, **fp16) for _ in range(4))
+    out, lse = attention(q2, k2, v2, True)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q2, k2, v2))
+    out_cudnn = cudnn(qg, kg, vg, True)                  # the forward once: only the backward is profiled
+    cudnn_backward = lambda: torch.autograd.grad(out_cudnn, (qg, kg, vg), dout, retain_graph=True)  # noqa: E731
+    pair("attention backward (10)", lambda: attention_backward(q2, k2, v2, out, lse, dout, True),
+         "attention_backward_kernel", "cuDNN backward", cudnn_backward, "cudnn",
+         bytes=8 * q2.nbytes, flops=5 * B * H * N * N * D, what=f"B{B} H{H} N{N} D{D} causal")
+
+    long_rows = torch.randn(512, 262144, device="cuda")
+    pair("long softmax (10)", lambda: softmax_long(long_rows), "softmax_long_kernel",
+         "torch.compile softmax, long rows", lambda: compiled_softmax(long_rows), "triton_",
+         bytes=2 * long_rows.nbytes, flops=5 * long_rows.numel(), what="512x262144 float32")
+
+    rows = torch.randn(32768, 4096, device="cuda")
+    pair("row softmax (05)", lambda: lesson05.softmax_rows(rows), "softmax_rows_kernel",
+         "torch.compile softmax, rows", lambda: compiled_softmax(rows), "triton_",
+         bytes=2 * rows.nbytes, flops=5 * rows.numel(), what="32768x4096 float32")
+
+    x = torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16)
+    g = (1 + 0.1 * torch.randn(8192, device="cuda")).to(torch.bfloat16)
+    pair("RMSNorm (05)", lambda: lesson05.rms_norm_rows(x, g), "rms_norm_kernel",
+         "torch.compile RMSNorm", lambda: compiled_rms(x, g), "triton_",
+         bytes=2 * x.nbytes + g.nbytes, flops=4 * x.numel(), what="16384x8192 bfloat16")
+    return targets
+
+
 def record_artifacts(folder):
     """On a GPU (called by `make bench`): compiled-code excerpts, which warp-specialised configurations
-    compile, and the autotuner's choice in three fresh processes, into folder/10_hopper/<gpu>.json."""
+    compile, the autotuner's choice in three fresh processes, and Nsight Compute's metrics of
+    `ncu_targets()`, into folder/10_hopper/<gpu>.json."""
     import json
+    import pathlib
     import subprocess
     import sys
+    import tempfile
 
     from helpers import profile
     from helpers.bench import ROOT
@@ -780,8 +836,10 @@ def record_artifacts(folder):
             out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                                  check=True).stdout
             stability += [{**row, "process": process} for row in json.loads(out.strip().splitlines()[-1])]
+    with tempfile.TemporaryDirectory() as scratch:       # where ncu writes its report, then reads it
+        ncu = profile.ncu_profile("10", pathlib.Path(scratch))[0]
     record = {**profile.stamp(), "compiled": compiled, "warp_specialize": _warp_specialize_survey(),
-              "autotune_stability": stability}
+              "autotune_stability": stability, "ncu": ncu}
     out = folder / RECORDED / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))

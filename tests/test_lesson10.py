@@ -253,3 +253,29 @@ def test_attention_backward_adds_dq_with_atomics_in_one_kernel():
     launches = [launch for launch in rec.launches if launch.kernel == "attention_backward_kernel"]
     assert len(launches) == 1, [launch.kernel for launch in rec.launches]
     assert {kind for pid, name, kind, offs in launches[0].touches if name == "dq_ptr"} == {"store"}
+
+
+# ---------------------------------------------------------------- what make bench recorded on GPUs
+
+RECORDED = lesson10.recorded_hopper()
+# The targets the notebook reads by name, in the order course.ncu_targets() lists them.
+NCU_TARGETS = ["attention forward (10)", "cuDNN forward", "attention backward (10)", "cuDNN backward",
+               "long softmax (10)", "torch.compile softmax, long rows", "row softmax (05)",
+               "torch.compile softmax, rows", "RMSNorm (05)", "torch.compile RMSNorm"]
+
+
+def test_recordings_exist():
+    assert RECORDED, "nothing recorded: `make bench LESSON=10` on a Hopper GPU records it"
+
+
+@pytest.mark.parametrize("gpu", sorted(RECORDED))
+def test_each_gpu_recorded_the_profile_of_every_target(gpu):
+    record = RECORDED[gpu]
+    assert record["compiled"] and record["warp_specialize"] and record["autotune_stability"]
+    ncu = record["ncu"]
+    assert "error" not in ncu, ncu.get("error")
+    assert ncu["units"]["gpu__time_duration.sum"] == "ns" and "-k regex:" in ncu["command"]
+    assert list(dict.fromkeys(k["target"] for k in ncu["kernels"])) == NCU_TARGETS
+    for k in ncu["kernels"]:
+        assert k["gpu__time_duration.sum"] > 0 and k["counted"]["bytes"] > 0, k["target"]
+        assert k["lts__t_sectors_op_red.sum"] >= 0 and k["lts__t_sectors_op_atom.sum"] >= 0

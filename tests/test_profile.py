@@ -121,3 +121,29 @@ def test_recorded_block_steps(device):
         assert step["kernels"] and step["cpu_ops"] and step["step_ms"] > 0 and step["peak_mib"] > 0
         starts = [k["start_us"] for k in step["kernels"]]
         assert starts == sorted(starts) and starts[0] == 0.0
+
+
+def test_profiled_launches_are_named_after_their_targets():
+    counted = {"bytes": 1, "flops": 1, "what": ""}
+    # lesson 10's way: a pattern per target, each taking the consecutive launches that match it
+    targets = {"ours": {"kernel": "attention_kernel", **counted}, "theirs": {"kernel": "cudnn", **counted},
+               "ours again": {"kernel": "softmax", **counted}, "theirs again": {"kernel": "cudnn", **counted}}
+    names = ["attention_kernel", "cudnn_fprop", "softmax_kernel", "cudnn_bprop", "cudnn_dq"]
+    kernels = [{"Kernel Name": n} for n in names]
+    profile._name_launches(kernels, targets)
+    assert [k["target"] for k in kernels] == ["ours", "theirs", "ours again", "theirs again", "theirs again"]
+    assert kernels[0]["counted"] == counted
+    # lesson 08's way: no patterns, one launch per target, in order; a launch past them is nobody's
+    kernels = [{"Kernel Name": n} for n in ("a", "b", "c")]
+    profile._name_launches(kernels, {"first": counted, "second": counted})
+    assert [k["target"] for k in kernels] == ["first", "second", None]
+    assert "counted" not in kernels[2]
+
+
+def test_without_ncu_the_profile_says_so(monkeypatch, tmp_path):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(profile, "stamp", dict)           # no GPU here to name
+    record, details = profile.ncu_profile("08", tmp_path)
+    assert record["error"] == "ncu (Nsight Compute) is not on the PATH" and details == ""
