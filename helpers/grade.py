@@ -185,9 +185,11 @@ def run_notebooks(paths, results_file, extra_args=(), log=None, events=None, on_
         pathlib.Path(events).write_text("")
         env[EVENTS_ENV] = str(events)
         plugin = ["-p", "helpers.grade"]
+    # A kernel that does not answer within nbval's startup timeout is shut down, and with jupyter_client
+    # 8.10 that shutdown can block for good (seen on a busy 2-core machine): give it time to start.
     cmd = [sys.executable, "-m", "pytest", "--nbval-lax", f"--nbval-cell-timeout={CELL_TIMEOUT_S}",
-           "--nbval-kernel-name=python3", "--continue-on-collection-errors", "-p", "no:cacheprovider",
-           *plugin, "-q", "--no-header",
+           f"--nbval-kernel-startup-timeout={CELL_TIMEOUT_S}", "--nbval-kernel-name=python3",
+           "--continue-on-collection-errors", "-p", "no:cacheprovider", *plugin, "-q", "--no-header",
            "-o", "addopts=", *extra_args, *map(str, paths)]
     out = proc = None
     if log is not None:
