@@ -947,18 +947,20 @@ for gpu, rows in training_rows["hopper_attention_fwd_bwd_causal_d128"].items():
 # registers:
 
 # %%
-profiled(["attention backward (10)", "cuDNN backward"],
-         {**LAUNCH,
-          "L2 adds M": lambda k: (k["lts__t_sectors_op_red.sum"] + k["lts__t_sectors_op_atom.sum"]) / 1e6,
-          "spills k": lambda k: k["derived__local_spilling_requests"] / 1e3})
+def l2_adds(k):
+    return k["lts__t_sectors_op_red.sum"] + k["lts__t_sectors_op_atom.sum"]   # 32-byte sectors
+
+
+BACKWARDS = ["attention backward (10)", "cuDNN backward"]
+profiled(BACKWARDS, {**LAUNCH, "L2 adds M": lambda k: l2_adds(k) / 1e6,
+                     "spills k": lambda k: k["derived__local_spilling_requests"] / 1e3})
 for gpu, record in hopper.items():
     found = {k["target"]: k for k in record.get("ncu", {}).get("kernels", [])}
-    if {"attention backward (10)", "cuDNN backward"} <= found.keys():
-        adds = [found[name]["lts__t_sectors_op_red.sum"] + found[name]["lts__t_sectors_op_atom.sum"]
-                for name in ("attention backward (10)", "cuDNN backward")]
-        print(f"{gpu}: L2 atomic sectors, the lesson's kernel over cuDNN's: {adds[0] / adds[1]:.3f}")
-        for name in ("attention backward (10)", "cuDNN backward"):
-            k = found[name]
+    if set(BACKWARDS) <= found.keys():
+        ours, cudnn = (found[name] for name in BACKWARDS)
+        print(f"{gpu}: L2 atomic sectors, the lesson's kernel over cuDNN's: "
+              f"{l2_adds(ours) / l2_adds(cudnn):.3f}")
+        for name, k in zip(BACKWARDS, (ours, cudnn)):
             held = k["launch__block_size"] * k["launch__registers_per_thread"]
             print(f"  {name}: {held:,.0f} registers per program, of the SM's 65,536")
 
