@@ -224,6 +224,45 @@ def timed(module, group):
     return {gpu: recorded_rows(group, gpu)[0] for gpu in recorded_devices() if recorded_rows(group, gpu)[0]}
 
 
+# ---------------------------------------------------------------- reading a group's rows in a lesson
+
+
+def impl_named(rows, words):
+    """The first implementation of `rows` whose name contains `words` (case ignored), or None."""
+    return next((r["impl"] for r in rows if words.lower() in r["impl"].lower()), None)
+
+
+def verdicts(by_gpu, ours, others):
+    """For each GPU ({GPU: rows}, as `timed` returns) and each other implementation: at how many shapes
+    `ours` is faster, and each shape's ratio (their time over ours, so above 1 is a win)."""
+    for gpu, rows in by_gpu.items():
+        ms = {(r["label"], r["impl"]): r["ms"] for r in rows}
+        labels = list(dict.fromkeys(r["label"] for r in rows))
+        for other in others:
+            shared = [label for label in labels if (label, ours) in ms and (label, other) in ms]
+            faster = sum(ms[(label, ours)] < ms[(label, other)] for label in shared)
+            ratios = ", ".join(f"{label} {ms[(label, other)] / ms[(label, ours)]:.2f}" for label in shared)
+            print(f"{gpu}: {ours!r} vs {other!r}: faster at {faster} of {len(shared)} shapes "
+                  f"(their time / ours: {ratios})")
+
+
+def ratios(by_gpu, ours, others):
+    """Per GPU and shape: the TFLOP/s of the implementation named `ours` over each other's (found by
+    words of their names, as impl_named), so above 1 means ours is faster."""
+    for gpu, rows in by_gpu.items():
+        mine = impl_named(rows, ours)
+        theirs = [name for name in (impl_named(rows, other) for other in others) if name]
+        if mine is None:
+            print(f"{gpu}: no row names {ours!r}")
+            continue
+        print(f"{gpu}: {mine} / " + ", / ".join(theirs))
+        for label in dict.fromkeys(r["label"] for r in rows):
+            speed = {r["impl"]: r["tflops"] for r in rows if r["label"] == label}
+            cells = [f"{speed[mine] / speed[name]:5.2f}" if name in speed and mine in speed else "    -"
+                     for name in theirs]
+            print(f"  {label:>12}: " + "  ".join(cells))
+
+
 # ---------------------------------------------------------------- make bench
 
 

@@ -37,10 +37,11 @@ Your schedule is one small JSON file, `.course/review.json` in the repository
 - A schedule from an older version is read as it is and saved in the current
   format at your next answer.
 
-The format (version 2): {"version": 2, "cards": {card id: {"box", "due",
+The format (version 3): {"version": 3, "cards": {card id: {"box", "due",
 "reviews", "lapses", "last", "first"}}, "undo": the last answer or null}, where
 "first" is the day of the card's first answer and "undo" is {"card", "before",
-"after"}: the card's entry before and after the last answer.
+"after"}: the card's entry before and after the last answer. Version 3 is version
+2 with the card ids of the renumbered lessons (RENAMED_CARDS) read as their new ones.
 """
 
 import argparse
@@ -67,7 +68,7 @@ except ImportError:  # Windows: lock with msvcrt instead
     import msvcrt
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-VERSION = 2  # of the schedule's format; _migrate() reads older ones
+VERSION = 3  # of the schedule's format; _migrate() reads older ones
 BOXES = 5
 INTERVAL_DAYS = {1: 0, 2: 1, 3: 3, 4: 7, 5: 21}  # how long a card waits once it reaches each box
 LEARNED_BOX = 4
@@ -108,6 +109,28 @@ def _valid_entry(entry):
 # ---------------------------------------------------------------- reading and saving the schedule
 
 
+# Cards whose id changed when lessons 08 onward were renumbered (the Hopper lessons became 09 and 10,
+# the capstone 11, GroupNorm + Mish moved to lesson 05): old id -> new id. A card id is its lesson and
+# a digest of its question (helpers.cards.card_id), so a moved card gets a new id. Two of the old
+# capstone's cards taught what lesson 09 now teaches with its own card: their history goes to that card.
+RENAMED_CARDS = {
+    "09:203b39f142": "11:203b39f142", "09:27054a3c69": "11:27054a3c69", "09:6dcb344237": "11:6dcb344237",
+    "09:4b002080cf": "11:4b002080cf", "09:b45637144a": "11:b45637144a",
+    "09:782a6c081e": "10:a7372686dc",                   # attention on the projection's layout, reworded
+    "09:812dd485b6": "05:812dd485b6", "09:f6593a1c1b": "05:f6593a1c1b", "09:4e1d39e34c": "05:4e1d39e34c",
+    "09:ab0eaabd5b": "09:59ae22a96b",                   # a tensor descriptor: into lesson 09's card
+    "09:76598aaa2a": "09:5e49aa481a",                   # a persistent matmul: into lesson 09's card
+    "10:27c3270975": "09:27c3270975", "10:59ae22a96b": "09:59ae22a96b", "10:5c3888e81d": "09:5c3888e81d",
+    "10:338fdff326": "09:338fdff326", "10:c4d814bc12": "09:c4d814bc12", "10:5e49aa481a": "09:5e49aa481a",
+    "10:388ee3f7a9": "09:388ee3f7a9", "10:d31a5d780d": "09:d31a5d780d",
+}
+
+
+def _later(a, b):
+    """The entry of the two answered last (a where they tie)."""
+    return b if (b.get("last") or "") > (a.get("last") or "") else a
+
+
 def _migrate(data):
     """A schedule of an older format, in the current one (the file is rewritten at the next answer)."""
     if data["version"] == 1:  # version 2 added each card's "first" day and the "undo" record
@@ -115,6 +138,24 @@ def _migrate(data):
             if isinstance(entry, dict):  # a card answered once was first answered on its last day
                 entry.setdefault("first", entry.get("last") if entry.get("reviews") == 1 else None)
         data["version"], data["undo"] = 2, None
+    if data["version"] == 2:  # version 3: the renumbered lessons' cards under their new ids
+        cards, merged = data["cards"], set()
+        for old in sorted(set(cards) & set(RENAMED_CARDS)):   # in a fixed order, whatever the file's
+            new, entry = RENAMED_CARDS[old], cards.pop(old)
+            if not isinstance(entry, dict) or not isinstance(cards.get(new, {}), dict):
+                cards[old] = entry                      # damaged: left where it is, for _read to report
+            elif new in cards:         # two old cards merged into one: it keeps the later-answered history,
+                cards[new] = dict(_later(cards[new], entry))
+                cards[old] = entry     # and the other entry stays in the file, under its old id
+                merged.add(new)
+            else:
+                cards[new] = entry
+        undo = data.get("undo")
+        if isinstance(undo, dict) and undo.get("card") in RENAMED_CARDS:
+            undo["card"] = RENAMED_CARDS[undo["card"]]
+            if undo["card"] in merged:                  # its entry may now be the other card's
+                data["undo"] = None
+        data["version"] = 3
     return data
 
 

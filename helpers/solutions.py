@@ -1,6 +1,8 @@
-"""Loading `solutions/NN_slug.py` (a name that starts with digits cannot be imported plainly)."""
+"""Loading `solutions/NN_slug.py` (a name that starts with digits cannot be imported plainly), and
+showing a solution's source in a lesson."""
 
 import importlib.util
+import inspect
 import pathlib
 import sys
 
@@ -30,3 +32,10 @@ def load_solution(lesson):
 def lessons():
     """["01", "02", ...]: the lessons that have a solutions module."""
     return sorted(p.name[:2] for p in (ROOT / "solutions").glob("[0-9][0-9]_*.py"))
+
+
+def show(fn):
+    """Print the source of a function or of a Triton kernel (autotuned or not)."""
+    while hasattr(fn, "fn"):              # an autotuner wraps a JITFunction, which wraps the function
+        fn = fn.fn
+    print(inspect.getsource(fn))

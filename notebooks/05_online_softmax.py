@@ -32,8 +32,9 @@
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe, pick
-from helpers.bench import Bench, compare, recorded_devices, recorded_rows
+from helpers.bench import Bench, compare, recorded_devices, recorded_rows, timed, verdicts
 from helpers.cards import flashcards, self_check
+from helpers.solutions import load_solution, show
 from helpers.traffic import eager_traffic, show_programs, triton_traffic
 
 import math
@@ -44,6 +45,7 @@ import triton
 import triton.language as tl
 
 print(describe())
+course = load_solution("05")     # the lesson's kernels from solutions/: shown and timed below
 
 # %% [markdown]
 # ## Why softmax subtracts the max
@@ -821,6 +823,153 @@ for device in recorded_devices():
 # library's: keep the operands untouched in the main loop and do the normalization in the epilogue,
 # on top of a matmul tuned for the GPU. `rmsnorm_linear_epilogue` in `solutions/` is that design.
 #
+
+# %% [markdown]
+# ## GroupNorm + Mish, for diffusion U-Nets
+#
+# RMSNorm normalises a row. The U-Nets of diffusion models normalise *groups*: inside each residual
+# block, GroupNorm comes before each convolution, followed by an activation (SiLU in most, Mish in
+# some). GroupNorm splits the C channels of each sample into G groups and normalises each group over
+# its channels and all of H × W, then scales and shifts per channel. Mish is
+# $y \tanh(\mathrm{softplus}(y))$.
+#
+# The kernel is this lesson's RMSNorm with a different row: one program per (sample, group), whose
+# "row" is C/G channels × H × W values. Too many values to hold at once, so two passes over the group,
+# as in the tiled softmax:
+#
+# 1. sums of $x - s$ and $(x - s)^2$, a tile at a time, for the mean and variance. The shift $s$
+#    (the group's first value) matters: $\overline{x^2} - \bar{x}^2$ subtracts two nearly equal
+#    numbers when the mean is large against the spread, and float32 loses the variance;
+# 2. normalise, apply the channel's weight and bias, then Mish, and store once.
+#
+# **Read the group as a matrix.** A group is C/G channels by H × W positions. The launcher merges H
+# and W into one dimension with `x.flatten(2)`: a view for contiguous tensors and for channels-last
+# ones (U-Nets often run channels-last), a copy only for strides that cannot merge. The kernel then
+# reads tiles of `CH_BLOCK` channels × `HW_BLOCK` positions at `c * sx_c + p * sx_p`, with `c` a
+# column of channel indices and `p` a row of positions. The obvious alternative, one flat index `i`
+# over the group split into channel, row and column with `//` and `%`, costs four integer divisions
+# by runtime values per element in each pass: each is a sequence of a dozen or more instructions,
+# more than all the arithmetic GroupNorm and Mish need, and enough to make the kernel wait on its
+# own instructions instead of on memory. Tiles need no division, and they make the weight and bias
+# one small vector per tile instead of two loads per element.
+#
+# Mish needs care at both ends. With $e = e^y$, $\tanh(\log(1 + e)) = \frac{e(e + 2)}{e(e + 2) + 2}$:
+# one exponential. For large y, $e(e+2)$ overflows to inf and inf/inf is NaN; capping y at 20 before
+# the exponential gives exactly 1 in float32 there. For very negative y, $e$ underflows to 0 and the
+# output is $-0$, as it should be.
+
+# %% [markdown]
+# ## Exercise 5 · GroupNorm + Mish in one kernel
+#
+# Write `groupnorm_mish_kernel`; the launcher is written (one program per (sample, group); x as
+# (N, C, H × W) with strides `sx_n, sx_c, sx_p`; the output is contiguous (N, C, H, W)). Details:
+#
+# - program `pid` is sample `pid // n_groups`, group `pid % n_groups` (as `tl.int64`); the group's
+#   first channel is `g * group_channels`, and its `size` is `group_channels * hw` values;
+# - loop over the group in tiles: channels `c = c0 + tl.arange(0, CH_BLOCK)[:, None]` for `c0` in
+#   `range(0, group_channels, CH_BLOCK)`, positions `p = p0 + tl.arange(0, HW_BLOCK)[None, :]` for
+#   `p0` in `range(0, hw, HW_BLOCK)`, masked where `c >= group_channels` or `p >= hw`;
+# - pass 1: the shift is the group's first value; accumulate per lane, in float32, the sums of
+#   `x - shift` and of its square (masked lanes must add 0); then
+#   `var = max(sum_sq / size - mean_shifted², 0)` and `mean = shift + mean_shifted`;
+# - pass 2: `y = (x - mean) * rsqrt(var + eps) * weight[c] + bias[c]`, then Mish with one `tl.exp`,
+#   capped as above; store in the output's dtype at `out_group + c * hw + p`.
+
+# %% tags=["exercise"]
+@triton.jit
+def groupnorm_mish_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, eps,
+                          sx_n, sx_c, sx_p, CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
+    """GroupNorm then Mish over one (sample, group): its group_channels x hw values, in tiles."""
+    # YOUR CODE HERE:
+    # 1. n, g from tl.program_id(0); x_group = x_ptr + n * sx_n + first_c * sx_c;
+    #    out_group = out_ptr + (n * n_groups + g) * group_channels * hw;
+    # 2. pass 1 over the tiles: shifted sums in float32 (tl.sum over both axes at the end);
+    # 3. mean and inv_std;
+    # 4. pass 2 over the tiles: normalise, weight and bias of channel first_c + c, Mish, masked store.
+    pass
+
+
+def groupnorm_mish(x, num_groups, weight, bias, eps=1e-5):
+    """Mish(GroupNorm(x)) in one kernel; x (N, C, H, W) of any strides, weight and bias (C,)."""
+    assert x.dim() == 4, "x: (N, C, H, W)"
+    N, C, H, W = x.shape
+    assert C % num_groups == 0, "the channels must split evenly into num_groups groups"
+    assert weight.shape == bias.shape == (C,), "weight and bias: one value per channel"
+    assert weight.stride(0) == bias.stride(0) == 1, "weight and bias: contiguous"
+    x3 = x.flatten(2)                      # (N, C, H * W): a view unless H and W cannot merge
+    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 16))
+    HW_BLOCK = min(triton.next_power_of_2(H * W), BLOCK)
+    CH_BLOCK = min(triton.next_power_of_2(C // num_groups), BLOCK // HW_BLOCK)
+    out = torch.empty((N, C, H, W), device=x.device, dtype=x.dtype)
+    groupnorm_mish_kernel[(N * num_groups,)](x3, weight, bias, out, num_groups, C // num_groups, H * W, eps,
+                                             *x3.stride(), CH_BLOCK=CH_BLOCK, HW_BLOCK=HW_BLOCK,
+                                             num_warps=warps)
+    return out
+
+
+# %%
+check("groupnorm_mish", groupnorm_mish)
+
+# %% [markdown]
+# Against eager PyTorch (`F.group_norm` then `F.mish`: two kernels, the normalised tensor written and
+# read back) and `torch.compile` of the same two calls, at the shapes of a Stable-Diffusion-sized
+# U-Net, on a GPU now or as recorded:
+
+# %%
+groupnorm = timed(course, "groupnorm_mish_fp16")
+verdicts(groupnorm, "course: one kernel", ["eager: group_norm, mish", "torch.compile"])
+verdicts(groupnorm, "course: split where it pays", ["course: one kernel", "torch.compile"])
+for label in dict.fromkeys(r["label"] for rows in groupnorm.values() for r in rows):
+    n, c, h, w = (int(v) for v in label.split()[0].split("x"))
+    groups = int(label.split()[1].removeprefix("G"))
+    print(f"{label:>18}: {n * groups:4} programs, {c // groups * h * w:>9,} values each")
+
+# %% [markdown]
+# Against eager the fusion saves a whole round trip of the activations, and the verdict lines show
+# what that is worth. Against `torch.compile` it is a contest of reductions: Inductor generates its
+# own kernels for the pair and chooses how to split each reduction itself. The program counts
+# printed above explain where the one-program-per-group design is weakest. With one sample of
+# 128 × 256 × 256 and 32 groups there are only 32 programs for a GPU of more than a hundred SMs:
+# most SMs idle, and each program streams its group alone, twice.
+#
+# That is where a **split reduction** pays. `groupnorm_mish_split` cuts each group's H × W positions
+# into `splits` slices (every channel of the group in each): by default about four programs per SM,
+# and no split at all (one kernel per group) where N × G programs already fill the GPU or each group
+# is only a few tiles long. A first kernel, one program per (group, slice), writes the slice's two
+# shifted sums; a second, on the same grid, adds up its group's few partial sums, derives the mean and
+# variance, and normalises its slice. One more launch and a few bytes per program, for all the SMs
+# at work. Every slice of a group must use the same shift, the group's first value, or the partial
+# sums cannot be added:
+
+# %%
+show(course.group_partial_sums_kernel)
+show(course.groupnorm_mish_apply_kernel)
+x_demo = torch.randn(1, 8, 13, 17, device=DEVICE) + 50.0
+w_demo, b_demo = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
+print("split into 4 slices, largest difference from one kernel per group:",
+      (course.groupnorm_mish_split(x_demo, 2, w_demo, b_demo, splits=4)
+       - course.groupnorm_mish(x_demo, 2, w_demo, b_demo)).abs().max().item())
+
+# %% [markdown]
+# The second verdict line above compares the version that splits where it pays with one kernel per
+# group (the same kernel, where it does not split), and the third says whether it keeps up with
+# `torch.compile` at every shape. Those timings launch each kernel from Python, as a U-Net run
+# eagerly would; kernels of tens of microseconds then carry their launch cost, and `torch.compile`'s
+# compiled function carries its guards. Replayed as CUDA graphs, only the GPU's time remains:
+
+# %%
+groupnorm_graphed = timed(course, "groupnorm_mish_graphed_fp16")
+verdicts(groupnorm_graphed, "course: split where it pays", ["course: one kernel", "torch.compile"])
+
+# %% [markdown]
+# Where the graphed verdict differs from the first, the difference was launch cost, not the kernels.
+# The `% copy` column counts one read and one write of x, the least any implementation must move;
+# these kernels read x twice (the second read comes from L2 when the groups in flight fit there),
+# and every value pays an exponential and a division in Mish. Which of the two holds a given shape
+# back is a question for lesson 08's profiler.
+
+
+# %% [markdown]
 # ## Takeaways
 # - The stable softmax needs the row's max before its exponentials, and their sum before its outputs:
 #   three passes over the row, unless the row stays on chip.

@@ -1,9 +1,11 @@
 """Lesson 05 solutions: softmax and RMSNorm one row per program, online softmax (in PyTorch, then a
-tiled kernel for rows longer than a block), and RMSNorm fused into the linear layer after it.
+tiled kernel for rows longer than a block), RMSNorm fused into the linear layer after it, and GroupNorm
++ Mish (a diffusion U-Net's normalisation, whose "row" is a group of channels: two passes in tiles).
 
 Every softmax here gives 0 for a row that is entirely -inf (torch.softmax gives NaN there).
 """
 
+import itertools
 import math
 
 import torch
@@ -14,7 +16,7 @@ import triton
 import triton.language as tl
 
 from helpers.bench import Bench
-from helpers.device import pick
+from helpers.device import ON_GPU, pick
 
 # The widest row a single program holds in registers (16 warps x 32 threads x 32 values).
 MAX_ROW_BLOCK = 16384
@@ -327,6 +329,179 @@ def rmsnorm_linear_epilogue(x, w_folded, eps=1e-6):
     return out
 
 
+# ---------------------------------------------------------------- GroupNorm + Mish
+
+# One program per (sample, group) reads its group twice: a statistics pass, then a pass that
+# normalises, applies the affine and Mish, and stores. The group is a (channels, H * W) matrix, read
+# in tiles of CH_BLOCK channels x HW_BLOCK positions: a channel's index is the tile's row, so the
+# per-channel weight and bias are one small vector per tile, and no offset needs a division.
+# N * G programs must fill the GPU: with a batch of 1 and 32 groups of a 256 x 256 image (2 M values
+# each), 32 programs leave most of an H100's 132 SMs idle. groupnorm_mish_split (below) splits each
+# group's positions over several programs for such shapes; make bench times both.
+
+
+def groupnorm_mish_reference(x, num_groups, weight, bias, eps):
+    return F.mish(F.group_norm(x, num_groups, weight, bias, eps))
+
+
+def _groupnorm_args(x, num_groups, weight, bias, positions, BLOCK):
+    """Checks, then x as (N, C, H * W) and the tile shape: HW_BLOCK positions (at most BLOCK, and no
+    more than a slice of `positions` needs) by CH_BLOCK channels, CH_BLOCK * HW_BLOCK <= BLOCK."""
+    assert x.dim() == 4, "x: (N, C, H, W)"
+    N, C, H, W = x.shape
+    assert C % num_groups == 0, "the channels must split evenly into num_groups groups"
+    assert weight.shape == bias.shape == (C,), "weight and bias: one value per channel"
+    assert weight.stride(0) == bias.stride(0) == 1, "weight and bias: contiguous"
+    # A view wherever H and W can be merged (contiguous NCHW and channels-last both can), else a copy.
+    x3 = x.flatten(2)
+    HW_BLOCK = min(triton.next_power_of_2(positions), BLOCK)
+    CH_BLOCK = min(triton.next_power_of_2(C // num_groups), BLOCK // HW_BLOCK)
+    return x3, CH_BLOCK, HW_BLOCK
+
+
+@triton.jit
+def _shifted_sums(x_group, shift, channels, p_start, p_end, sx_c, sx_p,
+                  CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
+    """Sums of (x - shift) and (x - shift)^2 over the group's channels and positions [p_start, p_end)."""
+    s = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float32)
+    s2 = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float32)
+    for c0 in range(0, channels, CH_BLOCK):
+        c = c0 + tl.arange(0, CH_BLOCK)[:, None]
+        for p0 in range(p_start, p_end, HW_BLOCK):
+            p = p0 + tl.arange(0, HW_BLOCK)[None, :]
+            inside = (c < channels) & (p < p_end)
+            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)
+            v = tl.where(inside, v - shift, 0.0)
+            s += v
+            s2 += v * v
+    return tl.sum(tl.sum(s, axis=1), axis=0), tl.sum(tl.sum(s2, axis=1), axis=0)
+
+
+@triton.jit
+def _normalize_mish(x_group, out_group, w_group, b_group, mean, inv_std, channels, p_start, p_end, hw,
+                    sx_c, sx_p, CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
+    """Normalise positions [p_start, p_end) of the group's channels, scale and shift per channel, Mish,
+    one store into the contiguous output."""
+    for c0 in range(0, channels, CH_BLOCK):
+        c = c0 + tl.arange(0, CH_BLOCK)
+        scale = tl.load(w_group + c, mask=c < channels, other=0.0).to(tl.float32) * inv_std
+        beta = tl.load(b_group + c, mask=c < channels, other=0.0).to(tl.float32)
+        c, scale, beta = c[:, None], scale[:, None], beta[:, None]
+        for p0 in range(p_start, p_end, HW_BLOCK):
+            p = p0 + tl.arange(0, HW_BLOCK)[None, :]
+            inside = (c < channels) & (p < p_end)
+            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)
+            y = (v - mean) * scale + beta
+            # Mish: y * tanh(softplus(y)), and tanh(log(1 + e)) = e (e + 2) / (e (e + 2) + 2) for e = exp(y):
+            # one exp. It is capped at exp(20): past it t / (t + 2) is 1 in float32, and t stays finite.
+            e = tl.exp(tl.minimum(y, 20.0))
+            t = e * (e + 2.0)
+            tl.store(out_group + c * hw + p, (y * t / (t + 2.0)).to(out_group.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def groupnorm_mish_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, eps,
+                          sx_n, sx_c, sx_p, CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
+    """GroupNorm then Mish over one (sample, group): its group_channels x hw values, in tiles."""
+    pid = tl.program_id(0)
+    n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)
+    first_c = g * group_channels
+    x_group = x_ptr + n * sx_n + first_c * sx_c
+    out_group = out_ptr + (n * n_groups + g) * group_channels * hw       # output: (N, C, H, W) contiguous
+    size = group_channels * hw
+    # Pass 1: sums of (x - shift) and its square. The shift (the group's first value) keeps
+    # sum_sq / size - mean^2 from cancelling away when the mean is large against the spread.
+    shift = tl.load(x_group).to(tl.float32)
+    s, s2 = _shifted_sums(x_group, shift, group_channels, 0, hw, sx_c, sx_p, CH_BLOCK, HW_BLOCK)
+    mean_shifted = s / size
+    var = tl.maximum(s2 / size - mean_shifted * mean_shifted, 0.0)
+    # Pass 2: normalise, scale and shift per channel, Mish, one store.
+    _normalize_mish(x_group, out_group, w_ptr + first_c, b_ptr + first_c, shift + mean_shifted,
+                    tl.rsqrt(var + eps), group_channels, 0, hw, hw, sx_c, sx_p, CH_BLOCK, HW_BLOCK)
+
+
+def groupnorm_mish(x, num_groups, weight, bias, eps=1e-5):
+    """Mish(GroupNorm(x)) in one kernel; x (N, C, H, W) of any strides, weight and bias (C,)."""
+    N, C, H, W = x.shape
+    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 16))
+    x3, CH_BLOCK, HW_BLOCK = _groupnorm_args(x, num_groups, weight, bias, H * W, BLOCK)
+    out = torch.empty((N, C, H, W), device=x.device, dtype=x.dtype)
+    groupnorm_mish_kernel[(N * num_groups,)](x3, weight, bias, out, num_groups, C // num_groups, H * W, eps,
+                                             *x3.stride(), CH_BLOCK=CH_BLOCK, HW_BLOCK=HW_BLOCK,
+                                             num_warps=warps)
+    return out
+
+
+# The split reduction: when N * G programs cannot fill the GPU, each group's H * W positions are cut
+# into `splits` slices of `chunk` positions (all of the group's channels). A first kernel writes each
+# slice's two sums; a second combines a group's sums (a few floats) and normalises its slice. Two
+# launches instead of one, and the same two reads of x, now spread over N * G * splits programs.
+
+
+@triton.jit
+def group_partial_sums_kernel(x_ptr, part_ptr, n_groups, group_channels, hw, chunk,
+                              sx_n, sx_c, sx_p, CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
+    """Program (group, slice): sums of (x - shift) and its square over the slice -> part[group, slice]."""
+    pid, split = tl.program_id(0), tl.program_id(1)
+    n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)
+    x_group = x_ptr + n * sx_n + g * group_channels * sx_c
+    start = split * chunk
+    shift = tl.load(x_group).to(tl.float32)               # the same shift in every slice of a group
+    s, s2 = _shifted_sums(x_group, shift, group_channels, start, min(start + chunk, hw), sx_c, sx_p,
+                          CH_BLOCK, HW_BLOCK)
+    at = part_ptr + (pid * tl.num_programs(1) + split) * 2
+    tl.store(at, s)
+    tl.store(at + 1, s2)
+
+
+@triton.jit
+def groupnorm_mish_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw,
+                                chunk, eps, sx_n, sx_c, sx_p, SPLITS: tl.constexpr,
+                                CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
+    """Program (group, slice): the group's statistics from its SPLITS partial sums, then pass 2 on a slice."""
+    pid, split = tl.program_id(0), tl.program_id(1)
+    n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)
+    first_c = g * group_channels
+    x_group = x_ptr + n * sx_n + first_c * sx_c
+    size = group_channels * hw
+    parts = part_ptr + pid * SPLITS * 2 + tl.arange(0, SPLITS) * 2
+    mean_shifted = tl.sum(tl.load(parts), axis=0) / size
+    var = tl.maximum(tl.sum(tl.load(parts + 1), axis=0) / size - mean_shifted * mean_shifted, 0.0)
+    start = split * chunk
+    _normalize_mish(x_group, out_ptr + (n * n_groups + g) * size, w_ptr + first_c, b_ptr + first_c,
+                    tl.load(x_group).to(tl.float32) + mean_shifted, tl.rsqrt(var + eps), group_channels,
+                    start, min(start + chunk, hw), hw, sx_c, sx_p, CH_BLOCK, HW_BLOCK)
+
+
+def groupnorm_mish_split(x, num_groups, weight, bias, eps=1e-5, splits=None):
+    """groupnorm_mish, each group's positions split over `splits` programs (a power of two).
+
+    splits=None chooses: 1 (groupnorm_mish, one launch) where N * G programs already fill the GPU
+    or a group is a few BLOCKs long; otherwise about four programs per SM."""
+    N, C, H, W = x.shape
+    groups, hw = N * num_groups, H * W
+    BLOCK, warps = pick(cpu=(64, 4), gpu=(2048, 8))
+    if splits is None:
+        sms = pick(cpu=4, gpu=torch.cuda.get_device_properties(0).multi_processor_count if ON_GPU else 0)
+        few_groups, long_groups = groups < sms, C // num_groups * hw > 8 * BLOCK
+        per_group = triton.next_power_of_2(4 * sms // groups + 1) // 2     # 4 sms / groups, a power of 2
+        splits = per_group if few_groups and long_groups else 1
+    assert splits >= 1 and splits & (splits - 1) == 0, "splits: a power of two"
+    if splits == 1:
+        return groupnorm_mish(x, num_groups, weight, bias, eps)
+    chunk = triton.cdiv(hw, splits)
+    x3, CH_BLOCK, HW_BLOCK = _groupnorm_args(x, num_groups, weight, bias, chunk, BLOCK)
+    chunk = triton.cdiv(chunk, HW_BLOCK) * HW_BLOCK                    # whole tiles per slice
+    partial = torch.empty((groups, splits, 2), device=x.device, dtype=torch.float32)
+    out = torch.empty((N, C, H, W), device=x.device, dtype=x.dtype)
+    common = (num_groups, C // num_groups, hw, chunk)
+    tiles = dict(CH_BLOCK=CH_BLOCK, HW_BLOCK=HW_BLOCK, num_warps=warps)
+    group_partial_sums_kernel[(groups, splits)](x3, partial, *common, *x3.stride(), **tiles)
+    groupnorm_mish_apply_kernel[(groups, splits)](x3, partial, weight, bias, out, *common, eps, *x3.stride(),
+                                                  SPLITS=splits, **tiles)
+    return out
+
+
 # ---------------------------------------------------------------- baselines and make bench
 
 
@@ -402,3 +577,22 @@ def benchmarks():
                            "F.rms_norm + matmul": lambda x=x, g=g, w=w: rms_norm_then_linear(x, g, w),
                            "torch.compile(both)": lambda x=x, g=g, w=w: compiled_pair(x, g, w),
                            "matmul alone (x normed in advance)": lambda xn=x_normed, w=w: xn @ w.t()})
+
+    gn_eager = lambda x, g, wt, b: F.mish(F.group_norm(x, g, wt, b, 1e-5))  # noqa: E731
+    gn_compiled = _compiled(gn_eager)
+    # Kernels of 10 to 200 µs: timed launched from Python (what a U-Net in eager mode pays), and as
+    # CUDA-graph replays (the GPU's time alone, as in a compiled or graphed model).
+    shapes = ((8, 320, 64, 32), (8, 640, 32, 32), (2, 1280, 16, 32), (1, 128, 256, 32))
+    for (group, graph), (N, C, HW, G) in itertools.product(
+            (("groupnorm_mish_fp16", False), ("groupnorm_mish_graphed_fp16", True)), shapes):
+        x = torch.randn(N, C, HW, HW, device="cuda", dtype=torch.float16)
+        wt = torch.randn(C, device="cuda", dtype=torch.float16)
+        b = torch.randn(C, device="cuda", dtype=torch.float16)
+        yield Bench(group, x.numel(), bytes=2 * x.nbytes, flops=10 * x.numel(), graph=graph,
+                    label=f"{N}x{C}x{HW}x{HW} G{G}",
+                    impls={"course: one kernel": lambda x=x, wt=wt, b=b, G=G: groupnorm_mish(x, G, wt, b),
+                           "course: split where it pays":
+                               lambda x=x, wt=wt, b=b, G=G: groupnorm_mish_split(x, G, wt, b),
+                           "eager: group_norm, mish": lambda x=x, wt=wt, b=b, G=G: gn_eager(x, G, wt, b),
+                           "torch.compile": lambda x=x, wt=wt, b=b, G=G: gn_compiled(x, G, wt, b)})
+        del x

@@ -8,7 +8,7 @@
   a small kernel: what it reports, or why it does not run.
 
 And the lesson's exercises, pure Python over profile data: `kernel_table`, `gpu_idle_share`,
-`diagnose`, `roofline_point`.
+`gpu_time_by_op`, `diagnose`, `roofline_point`.
 """
 
 import json
@@ -152,6 +152,26 @@ def gpu_idle_share(kernels):
         busy += max(0.0, end - max(start, reached))   # only the part not covered already
         reached = max(reached, end)
     return (last - first - busy) / (last - first)
+
+
+def gpu_time_by_op(events):
+    """GPU time per PyTorch operator, from a trace's events: each kernel, copy and memset is charged,
+    through its correlation id, to the innermost operator around the call that launched it."""
+    launch_calls = {e["args"]["correlation"]: e for e in events
+                    if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    operators = [e for e in events if e.get("cat") == "cpu_op"]
+    rows = {}
+    for gpu in events:
+        if gpu.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        launch = launch_calls.get(gpu["args"].get("correlation"))
+        around = [op for op in operators if launch is not None and op["tid"] == launch["tid"]
+                  and op["ts"] <= launch["ts"] <= op["ts"] + op["dur"]]
+        name = min(around, key=lambda op: op["dur"])["name"] if around else "(no operator)"   # the innermost
+        row = rows.setdefault(name, {"op": name, "gpu_us": 0.0, "events": 0})
+        row["gpu_us"] += gpu["dur"]
+        row["events"] += 1
+    return sorted(rows.values(), key=lambda row: (-row["gpu_us"], row["op"]))
 
 
 def diagnose(metrics):

@@ -7,11 +7,12 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from matmul_testing import assert_matches, randn
 from mutants import edit
 
 from helpers import DEVICE, check
-from helpers.check import CheckFailed, NotDone
-from helpers.exercises.lesson05 import softmax_reference
+from helpers.check import TOLERANCES, CheckFailed, NotDone
+from helpers.exercises.lesson05 import GROUPNORM_TOL, softmax_reference
 from helpers.solutions import load_solution
 
 lesson05 = load_solution("05")
@@ -22,6 +23,7 @@ def test_solutions_pass():
     check("online_softmax_torch", lesson05.online_softmax_torch)
     check("softmax_tiled", lesson05.softmax_tiled)
     check("rmsnorm_linear", lesson05.rmsnorm_linear)
+    check("groupnorm_mish", lesson05.groupnorm_mish)
 
 
 def test_worked_examples_and_dispatch():
@@ -193,3 +195,60 @@ def test_rmsnorm_linear_mistakes_fail():
         check("rmsnorm_linear", no_eps)
     with pytest.raises(CheckFailed, match="failed on case '[^']*overflows"):  # x*x overflows float16
         check("rmsnorm_linear", squares_in_float16)
+
+
+def double(*tensors):
+    return [t.double() for t in tensors]
+
+
+# ---------------------------------------------------------------- groupnorm_mish
+
+
+def nchw(N, C, H, W, dtype, layout, mean=0.0, scale=1.0):
+    if layout == "channels_last":   # strides (HWC, 1, WC, C)
+        return (randn(N, H, W, C, scale=scale) + mean).to(dtype).permute(0, 3, 1, 2)
+    if layout == "every other column":   # W's stride 2: H and W cannot be merged into one stride
+        return (randn(N, C, H, 2 * W, scale=scale) + mean).to(dtype)[..., ::2]
+    return (randn(N, C, H, W, scale=scale) + mean).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("shape, groups, layout, mean, affine_scale", [
+    ((2, 15, 7, 9), 5, "contiguous", 0.0, 1.0),        # 3 channels per group, 189 values: one tile
+    ((1, 6, 1, 1), 2, "contiguous", 0.0, 1.0),         # H = W = 1: 3 values per group
+    ((2, 9, 17, 19), 3, "channels_last", 0.0, 1.0),    # 969 values per group: several tiles, strided
+    ((2, 10, 11, 13), 2, "contiguous", 300.0, 1.0),    # a large mean: the variance must not cancel
+    ((1, 14, 5, 7), 7, "contiguous", 0.0, 30.0),       # outputs past +-20: Mish's two tails
+    ((2, 8, 6, 5), 4, "every other column", 0.0, 1.0),  # strides that do not merge H and W
+])
+def test_groupnorm_mish(dtype, shape, groups, layout, mean, affine_scale):
+    x = nchw(*shape, dtype, layout, mean=mean, scale=2.0)
+    C = shape[1]
+    weight, bias = randn(C, dtype=dtype, scale=affine_scale), randn(C, dtype=dtype, scale=affine_scale)
+    want = lesson05.groupnorm_mish_reference(*double(x), groups, *double(weight, bias), 1e-5)
+    tol = {**TOLERANCES, **GROUPNORM_TOL}   # float32: the exercise's tolerance, and its reasons
+    assert_matches(lesson05.groupnorm_mish(x, groups, weight, bias, 1e-5), want, tol, dtype)
+
+
+@pytest.mark.parametrize("shape, groups, layout, splits", [
+    ((2, 6, 9, 11), 3, "contiguous", 1),        # one slice: the same as one kernel per group
+    ((1, 8, 13, 17), 2, "channels_last", 4),    # 4 slices of a group of 884 values: the last one short
+    ((2, 4, 5, 7), 2, "contiguous", 8),         # more slices than the group has BLOCKs: empty slices
+    ((1, 12, 33, 31), 2, "contiguous", None),   # the default: 2 groups of 6138 values, split on the CPU too
+])
+def test_groupnorm_mish_split(shape, groups, layout, splits):
+    N, C, H, W = shape
+    x = randn(N, H, W, C).permute(0, 3, 1, 2) if layout == "channels_last" else randn(N, C, H, W)
+    x = x + 50.0                                # a large mean: the shift must be the same in every slice
+    weight, bias = randn(C), randn(C)
+    want = lesson05.groupnorm_mish_reference(*double(x), groups, *double(weight, bias), 1e-5)
+    got = lesson05.groupnorm_mish_split(x, groups, weight, bias, 1e-5, splits=splits)
+    assert_matches(got, want, GROUPNORM_TOL, torch.float32)
+
+
+def test_the_groupnorm_reference_is_the_lessons_own():
+    from helpers.exercises import lesson05 as spec
+
+    x, weight, bias = randn(2, 6, 5, 3), randn(6), randn(6)
+    torch.testing.assert_close(spec.groupnorm_mish_reference(x, 3, weight, bias, 1e-5),
+                               lesson05.groupnorm_mish_reference(x, 3, weight, bias, 1e-5))

@@ -357,7 +357,7 @@ def test_a_version_1_schedule_is_migrated_at_the_next_answer(state, deck, recwar
     shutil.copy(V1_SCHEDULE, state)
     old = json.loads(V1_SCHEDULE.read_text())["cards"]
     loaded = review.load_state()
-    assert loaded["version"] == review.VERSION == 2 and loaded["undo"] is None
+    assert loaded["version"] == review.VERSION == 3 and loaded["undo"] is None
     for card_id, entry in old.items():
         assert {k: loaded["cards"][card_id][k] for k in entry} == entry, "every v1 entry is kept as it was"
     assert loaded["cards"]["01:5ab5b4f4db"]["first"] == "2025-03-09"  # answered once: its first answer
@@ -367,7 +367,7 @@ def test_a_version_1_schedule_is_migrated_at_the_next_answer(state, deck, recwar
 
     review.record(deck[2]["id"], True, today=DAY)
     saved = json.loads(state.read_text())
-    assert saved["version"] == 2 and set(saved["cards"]) == set(old) | {deck[2]["id"]}
+    assert saved["version"] == 3 and set(saved["cards"]) == set(old) | {deck[2]["id"]}
     assert saved["cards"]["09:0123456789"]["box"] == 5, "cards of other lessons are kept"
     assert not warned(recwarn) and not review.read_only()
     assert review.undo(today=DAY) == "undone: the card is new again"
@@ -750,3 +750,54 @@ def test_the_review_notebook_runs(tmp_path, monkeypatch):
 
     monkeypatch.setenv("COURSE_STATE", str(tmp_path / "review.json"))  # the kernel inherits it
     assert run_notebooks([ROOT / "notebooks" / "review.ipynb"], tmp_path / "results.jsonl") == 0
+
+
+# ---------------------------------------------------------------- a record from before the renumbering
+
+BEFORE_RENUMBERING = pathlib.Path(__file__).resolve().parent / "fixtures" / "before_renumbering"
+
+
+def test_a_schedule_and_results_from_before_the_renumbering_keep_every_answer(state, recwarn):
+    """A learner's schedule and check results made when lesson 09 was the capstone and lesson 10 the
+    Hopper lesson: each card's history moves to its card's new id, and each result to its new lesson."""
+    from helpers import records
+
+    state.parent.mkdir(parents=True)
+    shutil.copy(BEFORE_RENUMBERING / "review.json", state)
+    shutil.copy(BEFORE_RENUMBERING / "results.jsonl", os.environ["COURSE_RESULTS"])
+    old = json.loads((BEFORE_RENUMBERING / "review.json").read_text())["cards"]
+    loaded = review.load_state()
+    assert not warned(recwarn) and loaded["version"] == 3
+    moved = {"09:203b39f142": "11:203b39f142",      # RoPE: the capstone is lesson 11
+             "09:812dd485b6": "05:812dd485b6",      # Mish: GroupNorm + Mish is lesson 05's
+             "09:782a6c081e": "10:a7372686dc",      # attention on the projection's layout, reworded
+             "10:27c3270975": "09:27c3270975"}      # TMA: the Hopper matmul is lesson 09
+    for before, after in moved.items():
+        assert loaded["cards"][after] == old[before], before
+    assert loaded["cards"]["07:818b60a0de"] == old["07:818b60a0de"], "unmoved lessons are untouched"
+    assert loaded["cards"]["09:90d116a1fa"] == old["09:90d116a1fa"], "a card whose id did not change"
+    assert loaded["cards"]["10:794372ac62"] == old["10:794372ac62"], "lesson 10's attention cards stay"
+    # Two old cards merged into lesson 09's descriptor card: it keeps the history answered last, and
+    # the other entry stays in the file under its old id.
+    assert loaded["cards"]["09:59ae22a96b"] == old["09:ab0eaabd5b"]
+    assert loaded["cards"]["10:59ae22a96b"] == old["10:59ae22a96b"]
+    assert loaded["undo"]["card"] == "09:27c3270975", "the last answer can still be undone"
+    deck_ids = {card["id"] for card in cards.flashcard_list()}
+    assert set(review.RENAMED_CARDS.values()) <= deck_ids, "every renamed card is in today's deck"
+    assert not set(review.RENAMED_CARDS) & deck_ids, "no old id is a card of today's deck"
+
+    found = records.latest()
+    assert {name: rec["lesson"] for name, rec in found.items()} == {
+        "rope_qk": "11", "groupnorm_mish": "05", "tma_matmul": "09", "softmax_long": "10",
+        "decoder_block_fused": "11"}
+    assert (BEFORE_RENUMBERING / "results.jsonl").read_bytes() == pathlib.Path(
+        os.environ["COURSE_RESULTS"]).read_bytes(), "reading never rewrites the results"
+    rows = {row["lesson"]: dict(row["exercises"]) for row in review.progress_rows()}
+    assert rows["11"]["rope_qk"] == "pass" and rows["05"]["groupnorm_mish"] == "fail"
+    assert rows["09"]["tma_matmul"] == "pass" and rows["10"]["softmax_long"] == "fail"
+    assert {"05", "09", "10"} <= review.started_lessons(cards.flashcard_list(), loaded)
+
+    review.undo(today=datetime.date(2026, 11, 25))                 # saves: the file is now version 3
+    saved = json.loads(state.read_text())
+    assert saved["version"] == 3 and saved["cards"]["09:27c3270975"]["box"] == 3
+    assert saved["cards"]["11:203b39f142"] == old["09:203b39f142"]

@@ -1,5 +1,7 @@
 """Lesson 05 exercises: softmax one row per program, online softmax in PyTorch and in a tiled
-kernel, and RMSNorm fused into the linear layer after it.
+kernel, RMSNorm fused into the linear layer after it, and GroupNorm + Mish in one kernel (two passes
+over each group, in (channels x positions) tiles; the variance must survive a large mean, Mish both
+of its tails, channels-last strides and groups of more channels than a tile holds).
 
 Convention for every softmax here: a row whose entries are all -inf (a fully masked row) has
 output 0 everywhere. torch.softmax returns NaN for it (its max is -inf, and -inf - (-inf) is
@@ -16,6 +18,7 @@ import dataclasses
 import math
 
 import torch
+import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
@@ -371,6 +374,61 @@ def _rmsnorm_linear_cases():
 RMSNORM_LINEAR_TOL = {torch.float16: (4e-3, 2e-3), torch.bfloat16: (3e-2, 1.6e-2)}
 
 
+# ---------------------------------------------------------------- groupnorm_mish
+
+
+def groupnorm_mish_reference(x, num_groups, weight, bias, eps):
+    """Mish(GroupNorm(x)): x (N, C, H, W), weight and bias (C,)."""
+    return F.mish(F.group_norm(x, num_groups, weight, bias, eps))
+
+
+def _nchw(N, C, H, W, dtype, layout, mean=0.0, scale=2.0):
+    if layout == "channels_last":   # strides (HWC, 1, WC, C)
+        return (torch.randn(N, H, W, C, device=DEVICE) * scale + mean).to(dtype).permute(0, 3, 1, 2)
+    return (torch.randn(N, C, H, W, device=DEVICE) * scale + mean).to(dtype)
+
+
+def _groupnorm_cases():
+    big = pick((2, 12, 33, 35), (4, 96, 65, 63))
+    specs = [((2, 15, 7, 9), 5, F32, "contiguous", 0.0, 1.0, "3 channels per group"),
+             ((1, 6, 1, 1), 2, F32, "contiguous", 0.0, 1.0, "H = W = 1: 3 values per group"),
+             ((2, 9, _odd(15, 21), _odd(15, 21)), 3, F32, "channels_last", 0.0, 1.0,
+              "channels_last strides, several tiles per group"),
+             ((2, 10, 11, 13), 2, F32, "contiguous", 300.0, 1.0,
+              "mean 300, spread 2: sum(x^2)/n - mean^2 cancels in float32"),
+             ((1, 14, 5, 7), 7, F32, "contiguous", 0.0, 30.0,
+              "weight and bias of size ~30: outputs far into both of Mish's tails"),
+             ((2, 21, 9, 7), 7, F16, "channels_last", 0.0, 1.0, "float16 inputs, float32 arithmetic"),
+             (big, 4, pick(F32, F16), "contiguous", 0.0, 1.0, "larger groups")]
+    cases = []
+    for shape, groups, dtype, layout, mean, affine, why in specs:
+        x = _nchw(*shape, dtype, layout, mean)
+        C = shape[1]
+        weight = (torch.randn(C, device=DEVICE) * affine).to(dtype)
+        bias = (torch.randn(C, device=DEVICE) * affine).to(dtype)
+        eps = round(float(torch.empty(()).uniform_(1e-6, 1e-4)), 7)
+        kind = str(dtype).removeprefix("torch.")
+        label = f"{'x'.join(map(str, shape))} G{groups} {kind}, eps={eps} ({why})"
+        cases.append(Case(label, (x, groups, weight, bias, eps)))
+    # Groups whose variance (~1e-5) is the size of eps: here eps changes every output, so a kernel
+    # that ignores the eps it is given (a hard-coded 1e-5) fails. eps is kept away from 1e-5.
+    x = _nchw(2, 8, 5, 6, F32, "contiguous", mean=0.5, scale=3e-3)
+    weight, bias = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
+    eps = round(float(torch.empty(()).uniform_(3e-5, 1e-4)), 7)
+    cases.append(Case(f"2x8x5x6 G4 float32, eps={eps} (nearly constant groups: variance about eps)",
+                      (x, 4, weight, bias, eps)))
+    return cases
+
+
+# float32 GroupNorm + Mish: the output is y = weight * (x - mean) / std + bias, and a float32 kernel
+# rounds each term to 2**-24 of its own size, not of y's. With weight and bias of size ~30 (the
+# tails case), weight * (x - mean) / std reaches ~100 where y may be near 0: errors of a few 1e-5
+# there, measured up to 7e-5 on the CPU. With a mean of 300 the float32 mean itself is off by up
+# to half a unit of 300 (1.5e-5), divided by the spread and multiplied by the weight. So atol 2e-4;
+# forgetting the shift costs about 3e-3 on the same case, a wrong formula far more.
+GROUPNORM_TOL = {F32: (2e-4, 1e-5)}
+
+
 EXERCISES = [
     Exercise("05", "softmax_rows", "row softmax, one row per program", softmax_reference,
              _softmax_rows_cases, tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT),
@@ -381,4 +439,6 @@ EXERCISES = [
              tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT, structure=_tiled_structure),
     Exercise("05", "rmsnorm_linear", "RMSNorm fused into the linear layer", rmsnorm_linear_reference,
              _rmsnorm_linear_cases, tol=RMSNORM_LINEAR_TOL, kernel=True),
+    Exercise("05", "groupnorm_mish", "GroupNorm + Mish, one kernel", groupnorm_mish_reference,
+             _groupnorm_cases, tol=GROUPNORM_TOL, kernel=True),
 ]

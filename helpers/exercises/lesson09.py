@@ -1,29 +1,31 @@
-"""Lesson 09 exercises: the capstone's kernels and the decoder block assembled from them.
+"""Lesson 09 exercises: the Hopper matmul.
 
-1. `rope_qk`: rotary embeddings on Q and K in one launch, read through any strides (the views
-   the Q|K|V projection makes), written contiguous, arithmetic in float32.
-2. `swiglu_linear`: SiLU(h @ w_gate.T) * (h @ w_up.T) as one persistent matmul over the
-   interleaved weights, the product in the epilogue; every tile of every program, h of any
-   (aligned) row stride, SiLU's tails.
-3. `groupnorm_mish`: GroupNorm then Mish over one (sample, group) per program, two passes over
-   the group in (channels x positions) tiles; the variance must survive a large mean, Mish both of
-   its tails, channels-last strides and groups of more channels than a tile holds.
-4. `decoder_block_fused`: the forward of helpers/block.py's decoder block from the course's
-   kernels. Checked against the eager block with PyTorch's SDPA, then for its structure: it
-   launches Triton kernels, and PyTorch runs no matrix multiply, attention or activation for it.
+1. `tma_matmul`: a @ b with one program per output tile, every tile of A and B loaded, and every
+   tile of C stored, through tensor descriptors (built on the host or in the kernel). Rows must be
+   16-byte aligned, so K and N are multiples of 8 values (float16) or 4 (float32), but of no block:
+   the last K step is partial and the last column of tiles is cut by C's edge. M is odd.
+2. `persistent_matmul`: the same product with exactly `programs` programs, each walking the tiles
+   a scheduler hands it; more tiles than programs, fewer, and counts that do not divide.
 
-Sizes are odd on purpose; on the CPU everything runs through Triton's interpreter at small sizes.
+Beyond the values, each check measures what the lesson teaches, with the interpreter's record of
+every load and store (on a GPU too, on small inputs): the bytes a tensor descriptor moved, the
+programs a launch ran and which elements each stored.
 """
 
-import torch
-import torch.nn.functional as F
+import math
 
-from helpers.block import SMALL, block_input, block_weights, decoder_block
+import numpy as np
+import torch
+
+from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import Case, Exercise
-from helpers.traffic import eager_traffic
 
 F16, F32 = torch.float16, torch.float32
+NEG_INF = float("-inf")
+
+# A persistent kernel's programs on a GPU: one per SM, as the lesson launches them.
+SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 2
 
 
 def _odd(lo, hi):
@@ -31,236 +33,199 @@ def _odd(lo, hi):
     return int(torch.randint(lo // 2, (hi - 1) // 2 + 1, ())) * 2 + 1
 
 
+def _aligned(lo, hi, dtype):
+    """A random size in about [lo, hi] whose rows are 16-byte aligned but a multiple of no block:
+    an odd multiple of 8 values (float16) or of 4 (float32), so never of 16, 32, 64, ..."""
+    unit = 16 // torch.empty((), dtype=dtype).element_size()
+    return unit * _odd(max(1, lo // unit), max(1, hi // unit))
+
+
 def _name(dtype):
     return str(dtype).removeprefix("torch.")
 
 
-# ---------------------------------------------------------------- 1. rope_qk
-
-
-def _rope(x, cos, sin):
-    """RoPE with half-split pairs, computed in float32 at least, returned in x's dtype."""
-    x1, x2 = x.to(torch.promote_types(x.dtype, F32)).chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
-
-
-def rope_qk_reference(q, k, cos, sin):
-    """(RoPE(q), RoPE(k)): q, k (B, H, N, D); cos, sin (N, D / 2)."""
-    return _rope(q, cos, sin), _rope(k, cos, sin)
-
-
-def _projection_views(B, H, N, D, dtype):
-    """q, k as the block makes them: (B, H, N, D) views of one (B, N, 3 H D) projection output."""
-    qkv = torch.randn(B, N, 3 * H * D, device=DEVICE).to(dtype)
-    return [qkv[..., i * H * D:(i + 1) * H * D].view(B, N, H, D).transpose(1, 2) for i in range(2)]
-
-
-def _angles(N, half):
-    """cos and sin of random angles (float32): every rotation, not only a model's small ones."""
-    angles = torch.rand(N, half, device=DEVICE) * 6.3
-    return angles.cos(), angles.sin()
-
-
-def _rope_cases():
-    long_n = _odd(*pick((65, 99), (1001, 2047)))
-    specs = [(1, 1, 1, 8, F32, "views", "one position: T = 1"),
-             (2, 3, _odd(17, 31), 12, F32, "views", "D / 2 = 6, not a power of two; strided views"),
-             (2, 2, _odd(33, 63), 64, F16, "views", "float16 inputs, float32 arithmetic"),
-             (1, 4, _odd(21, 41), 32, F32, "k contiguous", "q a view, k contiguous: different strides"),
-             (2, 2, long_n, pick(16, 128), F32, "contiguous", "many positions, contiguous inputs"),
-             (1, 2, _odd(9, 15), 20, F16, "views", "float16, D / 2 = 10")]
-    cases = []
-    for B, H, N, D, dtype, layout, why in specs:
-        q, k = _projection_views(B, H, N, D, dtype)
-        if layout == "k contiguous":
-            k = k.contiguous()
-        elif layout == "contiguous":
-            q, k = q.contiguous(), k.contiguous()
-        cases.append(Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why})", (q, k, *_angles(N, D // 2))))
-    return cases
-
-
-# ---------------------------------------------------------------- 2. swiglu_linear
-
-
-def swiglu_linear_reference(h, w_gate_up):
-    """SiLU(h @ w_gate.T) * (h @ w_up.T); w_gate_up's even rows are w_gate's, its odd rows w_up's."""
-    return F.silu(h @ w_gate_up[0::2].T) * (h @ w_gate_up[1::2].T)
-
-
-def _swiglu_cases():
-    """Shapes whose rows are 16-byte aligned, as tensor descriptors need: K and f multiples of 8."""
-    # On a GPU the larger case has more tiles than the GPU has SMs (over 132 at every tile size the
-    # autotuner may pick), so each program must walk several: one tile per program is not enough.
-    M_big, K_big, f_big = pick((_odd(121, 191), 192, 72), (_odd(2049, 3071), 512, 1032))
-    specs = [(1, 64, 32, F32, 1.0, False, "one token"),
-             (_odd(67, 127), 136, 40, F16, 1.0, False, "several tiles per program, odd M"),
-             (_odd(21, 63), 72, 24, F16, 1.0, True, "h a column slice of a wider matrix: its own row stride"),
-             (_odd(9, 31), 64, 48, pick(F32, F16), 30.0, False, "gate values of +-60: both of SiLU's tails"),
-             (M_big, K_big, f_big, F16, 1.0, False, "larger")]
-    cases = []
-    for M, K, f, dtype, gate_scale, view, why in specs:
-        h = torch.randn(M, K + 24, device=DEVICE).to(dtype)[:, 8:8 + K] if view else \
-            torch.randn(M, K, device=DEVICE).to(dtype)
-        w = torch.randn(2 * f, K, device=DEVICE) / K**0.5
-        w[0::2] *= gate_scale                    # the gate rows: gate values of about +-2 gate_scale
-        w = w.to(dtype)
-        cases.append(Case(f"M={M} K={K} f={f} {_name(dtype)} ({why})", (h, w)))
-    return cases
-
-
-# float32 on the CPU: y = SiLU(gate) * up, and with gate values of +-60 an error of one unit of
-# 2**-24 in `up` (of order one) becomes ~4e-6 in y even where y is near 0, and in one run of
-# twenty-five the solution had an element past the default 1e-5. So atol 1e-4 (a wrong pairing or
-# a missing SiLU is off by O(1)).
-# On a GPU tl.dot takes float32 operands as TF32 (2**-11 relative each): 1e-2 for outputs of order
-# one. With gate values of +-60 TF32 errs by a few 1e-2 absolute, so on a GPU the tails case is
-# float16 (exact products, float32 sums).
-SWIGLU_TOL = {F32: pick(cpu=(1e-4, 1e-5), gpu=(1e-2, 1e-2))}
-
-
-# ---------------------------------------------------------------- 3. groupnorm_mish
-
-
-def groupnorm_mish_reference(x, num_groups, weight, bias, eps):
-    """Mish(GroupNorm(x)): x (N, C, H, W), weight and bias (C,)."""
-    return F.mish(F.group_norm(x, num_groups, weight, bias, eps))
-
-
-def _nchw(N, C, H, W, dtype, layout, mean=0.0, scale=2.0):
-    if layout == "channels_last":   # strides (HWC, 1, WC, C)
-        return (torch.randn(N, H, W, C, device=DEVICE) * scale + mean).to(dtype).permute(0, 3, 1, 2)
-    return (torch.randn(N, C, H, W, device=DEVICE) * scale + mean).to(dtype)
-
-
-def _groupnorm_cases():
-    big = pick((2, 12, 33, 35), (4, 96, 65, 63))
-    specs = [((2, 15, 7, 9), 5, F32, "contiguous", 0.0, 1.0, "3 channels per group"),
-             ((1, 6, 1, 1), 2, F32, "contiguous", 0.0, 1.0, "H = W = 1: 3 values per group"),
-             ((2, 9, _odd(15, 21), _odd(15, 21)), 3, F32, "channels_last", 0.0, 1.0,
-              "channels_last strides, several tiles per group"),
-             ((2, 10, 11, 13), 2, F32, "contiguous", 300.0, 1.0,
-              "mean 300, spread 2: sum(x^2)/n - mean^2 cancels in float32"),
-             ((1, 14, 5, 7), 7, F32, "contiguous", 0.0, 30.0,
-              "weight and bias of size ~30: outputs far into both of Mish's tails"),
-             ((2, 21, 9, 7), 7, F16, "channels_last", 0.0, 1.0, "float16 inputs, float32 arithmetic"),
-             (big, 4, pick(F32, F16), "contiguous", 0.0, 1.0, "larger groups")]
-    cases = []
-    for shape, groups, dtype, layout, mean, affine, why in specs:
-        x = _nchw(*shape, dtype, layout, mean)
-        C = shape[1]
-        weight = (torch.randn(C, device=DEVICE) * affine).to(dtype)
-        bias = (torch.randn(C, device=DEVICE) * affine).to(dtype)
-        eps = round(float(torch.empty(()).uniform_(1e-6, 1e-4)), 7)
-        label = f"{'x'.join(map(str, shape))} G{groups} {_name(dtype)}, eps={eps} ({why})"
-        cases.append(Case(label, (x, groups, weight, bias, eps)))
-    # Groups whose variance (~1e-5) is the size of eps: here eps changes every output, so a kernel
-    # that ignores the eps it is given (a hard-coded 1e-5) fails. eps is kept away from 1e-5.
-    x = _nchw(2, 8, 5, 6, F32, "contiguous", mean=0.5, scale=3e-3)
-    weight, bias = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
-    eps = round(float(torch.empty(()).uniform_(3e-5, 1e-4)), 7)
-    cases.append(Case(f"2x8x5x6 G4 float32, eps={eps} (nearly constant groups: variance about eps)",
-                      (x, 4, weight, bias, eps)))
-    return cases
-
-
-# ---------------------------------------------------------------- 4. decoder_block_fused
-
-WEIGHT_NAMES = ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down")
-
-
-def _run_block(fn, x, *weights, cfg):
-    """Call fn(x, w, cfg) with the weights as a dict: the check sees (and guards) each tensor."""
-    return fn(x, dict(zip(WEIGHT_NAMES, weights)), cfg)
-
-
-def decoder_block_reference(x, w, cfg):
-    return decoder_block(x, w, cfg, attention="sdpa")
-
-
-def _block_case(B, N, why):
-    seed = int(torch.randint(0, 2**31 - 1, ()))
-    w = block_weights(SMALL, DEVICE, seed=seed)
-    for norm in ("attn_norm", "mlp_norm"):   # norms of random scale: swapping them shows
-        w[norm] = 1.0 + 0.5 * torch.randn(SMALL.dim, device=DEVICE)
-    x = block_input(SMALL, B, N, DEVICE, seed=seed + 1)
-    return Case(f"B{B} N{N}, d={SMALL.dim}, {SMALL.n_heads} heads, f={SMALL.hidden} ({why})",
-                (x, *(w[n] for n in WEIGHT_NAMES)), {"cfg": SMALL})
-
-
-def _block_cases():
-    return [_block_case(1, 1, "one token"),
-            _block_case(2, _odd(21, 41), "two sequences, odd length"),
-            _block_case(1, _odd(*pick((51, 71), (301, 501))), "longer than an attention block")]
-
-
-# float32: the fused block rounds differently from the eager one at every step (RMSNorm folded
-# into the matmul, the SiLU product and the residual adds in float32 before one rounding, the
-# online softmax): a few units of 2**-24 per step on outputs of order one, summed over K = 688,
-# about 1e-6 on the CPU. On a GPU tl.dot rounds float32 operands to TF32 (2**-11) in five
-# matmuls, one after the other: a few 1e-3, so 3e-2 (as tests/test_lesson09.py).
-BLOCK_TOL = {F32: pick(cpu=(1e-5, 1e-5), gpu=(3e-2, 3e-2))}
-
-# ATen ops that would mean PyTorch did the block's work instead of a Triton kernel.
-_NOT_IN_TRITON = {"mm": "a matrix multiply", "addmm": "a matrix multiply", "bmm": "a batched matrix multiply",
-                  "baddbmm": "a batched matrix multiply", "matmul": "a matrix multiply",
-                  "linear": "a linear layer",
-                  "_softmax": "a softmax", "softmax": "a softmax", "silu": "SiLU", "rms_norm": "RMSNorm"}
-
-
-def _torch_work(ops):
-    """{op: what it is} for the ops of `ops` that do the block's arithmetic in PyTorch."""
-    found = {}
-    for op in ops:
-        if "scaled_dot_product" in op or "attention" in op:
-            found[op] = "attention"
-        elif op in _NOT_IN_TRITON:
-            found[op] = _NOT_IN_TRITON[op]
-    return found
-
-
-def _all_in_triton(fn):
-    """The forward launches Triton kernels, and PyTorch runs none of the block's arithmetic."""
-    from helpers import interpreter
-
-    case = _block_case(1, 19, "")
-    call = lambda: _run_block(fn, *case.args, **case.kwargs)  # noqa: E731
-    if ON_GPU:   # the autotuners time their configs on the first call: not part of the forward
-        call()
-    before = interpreter.launch_count()
+def _calling(fn, *args):
+    """(result, None), or (None, a message) if the call raised."""
     try:
-        traffic = eager_traffic(call)
+        return fn(*args), None
     except Exception as e:  # noqa: BLE001  (the learner's code, measured: say what it raised)
-        return f"measuring it, your function raised {type(e).__name__}: {e}"
-    launched = interpreter.launch_count() - before
-    work = _torch_work(op for op, _ in traffic.ops)
-    if work:
-        listed = ", ".join(f"{op} ({what})" for op, what in sorted(work.items()))
-        return (f"PyTorch did part of the block's work: {listed}. Each of those "
-                f"is an eager kernel with its own round trip through memory. Every step of the forward "
-                f"should be one of the course's kernels: inv_rms, linear, rope_qk, causal_attention (or "
-                f"lesson 06's flash_forward_causal), rms_norm_rows, swiglu_linear.")
-    if launched < 5:
-        return (f"your forward launched {launched} Triton kernel(s); the block's steps (the Q|K|V "
-                f"projection, RoPE, attention, two projections with their residuals, the MLP) need more.")
+        return None, f"measuring it, your function raised {type(e).__name__}: {e}"
+
+
+def _recorded(fn, *args, touches=False):
+    """(the interpreter's launches while fn(*args) ran, None), or (None, a message).
+
+    On a GPU fn runs once before it is measured: an autotuner times its configurations on the first
+    call at a new size, and the record would count those runs as the kernel's own."""
+    if ON_GPU:
+        _, problem = _calling(fn, *args)
+        if problem:
+            return None, problem
+    with interpreter.record(touches=touches) as rec:
+        _, problem = _calling(fn, *args)
+    if problem:
+        return None, problem
+    if not rec.launches:
+        return None, "the meters saw no Triton launch."
+    return rec.launches, None
+
+
+# ---------------------------------------------------------------- 1. tma_matmul
+
+
+def matmul_reference(a, b, *_):
+    """a @ b (a persistent kernel's `programs` argument changes nothing in the result)."""
+    return a @ b                  # read MK + KN, write MN
+
+
+def _operands(M, K, N, dtype, a_view=False):
+    """a (M, K) and b (K, N), b scaled by 1 / sqrt(K) so that C's values are of order one.
+    a_view: a is a column slice of a wider matrix (row stride K + 16 values, still aligned)."""
+    a = torch.randn(M, K + 16, device=DEVICE)[:, 8:8 + K] if a_view else torch.randn(M, K, device=DEVICE)
+    b = torch.randn(K, N, device=DEVICE) / math.sqrt(K)
+    return a.to(dtype), b.to(dtype)
+
+
+def _long_k_case(*programs):
+    """float16, a long K, every product positive: the running sum climbs steadily to about 1, so a sum
+    kept in float16 rounds at every K step and the roundings pile up; one kept in float32 rounds once."""
+    M, K, N = _odd(17, 47), _aligned(2000, 2100, F16), _aligned(40, 72, F16)
+    a = torch.rand(M, K, device=DEVICE).to(F16)
+    b = (torch.rand(K, N, device=DEVICE) * (4 / K)).to(F16)
+    launch = f", programs={programs[0]}" if programs else ""
+    return Case(f"M={M} K={K} N={N} float16{launch} (a long K, every product positive: the running sum "
+                f"must be kept in float32)", (a, b, *programs))
+
+
+def _tma_cases():
+    def sizes(k_range, n_range, dtype):
+        return _aligned(*k_range, dtype), _aligned(*n_range, dtype)
+
+    M_big, K_big, N_big = pick((_odd(97, 159), 200, 100), (_odd(1025, 2047), 1000, 1000))
+    dtype_big = pick(F32, F16)
+    specs = [(1, *sizes((40, 100), (40, 100), F32), F32, False, "a single row"),
+             (_odd(33, 95), *sizes((40, 100), (40, 100), F32), F32, False,
+              "odd M; K and N multiples of no block: a partial last K step, a cut last column of tiles"),
+             (_odd(33, 95), *sizes((40, 100), (40, 100), F16), F16, False,
+              "float16 inputs, float32 accumulation"),
+             (_odd(9, 31), *sizes((70, 130), (8, 24), F16), F16, False, "N narrower than a tile"),
+             (*pick((64, 128, 64), (256, 256, 256)), F16, False, "sizes that are multiples of the blocks"),
+             (_odd(33, 63), *sizes((40, 100), (40, 100), F32), F32, True,
+              "A is a column slice of a wider matrix: rows K + 16 values apart"),
+             (M_big, *sizes((K_big, K_big + 60), (N_big, N_big + 60), dtype_big), dtype_big, False, "larger")]
+    return [Case(f"M={M} K={K} N={N} {_name(dtype)} ({why})", _operands(M, K, N, dtype, view))
+            for M, K, N, dtype, view, why in specs] + [_long_k_case()]
+
+
+# float32 on the CPU: the interpreter's tl.dot multiplies float32 exactly and sums in float32;
+# with C's values of order one (b scaled by 1 / sqrt(K)) and K up to 260, the sums' rounding is a
+# few 1e-7: check's float32 tolerance. On a GPU tl.dot takes float32 operands as TF32 (2**-11
+# relative each): a few 1e-3 on outputs of order one, so 1e-2, as lesson 09's matmuls.
+# float16: the products are exact in float32 and summed in float32 over K <= 1100; the one rounding
+# that matters is the store to float16 (2**-12 of the value): check's float16 tolerance.
+MATMUL_TOL = {F32: pick(cpu=(1e-5, 1e-5), gpu=(1e-2, 1e-2))}
+
+
+def _through_descriptors(fn):
+    """Every byte the kernel loaded and stored went through a tensor descriptor."""
+    M, K, N = _odd(33, 63), 40, 24
+    a, b = _operands(M, K, N, F32)
+    launches, problem = _recorded(fn, a, b)
+    if problem:
+        return problem
+    loaded = sum(launch.bytes_loaded for launch in launches)
+    stored = sum(launch.bytes_stored for launch in launches)
+    by_pointer_loaded = loaded - sum(launch.descriptor_bytes_loaded for launch in launches)
+    by_pointer_stored = stored - sum(launch.descriptor_bytes_stored for launch in launches)
+    where = f"for a ({M}, {K}) @ ({K}, {N}) float32 product your kernel"
+    if by_pointer_loaded:
+        return (f"{where} loaded {by_pointer_loaded:,} of its {loaded:,} bytes through pointers "
+                f"(tl.load of a block of addresses), not through a tensor descriptor. This exercise moves "
+                f"every tile by descriptor: on Hopper that is one TMA copy per tile, no address per "
+                f"element and no mask, the edges handled by the descriptor's shape.")
+    if by_pointer_stored:
+        return (f"{where} stored {by_pointer_stored:,} of its {stored:,} bytes through pointers "
+                f"(tl.store), not through a tensor descriptor: C's tiles go out by descriptor too, and "
+                f"the rows and columns past C's edges are dropped by it, not by a mask.")
     return None
 
 
-# float32 GroupNorm + Mish: the output is y = weight * (x - mean) / std + bias, and a float32 kernel
-# rounds each term to 2**-24 of its own size, not of y's. With weight and bias of size ~30 (the
-# tails case), weight * (x - mean) / std reaches ~100 where y may be near 0: errors of a few 1e-5
-# there, measured up to 7e-5 on the CPU. With a mean of 300 the float32 mean itself is off by up
-# to half a unit of 300 (1.5e-5), divided by the spread and multiplied by the weight. So atol 2e-4;
-# forgetting the shift costs about 3e-3 on the same case, a wrong formula far more.
-GROUPNORM_TOL = {F32: (2e-4, 1e-5)}
+# ---------------------------------------------------------------- 2. persistent_matmul
+
+
+# Square tiles a kernel might use on this device: a tile count these do not divide is awkward for all.
+TILES = pick((16, 32, 64), (64, 128, 256))
+
+
+def _not_dividing(programs, M_range, N_range, dtype):
+    """M and N whose count of output tiles, for each tile size of TILES, is not a multiple of `programs`."""
+    while True:
+        M, N = _odd(*M_range), _aligned(*N_range, dtype)
+        if all(math.ceil(M / t) * math.ceil(N / t) % programs for t in TILES):
+            return M, N
+
+
+def _persistent_cases():
+    """On the CPU 2 to 5 programs and tiles of 32 or so; on a GPU odd counts and one per SM, at sizes
+    with more tiles than programs (except where fewer is the point)."""
+    p_odd = pick(3, 7)
+    M_odd, N_odd = _not_dividing(p_odd, pick((97, 159), (1001, 1999)), pick((80, 160), (800, 1600)), F32)
+    M_many, M_f16, M_big = pick((_odd(97, 159), _odd(65, 127), _odd(161, 255)),
+                                (_odd(1025, 2047), _odd(1025, 1535), _odd(2049, 3071)))
+    specs = [(M_many, pick((40, 100), (200, 300)), pick((100, 160), (1000, 1100)), F32, pick(2, 5),
+              "more tiles than programs: each walks several; odd M"),
+             (M_odd, (40, 72), N_odd, F32, p_odd, "a tile count the programs do not divide"),
+             (M_f16, pick((70, 130), (264, 300)), pick((64, 136), (1000, 1100)), F16, pick(4, 11),
+              "float16, several tiles per program"),
+             (_odd(5, 15), (40, 72), (8, 16), F32, pick(5, SMS), "fewer tiles than programs: some have none"),
+             (1, (40, 72), (40, 100), F16, 3, "a single row"),
+             (M_big, pick((100, 160), (1000, 1060)), pick((160, 260), (1500, 1600)), pick(F32, F16),
+              pick(5, SMS), "larger")]
+    cases = []
+    for M, k_range, n_range, dtype, programs, why in specs:
+        K = _aligned(*k_range, dtype)
+        N = n_range if isinstance(n_range, int) else _aligned(*n_range, dtype)
+        cases.append(Case(f"M={M} K={K} N={N} {_name(dtype)}, programs={programs} ({why})",
+                          (*_operands(M, K, N, dtype), programs)))
+    return cases + [_long_k_case(pick(3, 11))]
+
+
+def _each_tile_once(fn):
+    """The launch has `programs` programs, and every element of C is stored exactly once.
+
+    C has at least 2 x 2 tiles of any size up to 256 x 256, so more tiles than programs: a launcher
+    that caps the grid at the number of tiles still launches `programs` programs."""
+    programs = 3
+    M, K, N = _odd(257, 299), 24, 264
+    a, b = _operands(M, K, N, F32)
+    launches, problem = _recorded(lambda a, b: fn(a, b, programs), a, b, touches=True)
+    if problem:
+        return problem
+    where = f"for a ({M}, {K}) @ ({K}, {N}) product with programs={programs}, your kernel"
+    main = max(launches, key=lambda launch: launch.bytes_stored)    # the launch that wrote C
+    ran = math.prod(main.grid)
+    if ran != programs:
+        return (f"{where} ran a grid of {ran} programs {main.grid}, not {programs}. A persistent kernel "
+                f"launches the programs it is given, however many tiles there are, and each program "
+                f"works through its share of the tiles in a loop.")
+    stores = [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches
+              if kind == "store"]
+    offsets = np.concatenate([offs for _, offs in stores])
+    elements, counts = np.unique(offsets, return_counts=True)
+    if counts.max() > 1:
+        element = int(elements[np.argmax(counts)])
+        by = sorted({pid[0] for pid, offs in stores if element in offs})
+        row, col = divmod(element, N)
+        return (f"{where} stored {int((counts > 1).sum()):,} elements of C more than once: C[{row}, {col}] "
+                f"was stored {int(counts.max())} times, by program(s) {by}. Each "
+                f"output tile belongs to one program and is computed once: check how your loop hands "
+                f"the tiles out, so that no two programs, and no program twice, take the same tile.")
+    return None
+
 
 EXERCISES = [
-    Exercise("09", "rope_qk", "RoPE on Q and K, one launch", rope_qk_reference, _rope_cases, kernel=True),
-    Exercise("09", "swiglu_linear", "SwiGLU as one persistent matmul, the product in its epilogue",
-             swiglu_linear_reference, _swiglu_cases, tol=SWIGLU_TOL, kernel=True),
-    Exercise("09", "groupnorm_mish", "GroupNorm + Mish, one kernel", groupnorm_mish_reference,
-             _groupnorm_cases, tol=GROUPNORM_TOL, kernel=True),
-    Exercise("09", "decoder_block_fused", "the decoder block from the course's kernels",
-             decoder_block_reference, _block_cases, run=_run_block, tol=BLOCK_TOL, kernel=True,
-             structure=_all_in_triton, timeout_s=300.0),
+    Exercise("09", "tma_matmul", "a matmul fed by tensor descriptors", matmul_reference, _tma_cases,
+             tol=MATMUL_TOL, kernel=True, structure=_through_descriptors),
+    Exercise("09", "persistent_matmul", "a persistent matmul: a fixed grid walking the tiles",
+             matmul_reference, _persistent_cases, tol=MATMUL_TOL, kernel=True, structure=_each_tile_once),
 ]

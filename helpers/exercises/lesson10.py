@@ -1,234 +1,26 @@
-"""Lesson 10 exercises: what Hopper adds, in three kernels.
+"""Lesson 10 exercises: Hopper attention.
 
-1. `tma_matmul`: a @ b with one program per output tile, every tile of A and B loaded, and every
-   tile of C stored, through tensor descriptors (built on the host or in the kernel). Rows must be
-   16-byte aligned, so K and N are multiples of 8 values (float16) or 4 (float32), but of no block:
-   the last K step is partial and the last column of tiles is cut by C's edge. M is odd.
-2. `persistent_matmul`: the same product with exactly `programs` programs, each walking the tiles
-   a scheduler hands it; more tiles than programs, fewer, and counts that do not divide.
-3. `softmax_long`: softmax over rows longer than one tile, in two passes (a running max and sum,
+1. `softmax_long`: softmax over rows longer than one tile, in two passes (a running max and sum,
    then the output), the second walking the row from its last tile back to its first. Rows that
    begin with a whole tile of -inf, values of 1e4, float16, and rows of a wider matrix.
 
-Beyond the values, each check measures what the lesson teaches, with the interpreter's record of
-every load and store (on a GPU too, on small inputs): the bytes a tensor descriptor moved, the
-programs a launch ran and which elements each stored, how many times x was read, and where each
-program's second pass began.
+Beyond the values, the check measures what the lesson teaches with the interpreter's record of every
+load and store (on a GPU too, on small inputs): how many times x was read, and where each program's
+second pass began.
 """
-
-import math
 
 import numpy as np
 import torch
 
-from helpers import interpreter
-from helpers.device import DEVICE, ON_GPU, pick
+from helpers.device import DEVICE, pick
 from helpers.exercises import Case, Exercise
 from helpers.exercises.lesson05 import SOFTMAX_TOL
+from helpers.exercises.lesson09 import F16, F32, _name, _odd, _recorded
 
-F16, F32 = torch.float16, torch.float32
 NEG_INF = float("-inf")
 
-# A persistent kernel's programs on a GPU: one per SM, as the lesson launches them.
-SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 2
 
-
-def _odd(lo, hi):
-    """A random odd integer in [lo, hi]."""
-    return int(torch.randint(lo // 2, (hi - 1) // 2 + 1, ())) * 2 + 1
-
-
-def _aligned(lo, hi, dtype):
-    """A random size in about [lo, hi] whose rows are 16-byte aligned but a multiple of no block:
-    an odd multiple of 8 values (float16) or of 4 (float32), so never of 16, 32, 64, ..."""
-    unit = 16 // torch.empty((), dtype=dtype).element_size()
-    return unit * _odd(max(1, lo // unit), max(1, hi // unit))
-
-
-def _name(dtype):
-    return str(dtype).removeprefix("torch.")
-
-
-def _calling(fn, *args):
-    """(result, None), or (None, a message) if the call raised."""
-    try:
-        return fn(*args), None
-    except Exception as e:  # noqa: BLE001  (the learner's code, measured: say what it raised)
-        return None, f"measuring it, your function raised {type(e).__name__}: {e}"
-
-
-def _recorded(fn, *args, touches=False):
-    """(the interpreter's launches while fn(*args) ran, None), or (None, a message).
-
-    On a GPU fn runs once before it is measured: an autotuner times its configurations on the first
-    call at a new size, and the record would count those runs as the kernel's own."""
-    if ON_GPU:
-        _, problem = _calling(fn, *args)
-        if problem:
-            return None, problem
-    with interpreter.record(touches=touches) as rec:
-        _, problem = _calling(fn, *args)
-    if problem:
-        return None, problem
-    if not rec.launches:
-        return None, "the meters saw no Triton launch."
-    return rec.launches, None
-
-
-# ---------------------------------------------------------------- 1. tma_matmul
-
-
-def matmul_reference(a, b, *_):
-    """a @ b (a persistent kernel's `programs` argument changes nothing in the result)."""
-    return a @ b                  # read MK + KN, write MN
-
-
-def _operands(M, K, N, dtype, a_view=False):
-    """a (M, K) and b (K, N), b scaled by 1 / sqrt(K) so that C's values are of order one.
-    a_view: a is a column slice of a wider matrix (row stride K + 16 values, still aligned)."""
-    a = torch.randn(M, K + 16, device=DEVICE)[:, 8:8 + K] if a_view else torch.randn(M, K, device=DEVICE)
-    b = torch.randn(K, N, device=DEVICE) / math.sqrt(K)
-    return a.to(dtype), b.to(dtype)
-
-
-def _long_k_case(*programs):
-    """float16, a long K, every product positive: the running sum climbs steadily to about 1, so a sum
-    kept in float16 rounds at every K step and the roundings pile up; one kept in float32 rounds once."""
-    M, K, N = _odd(17, 47), _aligned(2000, 2100, F16), _aligned(40, 72, F16)
-    a = torch.rand(M, K, device=DEVICE).to(F16)
-    b = (torch.rand(K, N, device=DEVICE) * (4 / K)).to(F16)
-    launch = f", programs={programs[0]}" if programs else ""
-    return Case(f"M={M} K={K} N={N} float16{launch} (a long K, every product positive: the running sum "
-                f"must be kept in float32)", (a, b, *programs))
-
-
-def _tma_cases():
-    def sizes(k_range, n_range, dtype):
-        return _aligned(*k_range, dtype), _aligned(*n_range, dtype)
-
-    M_big, K_big, N_big = pick((_odd(97, 159), 200, 100), (_odd(1025, 2047), 1000, 1000))
-    dtype_big = pick(F32, F16)
-    specs = [(1, *sizes((40, 100), (40, 100), F32), F32, False, "a single row"),
-             (_odd(33, 95), *sizes((40, 100), (40, 100), F32), F32, False,
-              "odd M; K and N multiples of no block: a partial last K step, a cut last column of tiles"),
-             (_odd(33, 95), *sizes((40, 100), (40, 100), F16), F16, False,
-              "float16 inputs, float32 accumulation"),
-             (_odd(9, 31), *sizes((70, 130), (8, 24), F16), F16, False, "N narrower than a tile"),
-             (*pick((64, 128, 64), (256, 256, 256)), F16, False, "sizes that are multiples of the blocks"),
-             (_odd(33, 63), *sizes((40, 100), (40, 100), F32), F32, True,
-              "A is a column slice of a wider matrix: rows K + 16 values apart"),
-             (M_big, *sizes((K_big, K_big + 60), (N_big, N_big + 60), dtype_big), dtype_big, False, "larger")]
-    return [Case(f"M={M} K={K} N={N} {_name(dtype)} ({why})", _operands(M, K, N, dtype, view))
-            for M, K, N, dtype, view, why in specs] + [_long_k_case()]
-
-
-# float32 on the CPU: the interpreter's tl.dot multiplies float32 exactly and sums in float32;
-# with C's values of order one (b scaled by 1 / sqrt(K)) and K up to 260, the sums' rounding is a
-# few 1e-7: check's float32 tolerance. On a GPU tl.dot takes float32 operands as TF32 (2**-11
-# relative each): a few 1e-3 on outputs of order one, so 1e-2, as lesson 09's matmuls.
-# float16: the products are exact in float32 and summed in float32 over K <= 1100; the one rounding
-# that matters is the store to float16 (2**-12 of the value): check's float16 tolerance.
-MATMUL_TOL = {F32: pick(cpu=(1e-5, 1e-5), gpu=(1e-2, 1e-2))}
-
-
-def _through_descriptors(fn):
-    """Every byte the kernel loaded and stored went through a tensor descriptor."""
-    M, K, N = _odd(33, 63), 40, 24
-    a, b = _operands(M, K, N, F32)
-    launches, problem = _recorded(fn, a, b)
-    if problem:
-        return problem
-    loaded = sum(launch.bytes_loaded for launch in launches)
-    stored = sum(launch.bytes_stored for launch in launches)
-    by_pointer_loaded = loaded - sum(launch.descriptor_bytes_loaded for launch in launches)
-    by_pointer_stored = stored - sum(launch.descriptor_bytes_stored for launch in launches)
-    where = f"for a ({M}, {K}) @ ({K}, {N}) float32 product your kernel"
-    if by_pointer_loaded:
-        return (f"{where} loaded {by_pointer_loaded:,} of its {loaded:,} bytes through pointers "
-                f"(tl.load of a block of addresses), not through a tensor descriptor. This exercise moves "
-                f"every tile by descriptor: on Hopper that is one TMA copy per tile, no address per "
-                f"element and no mask, the edges handled by the descriptor's shape.")
-    if by_pointer_stored:
-        return (f"{where} stored {by_pointer_stored:,} of its {stored:,} bytes through pointers "
-                f"(tl.store), not through a tensor descriptor: C's tiles go out by descriptor too, and "
-                f"the rows and columns past C's edges are dropped by it, not by a mask.")
-    return None
-
-
-# ---------------------------------------------------------------- 2. persistent_matmul
-
-
-# Square tiles a kernel might use on this device: a tile count these do not divide is awkward for all.
-TILES = pick((16, 32, 64), (64, 128, 256))
-
-
-def _not_dividing(programs, M_range, N_range, dtype):
-    """M and N whose count of output tiles, for each tile size of TILES, is not a multiple of `programs`."""
-    while True:
-        M, N = _odd(*M_range), _aligned(*N_range, dtype)
-        if all(math.ceil(M / t) * math.ceil(N / t) % programs for t in TILES):
-            return M, N
-
-
-def _persistent_cases():
-    """On the CPU 2 to 5 programs and tiles of 32 or so; on a GPU odd counts and one per SM, at sizes
-    with more tiles than programs (except where fewer is the point)."""
-    p_odd = pick(3, 7)
-    M_odd, N_odd = _not_dividing(p_odd, pick((97, 159), (1001, 1999)), pick((80, 160), (800, 1600)), F32)
-    M_many, M_f16, M_big = pick((_odd(97, 159), _odd(65, 127), _odd(161, 255)),
-                                (_odd(1025, 2047), _odd(1025, 1535), _odd(2049, 3071)))
-    specs = [(M_many, pick((40, 100), (200, 300)), pick((100, 160), (1000, 1100)), F32, pick(2, 5),
-              "more tiles than programs: each walks several; odd M"),
-             (M_odd, (40, 72), N_odd, F32, p_odd, "a tile count the programs do not divide"),
-             (M_f16, pick((70, 130), (264, 300)), pick((64, 136), (1000, 1100)), F16, pick(4, 11),
-              "float16, several tiles per program"),
-             (_odd(5, 15), (40, 72), (8, 16), F32, pick(5, SMS), "fewer tiles than programs: some have none"),
-             (1, (40, 72), (40, 100), F16, 3, "a single row"),
-             (M_big, pick((100, 160), (1000, 1060)), pick((160, 260), (1500, 1600)), pick(F32, F16),
-              pick(5, SMS), "larger")]
-    cases = []
-    for M, k_range, n_range, dtype, programs, why in specs:
-        K = _aligned(*k_range, dtype)
-        N = n_range if isinstance(n_range, int) else _aligned(*n_range, dtype)
-        cases.append(Case(f"M={M} K={K} N={N} {_name(dtype)}, programs={programs} ({why})",
-                          (*_operands(M, K, N, dtype), programs)))
-    return cases + [_long_k_case(pick(3, 11))]
-
-
-def _each_tile_once(fn):
-    """The launch has `programs` programs, and every element of C is stored exactly once.
-
-    C has at least 2 x 2 tiles of any size up to 256 x 256, so more tiles than programs: a launcher
-    that caps the grid at the number of tiles still launches `programs` programs."""
-    programs = 3
-    M, K, N = _odd(257, 299), 24, 264
-    a, b = _operands(M, K, N, F32)
-    launches, problem = _recorded(lambda a, b: fn(a, b, programs), a, b, touches=True)
-    if problem:
-        return problem
-    where = f"for a ({M}, {K}) @ ({K}, {N}) product with programs={programs}, your kernel"
-    main = max(launches, key=lambda launch: launch.bytes_stored)    # the launch that wrote C
-    ran = math.prod(main.grid)
-    if ran != programs:
-        return (f"{where} ran a grid of {ran} programs {main.grid}, not {programs}. A persistent kernel "
-                f"launches the programs it is given, however many tiles there are, and each program "
-                f"works through its share of the tiles in a loop.")
-    stores = [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches
-              if kind == "store"]
-    offsets = np.concatenate([offs for _, offs in stores])
-    elements, counts = np.unique(offsets, return_counts=True)
-    if counts.max() > 1:
-        element = int(elements[np.argmax(counts)])
-        by = sorted({pid[0] for pid, offs in stores if element in offs})
-        row, col = divmod(element, N)
-        return (f"{where} stored {int((counts > 1).sum()):,} elements of C more than once: C[{row}, {col}] "
-                f"was stored {int(counts.max())} times, by program(s) {by}. Each "
-                f"output tile belongs to one program and is computed once: check how your loop hands "
-                f"the tiles out, so that no two programs, and no program twice, take the same tile.")
-    return None
-
-
-# ---------------------------------------------------------------- 3. softmax_long
+# ---------------------------------------------------------------- 1. softmax_long
 
 
 def softmax_reference(x):
@@ -340,10 +132,6 @@ def _second_pass_backwards(fn):
 
 
 EXERCISES = [
-    Exercise("10", "tma_matmul", "a matmul fed by tensor descriptors", matmul_reference, _tma_cases,
-             tol=MATMUL_TOL, kernel=True, structure=_through_descriptors),
-    Exercise("10", "persistent_matmul", "a persistent matmul: a fixed grid walking the tiles",
-             matmul_reference, _persistent_cases, tol=MATMUL_TOL, kernel=True, structure=_each_tile_once),
     Exercise("10", "softmax_long", "softmax of long rows, the second pass backwards", softmax_reference,
              _softmax_cases, tol=SOFTMAX_LONG_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT,
              structure=_second_pass_backwards),

@@ -1,4 +1,4 @@
-"""Lesson 05: softmax_rows, online_softmax_torch, softmax_tiled and rmsnorm_linear."""
+"""Lesson 05: softmax_rows, online_softmax_torch, softmax_tiled, rmsnorm_linear and groupnorm_mish."""
 
 import math
 
@@ -6,6 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
+from helpers.solutions import load_solution
 from mutants import Right, Wrong, edit
 
 
@@ -316,4 +317,52 @@ RIGHT += [
         "05", "rmsnorm_linear", ("BLOCK_M, BLOCK_N, BLOCK_K = pick(cpu=(32, 32, 32), gpu=(64, 64, 64))",
                                  "BLOCK_M, BLOCK_N, BLOCK_K = pick(cpu=(16, 64, 16), gpu=(128, 32, 32))"))),
     Right("rmsnorm_linear", "two loops over K (the rms, then the product), a 2-D grid", rmsnorm_two_loops),
+]
+
+# ---------------------------------------------------------------- 5. groupnorm_mish
+
+WRONG += [
+    Wrong("groupnorm_mish", "pure PyTorch, no kernel", load_solution("05").groupnorm_mish_reference),
+    Wrong("groupnorm_mish", "no shift: E[x^2] - E[x]^2 cancels for a large mean", edit(
+        "05", "groupnorm_mish", ("    shift = tl.load(x_group).to(tl.float32)\n    s, s2", "    shift = 0.0\n    s, s2"))),
+    Wrong("groupnorm_mish", "exp(y) uncapped: inf / inf in Mish's upper tail", edit(
+        "05", "groupnorm_mish", ("e = tl.exp(tl.minimum(y, 20.0))", "e = tl.exp(y)"))),
+    Wrong("groupnorm_mish", "one weight and bias per group, not per channel", edit(
+        "05", "groupnorm_mish",
+        ("scale = tl.load(w_group + c,", "scale = tl.load(w_group + 0 * c,"),
+        ("beta = tl.load(b_group + c,", "beta = tl.load(b_group + 0 * c,"))),
+    Wrong("groupnorm_mish", "weight and bias of the tile's row, not of the channel", edit(
+        "05", "groupnorm_mish",
+        ("scale = tl.load(w_group + c,", "scale = tl.load(w_group + c - c0,"),
+        ("beta = tl.load(b_group + c,", "beta = tl.load(b_group + c - c0,"))),
+    Wrong("groupnorm_mish", "eps hard-coded to 1e-5, not the one passed in", edit(
+        "05", "groupnorm_mish", ("tl.rsqrt(var + eps), group_channels, 0, hw", "tl.rsqrt(var + 1e-5), group_channels, 0, hw"))),
+    Wrong("groupnorm_mish", "contiguous NCHW assumed: the positions' stride taken to be 1", edit(
+        "05", "groupnorm_mish",
+        ("x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where",
+         "x_group + c * sx_c + p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where"),
+        ("x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            y =",
+         "x_group + c * sx_c + p, mask=inside, other=0.0).to(tl.float32)\n            y ="))),
+    Wrong("groupnorm_mish", "channels past the group not masked: the next group's values counted", edit(
+        "05", "groupnorm_mish",
+        ("inside = (c < channels) & (p < p_end)\n            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where",
+         "inside = (c >= 0) & (p < p_end)\n            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where"))),
+    Wrong("groupnorm_mish", "sums accumulated in float16", edit(
+        "05", "groupnorm_mish",
+        ("    s = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float32)\n    s2 = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float32)",
+         "    s = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float16)\n    s2 = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float16)"),
+        ("            s += v\n            s2 += v * v", "            s += v.to(tl.float16)\n            s2 += (v * v).to(tl.float16)"))),
+    Wrong("groupnorm_mish", "mean over one channel's H * W values, not the group's", edit(
+        "05", "groupnorm_mish", ("    mean_shifted = s / size", "    mean_shifted = s / hw"))),
+    Wrong("groupnorm_mish", "stored through x's strides, not into the contiguous output", edit(
+        "05", "groupnorm_mish", ("tl.store(out_group + c * hw + p,", "tl.store(out_group + c * sx_c + p * sx_p,"))),
+]
+
+RIGHT += [
+    Right("groupnorm_mish", "tiles of 64 values, one warp", edit(
+        "05", "groupnorm_mish", ("    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 16))",
+                                 "    BLOCK, warps = pick(cpu=(64, 1), gpu=(512, 4))"))),
+    Right("groupnorm_mish", "tiles of one channel", edit(
+        "05", "groupnorm_mish", ("    CH_BLOCK = min(triton.next_power_of_2(C // num_groups), BLOCK // HW_BLOCK)",
+                                 "    CH_BLOCK = 1"))),
 ]

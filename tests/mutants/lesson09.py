@@ -1,272 +1,149 @@
-"""Lesson 09: rope_qk, swiglu_linear, groupnorm_mish and decoder_block_fused.
+"""Lesson 09: tma_matmul and persistent_matmul.
 
-The block's mutants are written out here from the solution's launchers (not text edits of its
-forward), so that they keep applying while the solution's SwiGLU kernel and layout change.
+Most mutants are one-line edits of the solution. The descriptor mutants share one kernel written out
+here, which builds its descriptors in the kernel (tl.make_tensor_descriptor) and can move each
+operand through pointers instead: with every operand by descriptor it is a right answer of its own.
 """
 
-import torch.nn.functional as F
+import torch
+import triton
+import triton.language as tl
 
-from helpers.block import decoder_block, rms_norm
 from helpers.solutions import load_solution
 from mutants import Right, Wrong, edit
 
+# Loading the solution also sets Triton's allocator, which descriptors built in a kernel need on a GPU.
 course = load_solution("09")
-lesson05, lesson06 = course.lesson05, course.lesson06
 
-# ---------------------------------------------------------------- 1. rope_qk
+# ---------------------------------------------------------------- 1. tma_matmul
 
-ROPE_MASK = "    mask = (offs_pos[:, None] < seq) & (offs_half[None, :] < half)\n"
-ROPE_Q = "    rotate_tile(q_ptr + b * sq_b + h * sq_h, qo_ptr + out_head, sq_n, sq_d,"
+
+@triton.jit
+def device_side_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                       A_DESC: tl.constexpr, B_DESC: tl.constexpr, C_DESC: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """C = A @ B for one tile; each operand through a descriptor built here (X_DESC) or through pointers."""
+    off_m = tl.program_id(0) * BLOCK_M
+    off_n = tl.program_id(1) * BLOCK_N
+    rm = off_m + tl.arange(0, BLOCK_M)
+    rn = off_n + tl.arange(0, BLOCK_N)
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
+                                       block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                       block_shape=[BLOCK_M, BLOCK_N])
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        rk = k + tl.arange(0, BLOCK_K)
+        if A_DESC:
+            a = a_desc.load([off_m, k])
+        else:
+            a = tl.load(a_ptr + rm[:, None] * stride_am + rk[None, :],
+                        mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        if B_DESC:
+            b = b_desc.load([k, off_n])
+        else:
+            b = tl.load(b_ptr + rk[:, None] * stride_bk + rn[None, :],
+                        mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    if C_DESC:
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+    else:
+        tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(c_ptr.dtype.element_ty),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def device_side(a, b, a_desc=True, b_desc=True, c_desc=True, b_row_stride=None):
+    """a @ b through device_side_kernel; b_row_stride: the row stride the kernel is told b has."""
+    (M, K), N = a.shape, b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    BM, BN, BK = course.TMA_TILE
+    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
+    device_side_kernel[grid](a, b, c, M, N, K, a.stride(0), b_row_stride or b.stride(0), c.stride(0),
+                             A_DESC=a_desc, B_DESC=b_desc, C_DESC=c_desc, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
+    return c
+
+
+TMA_K_LOOP = ("    for k in range(0, K, BLOCK_K):\n"
+              "        a = a_desc.load([off_m, k])            # (BLOCK_M, BLOCK_K)")
+TMA_GRID = "    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))"
+TMA_OUT = "    c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n    BM, BN, BK = TMA_TILE\n    grid ="
 
 WRONG = [
-    Wrong("rope_qk", "pure PyTorch, no kernel", course.rope_qk_reference),
-    Wrong("rope_qk", "the sine's sign flipped in the first half", edit(
-        "09", "rope_qk", ("x1 * cos - x2 * sin", "x1 * cos + x2 * sin"))),
-    Wrong("rope_qk", "q read with k's position and dimension strides", edit(
-        "09", "rope_qk", (ROPE_Q, ROPE_Q.replace("sq_n, sq_d,", "sk_n, sk_d,")))),
-    Wrong("rope_qk", "lanes past D / 2 not masked (BLOCK_HALF, not half)", edit(
-        "09", "rope_qk", (ROPE_MASK, ROPE_MASK.replace("< half)", "< BLOCK_HALF)")))),
-    Wrong("rope_qk", "the output offset forgets the head", edit(
-        "09", "rope_qk", ("    out_head = bh.to(tl.int64) * seq * 2 * half", "    out_head = b * seq * 2 * half"))),
-    Wrong("rope_qk", "outputs allocated in float32, whatever q's dtype", edit(
-        "09", "rope_qk", ("q_rot = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)",
-                          "q_rot = torch.empty((B, H, N, D), device=q.device, dtype=torch.float32)"),
-        ("k_rot = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)",
-         "k_rot = torch.empty((B, H, N, D), device=q.device, dtype=torch.float32)"))),
-    Wrong("rope_qk", "half the head dimension hard-coded to 32 (D = 64)", edit(
-        "09", "rope_qk", ("H, N, D // 2, *q.stride()", "H, N, 32, *q.stride()"),
-        ("BLOCK_HALF=triton.next_power_of_2(D // 2)", "BLOCK_HALF=32"))),
+    Wrong("tma_matmul", "pure PyTorch, no kernel", lambda a, b: a @ b),
+    Wrong("tma_matmul", "B's tiles loaded through pointers", lambda a, b: device_side(a, b, b_desc=False)),
+    Wrong("tma_matmul", "A's tiles loaded through pointers", lambda a, b: device_side(a, b, a_desc=False)),
+    Wrong("tma_matmul", "C stored through pointers", lambda a, b: device_side(a, b, c_desc=False)),
+    Wrong("tma_matmul", "b's descriptor told a row stride of K, not N",
+          lambda a, b: device_side(a, b, b_row_stride=a.shape[1])),
+    Wrong("tma_matmul", "the K loop stops one step early", edit(
+        "09", "tma_matmul", (TMA_K_LOOP, TMA_K_LOOP.replace("range(0, K, BLOCK_K)", "range(0, K - BLOCK_K, BLOCK_K)")))),
+    Wrong("tma_matmul", "the K loop over whole tiles only: the partial last step skipped", edit(
+        "09", "tma_matmul", (TMA_K_LOOP, TMA_K_LOOP.replace("range(0, K, BLOCK_K)", "range(0, K // BLOCK_K * BLOCK_K, BLOCK_K)")))),
+    Wrong("tma_matmul", "N // BLOCK_N columns of tiles: the cut last one missing", edit(
+        "09", "tma_matmul", (TMA_GRID, TMA_GRID.replace("triton.cdiv(N, BN)", "N // BN")))),
+    Wrong("tma_matmul", "C allocated in float32, whatever the inputs' dtype", edit(
+        "09", "tma_matmul", (TMA_OUT, TMA_OUT.replace("dtype=a.dtype", "dtype=torch.float32")))),
+    Wrong("tma_matmul", "the running sum kept in C's dtype (float16 for float16 inputs)", edit(
+        "09", "tma_matmul", ("    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n    for k in range(0, K, BLOCK_K):\n"
+                             "        a = a_desc.load",
+                             "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=c_desc.dtype)\n    for k in range(0, K, BLOCK_K):\n"
+                             "        a = a_desc.load"),
+                            ("        acc = tl.dot(a, b, acc)", "        acc = tl.dot(a, b, acc, out_dtype=c_desc.dtype)"))),
 ]
 
 RIGHT = [
-    Right("rope_qk", "blocks of 4 positions", edit(
-        "09", "rope_qk", ("    BLOCK_POS = pick(cpu=16, gpu=64)", "    BLOCK_POS = pick(cpu=4, gpu=16)"))),
+    Right("tma_matmul", "descriptors built in the kernel (tl.make_tensor_descriptor)", device_side),
+    Right("tma_matmul", "other tiles: 16 x 64, 16 deep", edit(
+        "09", "tma_matmul", ("TMA_TILE = pick(cpu=(32, 32, 32), gpu=(128, 128, 64))",
+                             "TMA_TILE = pick(cpu=(16, 64, 16), gpu=(64, 128, 32))"))),
 ]
 
-# ---------------------------------------------------------------- 2. swiglu_linear
+# ---------------------------------------------------------------- 2. persistent_matmul
 
-SPLIT = "        gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))"
-STORE = "        out_desc.store([off_m, off_n // 2], y.to(out_desc.dtype))"
-WALK = ("                                         block_shape=[BLOCK_M, BLOCK_N // 2])\n"
-        "    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)\n"
-        "    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):\n"
-        "        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)")
+LOOP = "    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):"
+COORDS = ("        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)\n"
+          "        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n"
+          "        for k in range(0, K, BLOCK_K):\n"
+          "            acc = tl.dot(a_desc.load")
+LAUNCH = "    persistent_matmul_kernel[(programs,)]("
+PROGRAMS = "    programs = SMS if programs is None else programs\n"
+PERSISTENT_OUT = ("    c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n    BM, BN, BK = TMA_TILE\n"
+                  "    programs =")
 
 WRONG += [
-    Wrong("swiglu_linear", "pure PyTorch, no kernel", course.swiglu_linear_reference),
-    Wrong("swiglu_linear", "gate and up swapped: SiLU of the up projection", edit(
-        "09", "swiglu_linear", (SPLIT, SPLIT.replace("gate, up =", "up, gate =")))),
-    Wrong("swiglu_linear", "no SiLU: gate * up", edit(
-        "09", "swiglu_linear", ("        y = gate * tl.sigmoid(gate) * up", "        y = gate * up"))),
-    Wrong("swiglu_linear", "pairs taken as halves of the tile, not as (even, odd) columns", edit(
-        "09", "swiglu_linear", (SPLIT, "        gate, up = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), "
-                                       "(0, 2, 1)))"))),
-    Wrong("swiglu_linear", "stored at column off_n, not off_n / 2", edit(
-        "09", "swiglu_linear", (STORE, STORE.replace("off_n // 2", "off_n")))),
-    Wrong("swiglu_linear", "each program computes one tile and stops", edit(
-        "09", "swiglu_linear", (WALK, WALK.replace("tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True)",
-                                                   "tl.range(tl.program_id(0), tl.program_id(0) + 1)")))),
-    Wrong("swiglu_linear", "h's row stride taken to be K", edit(
-        "09", "swiglu_linear", ('contiguous."""\n    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],',
-                                'contiguous."""\n    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[K, 1],'))),
-    Wrong("swiglu_linear", "the output allocated in float32, whatever h's dtype", edit(
-        "09", "swiglu_linear", ("    out = torch.empty((M, N // 2), device=h.device, dtype=h.dtype)",
-                                "    out = torch.empty((M, N // 2), device=h.device, dtype=torch.float32)"))),
+    Wrong("persistent_matmul", "pure PyTorch, no kernel", lambda a, b, programs: a @ b),
+    Wrong("persistent_matmul", "one program per tile, whatever `programs` says", edit(
+        "09", "persistent_matmul", (LAUNCH, "    persistent_matmul_kernel[(triton.cdiv(M, BM) * triton.cdiv(N, BN),)]("))),
+    Wrong("persistent_matmul", "`programs` ignored: one program per SM", edit(
+        "09", "persistent_matmul", (PROGRAMS, "    programs = SMS\n"))),
+    Wrong("persistent_matmul", "each program walks from its tile to the end, without the stride", edit(
+        "09", "persistent_matmul", (LOOP, "    for tile in range(tl.program_id(0), num_pid_m * num_pid_n):"))),
+    Wrong("persistent_matmul", "each program computes one tile and stops", edit(
+        "09", "persistent_matmul", (LOOP, "    for tile in range(tl.program_id(0), tl.program_id(0) + 1):"))),
+    Wrong("persistent_matmul", "contiguous runs of n_tiles // programs tiles: the remainder dropped", edit(
+        "09", "persistent_matmul", (LOOP, "    per = num_pid_m * num_pid_n // tl.num_programs(0)\n"
+                                          "    for tile in range(tl.program_id(0) * per, tl.program_id(0) * per + per):"))),
+    Wrong("persistent_matmul", "the last group of tile rows taken as a full GROUP_M rows", edit(
+        "09", "persistent_matmul", ("    rows = min(num_pid_m - first_m, GROUP_M)\n", "    rows = GROUP_M\n"))),
+    Wrong("persistent_matmul", "the running sum kept in C's dtype (float16 for float16 inputs)", edit(
+        "09", "persistent_matmul", (COORDS, COORDS.replace("dtype=tl.float32", "dtype=c_desc.dtype")),
+        ("acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc)",
+         "acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc, "
+         "out_dtype=c_desc.dtype)"))),
+    Wrong("persistent_matmul", "C allocated in float32, whatever the inputs' dtype", edit(
+        "09", "persistent_matmul", (PERSISTENT_OUT, PERSISTENT_OUT.replace("dtype=a.dtype", "dtype=torch.float32")))),
 ]
 
 RIGHT += [
-    Right("swiglu_linear", "SiLU written as gate / (1 + exp(-gate))", edit(
-        "09", "swiglu_linear", ("        y = gate * tl.sigmoid(gate) * up", "        y = gate / (1.0 + tl.exp(-gate)) * up"))),
-    Right("swiglu_linear", "three programs in flight on the CPU, not two", edit(
-        "09", "swiglu_linear", ("PROGRAMS = pick(cpu=2,", "PROGRAMS = pick(cpu=3,"))),
+    Right("persistent_matmul", "each program takes a contiguous run of tiles", edit(
+        "09", "persistent_matmul", (LOOP, "    n_tiles = num_pid_m * num_pid_n\n"
+                                          "    per = tl.cdiv(n_tiles, tl.num_programs(0))\n"
+                                          "    for tile in range(tl.program_id(0) * per, min(tl.program_id(0) * per + per, n_tiles)):"))),
+    Right("persistent_matmul", "the grid capped at the number of tiles", edit(
+        "09", "persistent_matmul", (LAUNCH, "    persistent_matmul_kernel[(min(programs, triton.cdiv(M, BM) * triton.cdiv(N, BN)),)]("))),
+    Right("persistent_matmul", "tiles in row-major order, not grouped", edit(
+        "09", "persistent_matmul", (COORDS, COORDS.replace("tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)",
+                                                           "tile // num_pid_n, tile % num_pid_n")))),
 ]
-
-# ---------------------------------------------------------------- 3. groupnorm_mish
-
-WRONG += [
-    Wrong("groupnorm_mish", "pure PyTorch, no kernel", course.groupnorm_mish_reference),
-    Wrong("groupnorm_mish", "no shift: E[x^2] - E[x]^2 cancels for a large mean", edit(
-        "09", "groupnorm_mish", ("    shift = tl.load(x_group).to(tl.float32)\n    s, s2", "    shift = 0.0\n    s, s2"))),
-    Wrong("groupnorm_mish", "exp(y) uncapped: inf / inf in Mish's upper tail", edit(
-        "09", "groupnorm_mish", ("e = tl.exp(tl.minimum(y, 20.0))", "e = tl.exp(y)"))),
-    Wrong("groupnorm_mish", "one weight and bias per group, not per channel", edit(
-        "09", "groupnorm_mish",
-        ("scale = tl.load(w_group + c,", "scale = tl.load(w_group + 0 * c,"),
-        ("beta = tl.load(b_group + c,", "beta = tl.load(b_group + 0 * c,"))),
-    Wrong("groupnorm_mish", "weight and bias of the tile's row, not of the channel", edit(
-        "09", "groupnorm_mish",
-        ("scale = tl.load(w_group + c,", "scale = tl.load(w_group + c - c0,"),
-        ("beta = tl.load(b_group + c,", "beta = tl.load(b_group + c - c0,"))),
-    Wrong("groupnorm_mish", "eps hard-coded to 1e-5, not the one passed in", edit(
-        "09", "groupnorm_mish", ("tl.rsqrt(var + eps), group_channels, 0, hw", "tl.rsqrt(var + 1e-5), group_channels, 0, hw"))),
-    Wrong("groupnorm_mish", "contiguous NCHW assumed: the positions' stride taken to be 1", edit(
-        "09", "groupnorm_mish",
-        ("x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where",
-         "x_group + c * sx_c + p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where"),
-        ("x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            y =",
-         "x_group + c * sx_c + p, mask=inside, other=0.0).to(tl.float32)\n            y ="))),
-    Wrong("groupnorm_mish", "channels past the group not masked: the next group's values counted", edit(
-        "09", "groupnorm_mish",
-        ("inside = (c < channels) & (p < p_end)\n            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where",
-         "inside = (c >= 0) & (p < p_end)\n            v = tl.load(x_group + c * sx_c + p * sx_p, mask=inside, other=0.0).to(tl.float32)\n            v = tl.where"))),
-    Wrong("groupnorm_mish", "sums accumulated in float16", edit(
-        "09", "groupnorm_mish",
-        ("    s = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float32)\n    s2 = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float32)",
-         "    s = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float16)\n    s2 = tl.zeros((CH_BLOCK, HW_BLOCK), tl.float16)"),
-        ("            s += v\n            s2 += v * v", "            s += v.to(tl.float16)\n            s2 += (v * v).to(tl.float16)"))),
-    Wrong("groupnorm_mish", "mean over one channel's H * W values, not the group's", edit(
-        "09", "groupnorm_mish", ("    mean_shifted = s / size", "    mean_shifted = s / hw"))),
-    Wrong("groupnorm_mish", "stored through x's strides, not into the contiguous output", edit(
-        "09", "groupnorm_mish", ("tl.store(out_group + c * hw + p,", "tl.store(out_group + c * sx_c + p * sx_p,"))),
-]
-
-RIGHT += [
-    Right("groupnorm_mish", "tiles of 64 values, one warp", edit(
-        "09", "groupnorm_mish", ("    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 16))",
-                                 "    BLOCK, warps = pick(cpu=(64, 1), gpu=(512, 4))"))),
-    Right("groupnorm_mish", "tiles of one channel", edit(
-        "09", "groupnorm_mish", ("    CH_BLOCK = min(triton.next_power_of_2(C // num_groups), BLOCK // HW_BLOCK)",
-                                 "    CH_BLOCK = 1"))),
-]
-
-# ---------------------------------------------------------------- 4. decoder_block_fused
-
-
-def _qkv(x2, w, cfg):
-    """The solution's Q|K|V projection: gamma folded into wqkv, 1 / rms as the row scale."""
-    return course.linear(x2, w["wqkv"], scale=lesson05.inv_rms(x2, cfg.eps))
-
-
-def _parts(x, w, cfg, rotate=True, qkv_order=(0, 1, 2), project=_qkv):
-    """The solution's forward up to the attention's output, (T, d), and x as (T, d)."""
-    B, N, d = x.shape
-    H, D = cfg.n_heads, cfg.head_dim
-    x2 = x.reshape(B * N, d)
-    qkv = project(x2, w, cfg)
-    views = [qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3)]
-    q, k, v = (views[i] for i in qkv_order)
-    if rotate:
-        cos, sin = course.rope_tables(cfg, N, x.device)
-        q, k = course.rope_qk(q, k, cos, sin)
-    else:
-        q, k = q.contiguous(), k.contiguous()
-    a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())
-    return a.transpose(1, 2).reshape(B * N, d), x2
-
-
-def _mlp(x2, w, cfg, norm="mlp_norm"):
-    h = lesson05.rms_norm_rows(x2, w[norm], cfg.eps)
-    return course.linear(course.swiglu_linear(h, w["w_gate_up"]), w["w_down"], residual=x2)
-
-
-def no_rope(x, w, cfg):
-    w = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, w, cfg, rotate=False)
-    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg).view(x.shape)
-
-
-def k_and_q_swapped(x, w, cfg):
-    w = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, w, cfg, qkv_order=(1, 0, 2))
-    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg).view(x.shape)
-
-
-def attn_norm_twice(x, w, cfg):
-    w = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, w, cfg)
-    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg, norm="attn_norm").view(x.shape)
-
-
-def mlp_residual_from_the_input(x, w, cfg):
-    """The MLP's residual is the block's input, not the stream after attention."""
-    w = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, w, cfg)
-    h = lesson05.rms_norm_rows(course.linear(a, w["wo"], residual=x2), w["mlp_norm"], cfg.eps)
-    return course.linear(course.swiglu_linear(h, w["w_gate_up"]), w["w_down"], residual=x2).view(x.shape)
-
-
-def sdpa_in_the_middle(x, w, cfg):
-    """Triton everywhere but the attention, which PyTorch's SDPA does."""
-    B, N, d = x.shape
-    H, D = cfg.n_heads, cfg.head_dim
-    w = course.pack_weights(w, cfg)
-    x2 = x.reshape(B * N, d)
-    qkv = _qkv(x2, w, cfg)
-    q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
-    q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
-    a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B * N, d)
-    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg).view(x.shape)
-
-
-def matmul_down_projection(x, w, cfg):
-    """The MLP's down projection and residual add in PyTorch."""
-    w = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, w, cfg)
-    x2 = course.linear(a, w["wo"], residual=x2)
-    h = lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)
-    return (x2 + course.swiglu_linear(h, w["w_gate_up"]) @ w["w_down"].T).view(x.shape)
-
-
-def eager_mlp_norm(x, w, cfg):
-    """Right values, but the MLP's RMSNorm and SwiGLU in eager PyTorch."""
-    p = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, p, cfg)
-    x2 = course.linear(a, p["wo"], residual=x2)
-    h = rms_norm(x2, w["mlp_norm"], cfg.eps)
-    mlp = F.silu(h @ w["w_gate"].T) * (h @ w["w_up"].T)
-    return course.linear(mlp, p["w_down"], residual=x2).view(x.shape)
-
-
-def three_projections(x, w, cfg):
-    """Q, K and V by three rmsnorm_linear launches on the unpacked weights; the rest as the solution."""
-    B, N, d = x.shape
-    H, D = cfg.n_heads, cfg.head_dim
-    p = course.pack_weights(w, cfg)
-    x2 = x.reshape(B * N, d)
-    q, k, v = (lesson05.rmsnorm_linear(x2, w["attn_norm"], w[n], cfg.eps).view(B, N, H, D).transpose(1, 2)
-               for n in ("wq", "wk", "wv"))
-    q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
-    a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())
-    x2 = course.linear(a.transpose(1, 2).reshape(B * N, d), p["wo"], residual=x2)
-    return _mlp(x2, p, cfg).view(x.shape)
-
-
-def gamma_twice(x, w, cfg):
-    """lesson 05's rmsnorm_linear on the packed weights, whose columns already carry gamma."""
-    p = course.pack_weights(w, cfg)
-    project = lambda x2, p, cfg: lesson05.rmsnorm_linear(x2, w["attn_norm"], p["wqkv"], cfg.eps)  # noqa: E731
-    a, x2 = _parts(x, p, cfg, project=project)
-    return _mlp(course.linear(a, p["wo"], residual=x2), p, cfg).view(x.shape)
-
-
-def no_row_scale(x, w, cfg):
-    """The Q|K|V matmul on the folded weights without the 1 / rms row scale."""
-    p = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, p, cfg, project=lambda x2, p, cfg: course.linear(x2, p["wqkv"]))
-    return _mlp(course.linear(a, p["wo"], residual=x2), p, cfg).view(x.shape)
-
-
-WRONG += [
-    Wrong("decoder_block_fused", "RMSNorm's gamma applied twice (rmsnorm_linear on the packed weights)",
-          gamma_twice),
-    Wrong("decoder_block_fused", "the Q|K|V matmul without the 1 / rms row scale", no_row_scale),
-    Wrong("decoder_block_fused", "the eager block, no kernel",
-          lambda x, w, cfg: decoder_block(x, w, cfg, attention="sdpa")),
-    Wrong("decoder_block_fused", "RoPE left out", no_rope),
-    Wrong("decoder_block_fused", "K used as the queries and Q as the keys", k_and_q_swapped),
-    Wrong("decoder_block_fused", "the attention's RMSNorm weights used before the MLP too", attn_norm_twice),
-    Wrong("decoder_block_fused", "the MLP's residual taken from the block's input", mlp_residual_from_the_input),
-    Wrong("decoder_block_fused", "attention by PyTorch's SDPA", sdpa_in_the_middle),
-    Wrong("decoder_block_fused", "the down projection as a PyTorch matmul", matmul_down_projection),
-    Wrong("decoder_block_fused", "the MLP's norm and SwiGLU in eager PyTorch", eager_mlp_norm),
-]
-
-def lesson06_attention(x, w, cfg):
-    """Lesson 06's attention on contiguous copies instead of causal_attention: two copies more, same values."""
-    p = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, p, cfg)
-    return _mlp(course.linear(a, p["wo"], residual=x2), p, cfg).view(x.shape)
-
-
-RIGHT += [Right("decoder_block_fused", "three projections, unpacked Q, K, V weights", three_projections),
-          Right("decoder_block_fused", "lesson 06's attention, on copies", lesson06_attention)]

@@ -1,154 +1,10 @@
-"""Lesson 10: tma_matmul, persistent_matmul and softmax_long.
-
-Most mutants are one-line edits of the solution. The descriptor mutants share one kernel written out
-here, which builds its descriptors in the kernel (tl.make_tensor_descriptor) and can move each
-operand through pointers instead: with every operand by descriptor it is a right answer of its own.
-"""
+"""Lesson 10: softmax_long. Each mutant is a one-line edit of the solution."""
 
 import torch
-import triton
-import triton.language as tl
 
-from helpers.solutions import load_solution
 from mutants import Right, Wrong, edit
 
-# Loading the solution also sets Triton's allocator, which descriptors built in a kernel need on a GPU.
-course = load_solution("10")
-
-# ---------------------------------------------------------------- 1. tma_matmul
-
-
-@triton.jit
-def device_side_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
-                       A_DESC: tl.constexpr, B_DESC: tl.constexpr, C_DESC: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """C = A @ B for one tile; each operand through a descriptor built here (X_DESC) or through pointers."""
-    off_m = tl.program_id(0) * BLOCK_M
-    off_n = tl.program_id(1) * BLOCK_N
-    rm = off_m + tl.arange(0, BLOCK_M)
-    rn = off_n + tl.arange(0, BLOCK_N)
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
-                                       block_shape=[BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
-                                       block_shape=[BLOCK_K, BLOCK_N])
-    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
-                                       block_shape=[BLOCK_M, BLOCK_N])
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        rk = k + tl.arange(0, BLOCK_K)
-        if A_DESC:
-            a = a_desc.load([off_m, k])
-        else:
-            a = tl.load(a_ptr + rm[:, None] * stride_am + rk[None, :],
-                        mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-        if B_DESC:
-            b = b_desc.load([k, off_n])
-        else:
-            b = tl.load(b_ptr + rk[:, None] * stride_bk + rn[None, :],
-                        mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc)
-    if C_DESC:
-        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
-    else:
-        tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :], acc.to(c_ptr.dtype.element_ty),
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
-def device_side(a, b, a_desc=True, b_desc=True, c_desc=True, b_row_stride=None):
-    """a @ b through device_side_kernel; b_row_stride: the row stride the kernel is told b has."""
-    (M, K), N = a.shape, b.shape[1]
-    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    BM, BN, BK = course.TMA_TILE
-    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
-    device_side_kernel[grid](a, b, c, M, N, K, a.stride(0), b_row_stride or b.stride(0), c.stride(0),
-                             A_DESC=a_desc, B_DESC=b_desc, C_DESC=c_desc, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
-    return c
-
-
-TMA_K_LOOP = ("    for k in range(0, K, BLOCK_K):\n"
-              "        a = a_desc.load([off_m, k])            # (BLOCK_M, BLOCK_K)")
-TMA_GRID = "    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))"
-TMA_OUT = "    c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n    BM, BN, BK = TMA_TILE\n    grid ="
-
-WRONG = [
-    Wrong("tma_matmul", "pure PyTorch, no kernel", lambda a, b: a @ b),
-    Wrong("tma_matmul", "B's tiles loaded through pointers", lambda a, b: device_side(a, b, b_desc=False)),
-    Wrong("tma_matmul", "A's tiles loaded through pointers", lambda a, b: device_side(a, b, a_desc=False)),
-    Wrong("tma_matmul", "C stored through pointers", lambda a, b: device_side(a, b, c_desc=False)),
-    Wrong("tma_matmul", "b's descriptor told a row stride of K, not N",
-          lambda a, b: device_side(a, b, b_row_stride=a.shape[1])),
-    Wrong("tma_matmul", "the K loop stops one step early", edit(
-        "10", "tma_matmul", (TMA_K_LOOP, TMA_K_LOOP.replace("range(0, K, BLOCK_K)", "range(0, K - BLOCK_K, BLOCK_K)")))),
-    Wrong("tma_matmul", "the K loop over whole tiles only: the partial last step skipped", edit(
-        "10", "tma_matmul", (TMA_K_LOOP, TMA_K_LOOP.replace("range(0, K, BLOCK_K)", "range(0, K // BLOCK_K * BLOCK_K, BLOCK_K)")))),
-    Wrong("tma_matmul", "N // BLOCK_N columns of tiles: the cut last one missing", edit(
-        "10", "tma_matmul", (TMA_GRID, TMA_GRID.replace("triton.cdiv(N, BN)", "N // BN")))),
-    Wrong("tma_matmul", "C allocated in float32, whatever the inputs' dtype", edit(
-        "10", "tma_matmul", (TMA_OUT, TMA_OUT.replace("dtype=a.dtype", "dtype=torch.float32")))),
-    Wrong("tma_matmul", "the running sum kept in C's dtype (float16 for float16 inputs)", edit(
-        "10", "tma_matmul", ("    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n    for k in range(0, K, BLOCK_K):\n"
-                             "        a = a_desc.load",
-                             "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=c_desc.dtype)\n    for k in range(0, K, BLOCK_K):\n"
-                             "        a = a_desc.load"),
-                            ("        acc = tl.dot(a, b, acc)", "        acc = tl.dot(a, b, acc, out_dtype=c_desc.dtype)"))),
-]
-
-RIGHT = [
-    Right("tma_matmul", "descriptors built in the kernel (tl.make_tensor_descriptor)", device_side),
-    Right("tma_matmul", "other tiles: 16 x 64, 16 deep", edit(
-        "10", "tma_matmul", ("TMA_TILE = pick(cpu=(32, 32, 32), gpu=(128, 128, 64))",
-                             "TMA_TILE = pick(cpu=(16, 64, 16), gpu=(64, 128, 32))"))),
-]
-
-# ---------------------------------------------------------------- 2. persistent_matmul
-
-LOOP = "    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):"
-COORDS = ("        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)\n"
-          "        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n"
-          "        for k in range(0, K, BLOCK_K):\n"
-          "            acc = tl.dot(a_desc.load")
-LAUNCH = "    persistent_matmul_kernel[(programs,)]("
-PROGRAMS = "    programs = SMS if programs is None else programs\n"
-PERSISTENT_OUT = ("    c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n    BM, BN, BK = TMA_TILE\n"
-                  "    programs =")
-
-WRONG += [
-    Wrong("persistent_matmul", "pure PyTorch, no kernel", lambda a, b, programs: a @ b),
-    Wrong("persistent_matmul", "one program per tile, whatever `programs` says", edit(
-        "10", "persistent_matmul", (LAUNCH, "    persistent_matmul_kernel[(triton.cdiv(M, BM) * triton.cdiv(N, BN),)]("))),
-    Wrong("persistent_matmul", "`programs` ignored: one program per SM", edit(
-        "10", "persistent_matmul", (PROGRAMS, "    programs = SMS\n"))),
-    Wrong("persistent_matmul", "each program walks from its tile to the end, without the stride", edit(
-        "10", "persistent_matmul", (LOOP, "    for tile in range(tl.program_id(0), num_pid_m * num_pid_n):"))),
-    Wrong("persistent_matmul", "each program computes one tile and stops", edit(
-        "10", "persistent_matmul", (LOOP, "    for tile in range(tl.program_id(0), tl.program_id(0) + 1):"))),
-    Wrong("persistent_matmul", "contiguous runs of n_tiles // programs tiles: the remainder dropped", edit(
-        "10", "persistent_matmul", (LOOP, "    per = num_pid_m * num_pid_n // tl.num_programs(0)\n"
-                                          "    for tile in range(tl.program_id(0) * per, tl.program_id(0) * per + per):"))),
-    Wrong("persistent_matmul", "the last group of tile rows taken as a full GROUP_M rows", edit(
-        "10", "persistent_matmul", ("    rows = min(num_pid_m - first_m, GROUP_M)\n", "    rows = GROUP_M\n"))),
-    Wrong("persistent_matmul", "the running sum kept in C's dtype (float16 for float16 inputs)", edit(
-        "10", "persistent_matmul", (COORDS, COORDS.replace("dtype=tl.float32", "dtype=c_desc.dtype")),
-        ("acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc)",
-         "acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc, "
-         "out_dtype=c_desc.dtype)"))),
-    Wrong("persistent_matmul", "C allocated in float32, whatever the inputs' dtype", edit(
-        "10", "persistent_matmul", (PERSISTENT_OUT, PERSISTENT_OUT.replace("dtype=a.dtype", "dtype=torch.float32")))),
-]
-
-RIGHT += [
-    Right("persistent_matmul", "each program takes a contiguous run of tiles", edit(
-        "10", "persistent_matmul", (LOOP, "    n_tiles = num_pid_m * num_pid_n\n"
-                                          "    per = tl.cdiv(n_tiles, tl.num_programs(0))\n"
-                                          "    for tile in range(tl.program_id(0) * per, min(tl.program_id(0) * per + per, n_tiles)):"))),
-    Right("persistent_matmul", "the grid capped at the number of tiles", edit(
-        "10", "persistent_matmul", (LAUNCH, "    persistent_matmul_kernel[(min(programs, triton.cdiv(M, BM) * triton.cdiv(N, BN)),)]("))),
-    Right("persistent_matmul", "tiles in row-major order, not grouped", edit(
-        "10", "persistent_matmul", (COORDS, COORDS.replace("tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)",
-                                                           "tile // num_pid_n, tile % num_pid_n")))),
-]
-
-# ---------------------------------------------------------------- 3. softmax_long
+# ---------------------------------------------------------------- 1. softmax_long
 
 SHIFT = '        shift = tl.where(m_new == -float("inf"), 0.0, m_new)   # nothing finite yet: add zeros, not NaNs\n'
 SUM = "        l = l * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), axis=0)\n"
@@ -170,7 +26,7 @@ END_ALIGNED = ("        cols = n_cols - (i + 1) * BLOCK + offs        # tiles th
                "        tl.store(out_row + cols, (tl.exp(x - m) / l).to(out_ptr.dtype.element_ty),\n"
                "                 mask=(cols >= 0) & (cols < n_cols))\n")
 
-WRONG += [
+WRONG = [
     Wrong("softmax_long", "pure PyTorch, no kernel", lambda x: torch.softmax(x, dim=-1)),
     Wrong("softmax_long", "the second pass walks forwards", edit(
         "10", "softmax_long", (BACKWARDS, "        cols = i * BLOCK + offs\n"))),
@@ -190,7 +46,7 @@ WRONG += [
                                "    out = torch.empty(x.shape, dtype=torch.float32, device=x.device)\n"))),
 ]
 
-RIGHT += [
+RIGHT = [
     Right("softmax_long", "tiles of 64 values", edit(
         "10", "softmax_long", ('cpu=[triton.Config({"BLOCK": 256}, num_warps=4)]',
                                'cpu=[triton.Config({"BLOCK": 64}, num_warps=4)]'))),

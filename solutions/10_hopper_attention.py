@@ -1,253 +1,37 @@
-"""Lesson 10 solutions: Hopper speed. Lesson 04's matmul and lesson 06's attention, taken towards
-cuBLAS and cuDNN with what an H100 adds and Triton reaches: tensor descriptors (TMA), persistent
-programs, software pipelining and warp specialisation.
+"""Lesson 10 solutions: Hopper attention. Lesson 06's FlashAttention taken towards cuDNN with tensor
+descriptors, a wider search timed as CUDA graphs, a one-kernel backward; and softmax over rows too long
+for one program, at the least traffic a two-pass softmax can move.
 
-Exercise 1: tma_matmul_kernel         one program per tile, every tile moved by a tensor descriptor
-Exercise 2: persistent_matmul_kernel  one program per SM, walking the tiles a tile scheduler hands out
-Exercise 3: softmax_long_kernel       a long row in two passes, the second walking the row backwards
+Exercise: softmax_long_kernel         a long row in two passes, the second walking the row backwards
 
-and, built from them:
+and:
 
-    matmul          a @ b (or a @ b.T), persistent, TMA-fed, autotuned on CUDA-graph timings so that the
-                    choice does not flip between runs; an optional per-row scale in the epilogue
-    rmsnorm_linear  RMSNorm then a linear layer for inference: gamma folded into W once, 1/rms once
-                    per row, then `matmul` with the row scale in its epilogue
-    attention       FlashAttention forward (full or causal) through tensor descriptors, with a wider
-                    space of tile shapes, stages and warp specialisation than lesson 06's
+    causal_attention    lesson 06's causal forward through descriptors that each program builds over
+                        its (batch, head) slice: reads Q, K, V in any layout with contiguous rows (the
+                        Q|K|V projection's column slices, in place) and writes the heads side by side
+    attention           FlashAttention forward (full or causal) through descriptors built on the host,
+                        with a wider space of tile shapes, stages and warp specialisation than lesson 06's
     attention_backward  dQ, dK and dV in one kernel: dQ added up with float32 atomics in the dK/dV pass
     trainable_attention the two as an autograd function
 """
 
 import torch
+import torch.nn.functional as F
 
 import helpers  # noqa: F401  (first: picks the GPU or the interpreter)
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
-from helpers.bench import measure
-from helpers.device import DEVICE, ON_GPU, pick
+from helpers.device import pick
 from helpers.solutions import load_solution
 
-lesson05 = load_solution("05")   # inv_rms: 1 / rms of each row
-lesson06 = load_solution("06")   # LOG2E, LN2 and the attention reference
-
-# Programs of a persistent kernel: one per SM on a GPU; on the CPU two, so that each walks several tiles.
-SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 2
-
-
-def descriptor(t, block_shape):
-    """A tensor descriptor of t, built on the host: t's rows must be contiguous and 16-byte aligned."""
-    assert t.stride(-1) == 1, "a tensor descriptor needs the last dimension contiguous (stride 1)"
-    assert t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1]), \
-        (f"a tensor descriptor needs its start and its strides {tuple(t.stride()[:-1])} (in values of "
-         f"{t.element_size()} bytes) to be multiples of 16 bytes; copy the tensor into an aligned one")
-    return TensorDescriptor.from_tensor(t, block_shape)
+lesson05 = load_solution("05")   # the tiled softmax, the row kernels profiled beside the compiler's
+lesson06 = load_solution("06")   # LOG2E, LN2, the tile configurations and the attention reference
+lesson09 = load_solution("09")   # descriptors, and the autotuner's graph timing
+descriptor, _graph_timed = lesson09.descriptor, lesson09._graph_timed
 
 
-def _descriptor_scratch(size, alignment, stream):
-    """Global memory in which programs build their tensor descriptors (128 bytes each)."""
-    return torch.empty(size, device=DEVICE, dtype=torch.int8)
-
-
-# Kernels that build descriptors themselves (tl.make_tensor_descriptor: the notebook's examples, or an
-# exercise written that way) need it on a GPU. The lesson's own kernels take descriptors from the host.
-triton.set_allocator(_descriptor_scratch)
-
-
-# ---------------------------------------------------------------- exercise 1: a TMA-fed tile loop
-
-
-@triton.jit
-def tma_matmul_kernel(a_desc, b_desc, c_desc, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr):
-    """C = A @ B for the tile (program_id(0), program_id(1)): every tile loaded and stored by descriptor."""
-    off_m = tl.program_id(0) * BLOCK_M
-    off_n = tl.program_id(1) * BLOCK_N
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        a = a_desc.load([off_m, k])            # (BLOCK_M, BLOCK_K): zeros past A's edges
-        b = b_desc.load([k, off_n])            # (BLOCK_K, BLOCK_N)
-        acc = tl.dot(a, b, acc)
-    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))   # rows and columns past C's edges are dropped
-
-
-TMA_TILE = pick(cpu=(32, 32, 32), gpu=(128, 128, 64))   # BLOCK_M, BLOCK_N, BLOCK_K
-
-
-def tma_matmul(a, b):
-    """a @ b, a (M, K) and b (K, N) with contiguous, 16-byte aligned rows; one program per output tile."""
-    assert a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0], "tma_matmul takes (M, K) and (K, N)"
-    assert a.dtype == b.dtype, "a and b must share a dtype"
-    (M, K), N = a.shape, b.shape[1]
-    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    BM, BN, BK = TMA_TILE
-    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
-    tma_matmul_kernel[grid](descriptor(a, [BM, BK]), descriptor(b, [BK, BN]), descriptor(c, [BM, BN]), K,
-                            BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
-    return c
-
-
-# ---------------------------------------------------------------- exercise 2: persistent programs
-
-
-@triton.jit
-def tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of output tile number `tile` in lesson 04's grouped order: GROUP_M rows of tiles
-    at a time, column by column, so that tiles computed together share rows of A and columns of B."""
-    per_group = GROUP_M * num_pid_n
-    first_m = (tile // per_group) * GROUP_M
-    rows = min(num_pid_m - first_m, GROUP_M)
-    return first_m + (tile % per_group) % rows, (tile % per_group) // rows
-
-
-@triton.jit
-def persistent_matmul_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """C = A @ B with a fixed number of programs: program p computes tiles p, p + P, p + 2P, ..."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
-        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):
-            acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc)
-        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
-
-
-def persistent_matmul(a, b, programs=None):
-    """a @ b with `programs` programs (default: one per SM), each walking several output tiles."""
-    assert a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0], "persistent_matmul takes (M, K) and (K, N)"
-    assert a.dtype == b.dtype, "a and b must share a dtype"
-    (M, K), N = a.shape, b.shape[1]
-    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    BM, BN, BK = TMA_TILE
-    programs = SMS if programs is None else programs
-    assert programs >= 1, f"programs must be at least 1, not {programs}"
-    # float32 tiles take twice the shared memory: two K steps in flight instead of Triton's default three
-    persistent_matmul_kernel[(programs,)](descriptor(a, [BM, BK]), descriptor(b, [BK, BN]),
-                                          descriptor(c, [BM, BN]), M, N, K,
-                                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8,
-                                          num_stages=2 if a.element_size() == 4 else 3)
-    return c
-
-
-# ---------------------------------------------------------------- the fast matmul
-#
-# The persistent kernel above, plus what the autotuner may switch on:
-#   FLATTEN          tl.range(..., flatten=True): the tile loop and the K loop become one loop, so the
-#                    pipeline runs on across tiles (the next tile's loads in flight during the epilogue)
-#   WARP_SPECIALIZE  some warps only issue TMA loads, the others only run the matmul (Triton's
-#                    tl.range option; on Hopper only some tile shapes compile with it)
-#   num_stages       how many K steps of A and B tiles are in flight in shared memory
-# B_NK: b is given as (N, K), nn.Linear's layout, and the kernel multiplies by its transpose.
-# HAS_SCALE: each row of the product is multiplied by s[row] (RMSNorm's 1 / rms) before the store.
-
-
-def _set_block_shapes(args):
-    """Config pre-hook: the host's descriptors move tiles of the configuration being run."""
-    BM, BN, BK = args["BLOCK_M"], args["BLOCK_N"], args["BLOCK_K"]
-    args["a_desc"].block_shape = [BM, BK]
-    args["b_desc"].block_shape = [BN, BK] if args["B_NK"] else [BK, BN]
-    args["c_desc"].block_shape = [BM, BN]
-
-
-def _matmul_config(bm, bn, warps, stages, flatten=True, ws=False):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": flatten,
-                          "WARP_SPECIALIZE": ws}, num_warps=warps, num_stages=stages,
-                         pre_hook=_set_block_shapes)
-
-
-MATMUL_CONFIGS = pick(
-    cpu=[_matmul_config(32, 32, 4, 1)],
-    gpu=[_matmul_config(128, 256, 8, 3), _matmul_config(128, 256, 8, 3, flatten=False, ws=True),
-         _matmul_config(256, 128, 8, 3), _matmul_config(128, 128, 8, 4), _matmul_config(128, 128, 4, 4),
-         _matmul_config(128, 64, 4, 4), _matmul_config(64, 128, 4, 4), _matmul_config(64, 64, 4, 4)])
-
-
-def _tiles_for_the_shape(configs, named_args, **kwargs):
-    """Prune the search before timing: keep the tile sizes that give at least half the SMs a tile (the
-    large ones only where there are enough of them), so that fewer configurations are timed."""
-    M, N = named_args["M"], named_args["N"]
-    tiles = lambda c: triton.cdiv(M, c.kwargs["BLOCK_M"]) * triton.cdiv(N, c.kwargs["BLOCK_N"])  # noqa: E731
-    kept = [c for c in configs if tiles(c) >= SMS // 2]
-    return kept or [max(configs, key=tiles)]
-
-
-def _graph_timed(kernel_call, quantiles):
-    """How the autotuner times each candidate: as `make bench` times kernels, CUDA-graph replays with the
-    L2 cache flushed before each. A 10 µs kernel launched from Python reads mostly the launch, and the
-    choice flipped from run to run (lesson 10 shows it)."""
-    return measure(kernel_call, graph=True, quantiles=quantiles)
-
-
-@triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K", "B_NK", "HAS_SCALE"],
-                 prune_configs_by={"early_config_prune": _tiles_for_the_shape}, do_bench=_graph_timed)
-@triton.jit
-def matmul_kernel(a_desc, b_desc, c_desc, s_ptr, M, N, K, B_NK: tl.constexpr, HAS_SCALE: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN,
-                         warp_specialize=WARP_SPECIALIZE):
-        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        off_m, off_n = pid_m * BLOCK_M, pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):
-            a = a_desc.load([off_m, k])
-            if B_NK:
-                acc = tl.dot(a, b_desc.load([off_n, k]).T, acc)
-            else:
-                acc = tl.dot(a, b_desc.load([k, off_n]), acc)
-        if HAS_SCALE:
-            rows = off_m + tl.arange(0, BLOCK_M)
-            acc = acc * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]
-        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
-
-
-def matmul(a, b, scale=None, b_is_nk=False):
-    """a @ b (b (K, N)), or a @ b.T when b_is_nk (b (N, K), as nn.Linear stores weights); with scale
-    (M,) float32, row i of the product is multiplied by scale[i]. Rows contiguous and 16-byte aligned."""
-    assert a.dim() == b.dim() == 2, "matmul takes two 2-D tensors"
-    assert a.dtype == b.dtype, "a and b must share a dtype"
-    M, K = a.shape
-    N = b.shape[0] if b_is_nk else b.shape[1]
-    assert (b.shape[1] if b_is_nk else b.shape[0]) == K, \
-        f"inner dimensions differ: a {tuple(a.shape)}, b {tuple(b.shape)}"
-    if scale is not None:
-        assert scale.shape == (M,) and scale.dtype == torch.float32 and scale.stride(0) == 1, \
-            "scale: (M,) float32, contiguous: one factor per row"
-    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    # The block shapes are placeholders: each configuration's pre-hook sets its own.
-    a_desc, b_desc, c_desc = descriptor(a, [16, 16]), descriptor(b, [16, 16]), descriptor(c, [16, 16])
-    grid = lambda meta: (min(SMS, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
-    matmul_kernel[grid](a_desc, b_desc, c_desc, scale, M, N, K, B_NK=b_is_nk, HAS_SCALE=scale is not None)
-    return c
-
-
-# ---------------------------------------------------------------- RMSNorm + linear, for inference
-#
-# rms_norm(x) * gamma @ W.T == diag(1 / rms(x)) @ x @ (W * gamma).T: fold gamma into W once, when the
-# weights are loaded; then one small pass writes 1 / rms per row (M floats), and the matmul feeds x to
-# the tensor cores untouched and scales each row of its result in the epilogue.
-
-
-def fold_gamma(w, gamma):
-    """W * gamma (each input column of W scaled), computed in float32, in W's dtype: done once."""
-    return (w.float() * gamma.float()).to(w.dtype)
-
-
-def rmsnorm_linear(x, w_folded, eps=1e-6):
-    """rms_norm(x) * gamma @ w.T with w_folded = fold_gamma(w, gamma): x (M, K), w_folded (N, K)."""
-    return matmul(x, w_folded, scale=lesson05.inv_rms(x, eps), b_is_nk=True)
-
-
-def rmsnorm_linear_reference(x, gamma, w, eps=1e-6):
-    return torch.nn.functional.rms_norm(x, (x.shape[1],), gamma, eps) @ w.T
-
-
-# ---------------------------------------------------------------- exercise 3: a long row, read twice
+# ---------------------------------------------------------------- exercise: a long row, read twice
 #
 # A row too long for one program's registers is read twice: pass 1 keeps a running max and sum tile by
 # tile, pass 2 reads it again to write exp(x - max) / sum. The first read must come from memory; the
@@ -295,12 +79,101 @@ def softmax_long(x):
     return out
 
 
+# ---------------------------------------------------------------- causal attention on the projection's layout
+
+# Q, K and V are column slices of the Q|K|V matmul's (T, 3d) output: (B, H, N, D) views whose rows
+# are 3d values apart. Lesson 06's kernel reads contiguous (B, H, N, D) tensors and writes one, so
+# the block around it needed two copies: V into that layout, and the output back to (T, d) for the
+# output projection. This kernel is lesson 06's causal forward with its loads and its store through
+# tensor descriptors, one per (batch, head) slice: a descriptor takes the slice's row stride, so any
+# layout with contiguous rows reads in place, and the output is written as (B, N, H, D), which is the
+# (T, d) matrix the output projection reads. Rows past the sequence read as zeros and are not stored.
+
+
+@triton.jit
+def attention_tiles(acc, l_i, m_i, q, k_desc, v_desc, offs_m, lo, hi, qk_scale,
+                    BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr):
+    """Lesson 06's online softmax over the key tiles lo, lo + BLOCK_N, ... < hi, fetched by descriptor."""
+    for start_n in range(lo, hi, BLOCK_N):
+        k = k_desc.load([start_n, 0])                  # (BLOCK_N, HEAD_DIM)
+        v = v_desc.load([start_n, 0])
+        s = tl.dot(q, k.T)
+        if CAUSAL_MASK:   # keys past the query (past the sequence too) get -inf
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def head_descriptor(ptr, b, h, s_b, s_h, s_n, n_ctx, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr):
+    """The (n_ctx, HEAD_DIM) slice of batch b, head h, moved in tiles of ROWS rows."""
+    return tl.make_tensor_descriptor(ptr + b * s_b + h * s_h, shape=[n_ctx, HEAD_DIM], strides=[s_n, 1],
+                                     block_shape=[ROWS, HEAD_DIM])
+
+
+@triton.autotune(configs=lesson06.FWD_CONFIGS, key=["n_ctx", "HEAD_DIM"], prune_configs_by=lesson06.PRUNE)
+@triton.jit
+def causal_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_ctx, n_heads, qk_scale,
+                            sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
+                            HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One program: BLOCK_M query rows of one (batch, head), as lesson 06's flash_fwd_causal_kernel."""
+    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M      # the longest rows first
+    b = (tl.program_id(1) // n_heads).to(tl.int64)
+    h = (tl.program_id(1) % n_heads).to(tl.int64)
+    q_desc = head_descriptor(q_ptr, b, h, sq_b, sq_h, sq_n, n_ctx, HEAD_DIM, BLOCK_M)
+    k_desc = head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n, n_ctx, HEAD_DIM, BLOCK_N)
+    v_desc = head_descriptor(v_ptr, b, h, sv_b, sv_h, sv_n, n_ctx, HEAD_DIM, BLOCK_N)
+    o_desc = head_descriptor(o_ptr, b, h, so_b, so_h, so_n, n_ctx, HEAD_DIM, BLOCK_M)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = q_desc.load([start_m, 0])
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    acc, l_i, m_i = attention_tiles(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, start_m, qk_scale,
+                                    BLOCK_N, False)
+    acc, l_i, m_i = attention_tiles(acc, l_i, m_i, q, k_desc, v_desc, offs_m, start_m, start_m + BLOCK_M,
+                                    qk_scale, BLOCK_N, True)
+    o_desc.store([start_m, 0], (acc / l_i[:, None]).to(o_desc.dtype))
+
+
+def causal_attention_reference(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous()
+
+
+def causal_attention(q, k, v):
+    """Causal attention of q, k, v, (B, H, N, D) of any strides whose rows are contiguous and 16-byte
+    aligned (the projection's column slices are): the output as (B, N, H, D), contiguous.
+
+    That is the heads side by side, as the output projection reads them: out.view(B * N, H * D)."""
+    assert q.dim() == 4 and q.shape == k.shape == v.shape, "q, k, v must all be (B, H, N, D)"
+    assert q.dtype == k.dtype == v.dtype, "q, k, v must share a dtype"
+    B, H, N, D = q.shape
+    assert D in (16, 32, 64, 128), "head dimension must be 16, 32, 64 or 128"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        assert t.stride(3) == 1, f"{name}: each row of D values must be contiguous (stride(3) == 1)"
+        assert all((s * t.element_size()) % 16 == 0 for s in t.stride()[:3]) and t.data_ptr() % 16 == 0, \
+            f"{name}: its strides {t.stride()[:3]} and start must be multiples of 16 bytes (descriptors)"
+    out = torch.empty((B, N, H, D), device=q.device, dtype=q.dtype)
+    o = out.transpose(1, 2)                                # the (B, H, N, D) view the kernel writes through
+    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
+    causal_attention_kernel[grid](q, k, v, o, N, H, D ** -0.5 * lesson06.LOG2E.value,
+                                  *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+                                  HEAD_DIM=D)
+    return out
+
+
 # ---------------------------------------------------------------- FlashAttention forward, TMA-fed
 #
 # Lesson 06's forward with three changes:
 # * Q, K, V and O move through tensor descriptors built on the host over (B * H, N, D) views, in boxes
 #   of (1, rows, D): a box stays inside one head, rows past N read as zeros and are not stored, so no
-#   load or store needs a mask. (Descriptors built by each program, as in lesson 09, measured slower
+#   load or store needs a mask. (Descriptors built by each program, as causal_attention's are, measured slower
 #   on short sequences: every program writes its own descriptors before its first copy.)
 # * the search covers 64 to 128 rows per tile, 4 or 8 warps, 2 to 4 stages, and warp specialisation
 #   (some warps load K and V, the others compute) where this Triton compiles it for the GPU, timed
@@ -564,25 +437,11 @@ ATTENTION_SHAPES = ((16, 1024), (8, 2048), (4, 4096), (1, 16384))   # (B, N): B 
 
 
 def benchmarks():
-    """What `make bench` times for this lesson (GPU only): matmul, attention forward, RMSNorm + linear,
-    the long-row softmax, each beside lessons 04 to 06's kernels and the vendor libraries."""
-    import torch.nn.functional as F
+    """What `make bench` times for this lesson (GPU only): the attention forward, forward and backward,
+    and the long-row softmax, each beside lessons 05 and 06's kernels and the vendor libraries."""
     from torch.nn.attention import SDPBackend
 
     from helpers.bench import Bench
-
-    lesson04 = load_solution("04")
-    for n in (1024, 2048, 4096, 8192):
-        a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-        b = torch.randn(n, n, device="cuda", dtype=torch.float16)
-        yield Bench("hopper_matmul_fp16", n, bytes=3 * 2 * n * n, flops=2 * n**3, label=f"{n}^3",
-                    metric="TFLOP/s", graph=True,
-                    impls={"lesson 10: matmul": lambda a=a, b=b: matmul(a, b),
-                           "exercise 1: tma_matmul": lambda a=a, b=b: tma_matmul(a, b),
-                           "exercise 2: persistent_matmul": lambda a=a, b=b: persistent_matmul(a, b),
-                           "lesson 04: matmul": lambda a=a, b=b: lesson04.matmul(a, b),
-                           "cuBLAS": lambda a=a, b=b: a @ b})
-        del a, b
 
     sdpa = {"cuDNN (SDPA)": lesson06._sdpa(SDPBackend.CUDNN_ATTENTION),
             "FlashAttention-2 (SDPA flash)": lesson06._sdpa(SDPBackend.FLASH_ATTENTION)}
@@ -621,25 +480,6 @@ def benchmarks():
                         label=f"B{B} N{N}", metric="TFLOP/s", impls=impls, graph=True)
             del q, k, v, dout
 
-    pair = lambda x, g, w: F.linear(F.rms_norm(x, (x.shape[1],), g, 1e-6), w)  # noqa: E731
-    compiled_pair = torch.compile(pair, dynamic=False)
-    for M, K, N in ((8192, 4096, 4096), (8192, 4096, 1024)):
-        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        g = (1 + 0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)
-        w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
-        wf = fold_gamma(w, g)                               # once, when the weights are loaded
-        # Timed as graph replays: each call of rmsnorm_linear builds three descriptors and makes two
-        # launches from Python, and launched from Python that host work (which varies from process to
-        # process) showed in the timing of a 0.1 ms pair of kernels.
-        yield Bench("hopper_rmsnorm_linear_bf16", N, bytes=2 * (M * K + N * K + M * N), flops=2 * M * N * K,
-                    label=f"M{M} K{K} N{N}", metric="TFLOP/s", graph=True,
-                    impls={"lesson 10: rmsnorm_linear": lambda x=x, wf=wf: rmsnorm_linear(x, wf),
-                           "lesson 05: same algebra, lesson 04-style matmul":
-                               lambda x=x, wf=wf: lesson05.rmsnorm_linear_epilogue(x, wf),
-                           "F.rms_norm + cuBLAS": lambda x=x, g=g, w=w: pair(x, g, w),
-                           "torch.compile(both)": lambda x=x, g=g, w=w: compiled_pair(x, g, w)})
-        del x, w, wf
-
     compiled_softmax = torch.compile(lesson05.softmax_naive, dynamic=False)
     for dtype, name in ((torch.float32, "fp32"), (torch.float16, "fp16")):
         for M, N in ((2048, 65536), (512, 262144)):
@@ -654,37 +494,23 @@ def benchmarks():
             del x
 
 
+
+
 # ---------------------------------------------------------------- recorded for the notebook (GPU)
 
-# What to look for in Hopper code: TMA copies, wgmma, and the barriers that pace the pipeline.
-LOOK_FOR_HOPPER = {"ttgir": ("async_tma_copy_global_to_local", "warp_group_dot", "warp_specialize"),
-                   "ptx": ("cp.async.bulk.tensor", "wgmma.mma_async", "mbarrier.try_wait", "ld.global")}
-RECORDED = "10_hopper"      # helpers/recorded/10_hopper/<gpu>.json
-
-
-def _describe_config(config):
-    kw = config.kwargs
-    extra = ", warp-specialised" if kw.get("WARP_SPECIALIZE") else ""
-    extra += ", flattened" if kw.get("FLATTEN") else ""
-    return f"{kw['BLOCK_M']}x{kw['BLOCK_N']}, {config.num_warps} warps, {config.num_stages} stages{extra}"
+LOOK_FOR_HOPPER = lesson09.LOOK_FOR_HOPPER   # TMA copies, wgmma, and the barriers that pace the pipeline
+RECORDED = "10_hopper_attention"             # helpers/recorded/10_hopper_attention/<gpu>.json
 
 
 def _warp_specialize_survey():
-    """Which warp-specialised configurations this Triton compiles on this GPU."""
+    """Which warp-specialised configurations of `attention_kernel` this Triton compiles on this GPU."""
     rows = []
     for D in (64, 128):
         for causal in (False, True):
             args = dict(_attention_descriptors(1, 1024, D), lse_ptr=torch.empty(1024, device="cuda"),
                         n_ctx=1024, qk_scale=1.0, HEAD_DIM=D, CAUSAL=causal)
             for config in (c for c in ATTENTION_CONFIGS if c.kwargs["WARP_SPECIALIZE"]):
-                rows.append(_try_compile(attention_kernel, args, config, head_dim=D, causal=causal))
-    a = torch.empty(1024, 1024, device="cuda", dtype=torch.float16)
-    for config in (c for c in MATMUL_CONFIGS if c.kwargs["WARP_SPECIALIZE"]):
-        for scale in (False, True):
-            args = dict(a_desc=descriptor(a, [16, 16]), b_desc=descriptor(a, [16, 16]),
-                        c_desc=descriptor(a, [16, 16]), s_ptr=a, M=1024, N=1024, K=1024, B_NK=False,
-                        HAS_SCALE=scale)
-            rows.append(_try_compile(matmul_kernel, args, config, head_dim=None, causal=None))
+                rows.append(lesson09.try_compile(attention_kernel, args, config, head_dim=D, causal=causal))
     return rows
 
 
@@ -692,47 +518,6 @@ def _attention_descriptors(heads, n, d, names=("q_desc", "k_desc", "v_desc", "o_
     """Descriptor arguments of an attention kernel, over fresh (heads, n, d) float16 tensors."""
     return {name: descriptor(torch.empty(heads, n, d, device="cuda", dtype=torch.float16), [1, 16, d])
             for name in names}
-
-
-def _try_compile(kernel, args, config, **what):
-    config.pre_hook({**args, **config.all_kwargs()})    # the descriptors' boxes for this configuration
-    try:
-        kernel.fn.warmup(**args, **config.all_kwargs(), grid=(1,))
-        ok, error = True, ""
-    except RuntimeError as e:
-        ok, error = False, str(e).splitlines()[0][:200]
-    return {"kernel": kernel.fn.__name__, **what, "config": _describe_config(config), "compiles": ok,
-            "error": error}
-
-
-# How the autotuner may time its candidates: the lesson's way last.
-STABILITY_TIMINGS = {
-    "launched from Python": None,   # the autotuner's default: do_bench on launches from Python
-    "graph replays back to back":   # Triton's do_bench_cudagraph: no L2 flush, no gap between replays
-        lambda kernel_call, quantiles: triton.testing.do_bench_cudagraph(kernel_call, rep=100,
-                                                                         quantiles=quantiles),
-    "graph replays, L2 flushed": _graph_timed,
-}
-
-
-def _stability_probe(timing):
-    """In a fresh process: autotune `matmul` at 1024^3, 2048^3 and 4096^3, candidates timed one way (a key
-    of STABILITY_TIMINGS); print JSON."""
-    import json
-
-    global matmul_kernel
-    matmul_kernel = triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K", "B_NK", "HAS_SCALE"],
-                                    prune_configs_by={"early_config_prune": _tiles_for_the_shape},
-                                    do_bench=STABILITY_TIMINGS[timing])(matmul_kernel.fn)
-    rows = []
-    for n in (1024, 2048, 4096):
-        a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-        b = torch.randn(n, n, device="cuda", dtype=torch.float16)
-        ms, cublas_ms = measure(lambda: matmul(a, b), graph=True), measure(lambda: a @ b, graph=True)
-        rows.append({"shape": f"{n}^3", "timing": timing,
-                     "config": _describe_config(matmul_kernel.best_config), "tflops": 2 * n**3 / ms / 1e9,
-                     "cublas_tflops": 2 * n**3 / cublas_ms / 1e9})
-    print(json.dumps(rows))
 
 
 def ncu_targets():
@@ -786,36 +571,24 @@ def ncu_targets():
 
 
 def record_artifacts(folder):
-    """On a GPU (called by `make bench`): compiled-code excerpts, which warp-specialised configurations
-    compile, the autotuner's choice in three fresh processes, and Nsight Compute's metrics of
-    `ncu_targets()`, into folder/10_hopper/<gpu>.json."""
+    """On a GPU (called by `make bench`): compiled-code excerpts of the forward and the backward, which
+    warp-specialised configurations compile, and Nsight Compute's metrics of `ncu_targets()`, into
+    folder/10_hopper_attention/<gpu>.json."""
     import json
     import pathlib
-    import subprocess
-    import sys
     import tempfile
 
     from helpers import profile
-    from helpers.bench import ROOT
     from helpers.compiled import compiled_excerpt
 
-    n = 4096
-    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    c = torch.empty_like(a)
-    config = _matmul_config(128, 256, 8, 3)
-    args = dict(a_desc=descriptor(a, [16, 16]), b_desc=descriptor(a, [16, 16]),
-                c_desc=descriptor(c, [16, 16]), s_ptr=None, M=n, N=n, K=n, B_NK=False, HAS_SCALE=False)
-    config.pre_hook({**args, **config.all_kwargs()})
-    compiled = {"matmul_kernel": (f"# matmul_kernel, {_describe_config(config)}, float16\n" +
-                                  compiled_excerpt(matmul_kernel.fn[(SMS,)](**args, **config.all_kwargs()),
-                                                   LOOK_FOR_HOPPER))}
+    describe = lesson09.describe_config
     config = _attention_config(128, 64, 4, 2)
     args = dict(_attention_descriptors(16, 4096, 128), lse_ptr=torch.empty(16, 4096, device="cuda"),
                 n_ctx=4096, qk_scale=0.1, HEAD_DIM=128, CAUSAL=False)
     config.pre_hook({**args, **config.all_kwargs()})
     kernel = attention_kernel.fn[(32, 16)](**args, **config.all_kwargs())
-    compiled["attention_kernel"] = (f"# attention_kernel, D=128, {_describe_config(config)}, float16\n" +
-                                    compiled_excerpt(kernel, LOOK_FOR_HOPPER))
+    compiled = {"attention_kernel": (f"# attention_kernel, D=128, {describe(config)}, float16\n" +
+                                     compiled_excerpt(kernel, LOOK_FOR_HOPPER))}
     config = _backward_config(64, 128, 8, 3)
     names = ("q_desc", "k_desc", "v_desc", "do_desc", "dk_desc", "dv_desc")
     zeros = lambda *shape: torch.zeros(*shape, device="cuda")  # noqa: E731
@@ -825,34 +598,18 @@ def record_artifacts(folder):
     config.pre_hook({**args, **config.all_kwargs()})
     kernel = attention_backward_kernel.fn[(32, 16)](**args, **config.all_kwargs())
     compiled["attention_backward_kernel"] = (
-        f"# attention_backward_kernel, D=128, causal, {_describe_config(config)}, float16\n" +
+        f"# attention_backward_kernel, D=128, causal, {describe(config)}, float16\n" +
         compiled_excerpt(kernel, {"ptx": ("cp.async.bulk.tensor", "wgmma.mma_async", "atom.global",
                                           "red.global")}))
-    stability = []
-    for timing in STABILITY_TIMINGS:
-        for process in (1, 2, 3):
-            code = ("from helpers.solutions import load_solution; "
-                    f"load_solution('10')._stability_probe({timing!r})")
-            out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                                 check=True).stdout
-            stability += [{**row, "process": process} for row in json.loads(out.strip().splitlines()[-1])]
     with tempfile.TemporaryDirectory() as scratch:       # where ncu writes its report, then reads it
         ncu = profile.ncu_profile("10", pathlib.Path(scratch))[0]
     record = {**profile.stamp(), "compiled": compiled, "warp_specialize": _warp_specialize_survey(),
-              "autotune_stability": stability, "ncu": ncu}
+              "ncu": ncu}
     out = folder / RECORDED / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))
 
 
-def recorded_hopper():
+def recorded():
     """{GPU name: what record_artifacts recorded on it}: {} where nothing is recorded yet."""
-    import json
-
-    from helpers.bench import ROOT
-
-    found = {}
-    for path in sorted((ROOT / "helpers" / "recorded" / RECORDED).glob("*.json")):
-        data = json.loads(path.read_text())
-        found[data["device"]] = data
-    return found
+    return lesson09.recorded(RECORDED)

@@ -7,43 +7,39 @@
 # ---
 
 # %% [markdown]
-# # 09 · Capstone: a decoder block from your own kernels
+# # 11 · Capstone: a decoder block from your own kernels
 #
 # Lesson 08 profiled one layer of a Llama-style model, written in eager PyTorch, and found where its
 # time goes. This lesson rebuilds that layer from the kernels of this course: lesson 05's RMSNorm
-# folded into the next matmul, lesson 06's causal FlashAttention, and new kernels on a faster matmul
-# mainloop than lesson 04's. Then it measures the result against eager PyTorch, eager PyTorch with
-# SDPA, and `torch.compile`, and reads the verdict, whichever way it falls.
+# folded into the next matmul, lesson 09's matmul with its epilogues, lesson 10's causal attention on
+# the projection's layout, and two new kernels. Then it measures the result against eager PyTorch,
+# eager PyTorch with SDPA, and `torch.compile`, and reads the verdict, whichever way it falls.
 #
 # **You will learn:**
 # - how a decoder block decomposes into fused kernels, and how many launches and bytes each fusion saves;
-# - why a fusion is worth its bytes only on a fast mainloop, and a mainloop that keeps up with cuBLAS:
-#   persistent programs fed by tensor descriptors (TMA on Hopper);
+# - why a fusion is worth its bytes only on a mainloop that keeps up with cuBLAS (lesson 09's);
 # - RoPE on Q and K in one kernel, read through the projection's strides;
 # - SwiGLU as one matmul with the SiLU product in its epilogue, and the residual add as an epilogue;
-# - GroupNorm + Mish for diffusion U-Nets in one kernel, and when a split reduction pays;
 # - to read a benchmark of a whole block: time, peak memory, kernels launched;
 # - the megakernel question: how much of a small step is launch overhead, and what CUDA graphs recover.
 #
-# Exercises: the RoPE kernel, the SwiGLU kernel, the GroupNorm + Mish kernel, and the block's forward
-# from the course's kernels.
+# Exercises: the RoPE kernel, the SwiGLU kernel, and the block's forward from the course's kernels.
 
 # %% [markdown]
 # ## Setting up
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe, interpreter, pick
-from helpers.bench import ROOT, recorded_devices, recorded_rows, timed
+from helpers.bench import ROOT, recorded_devices, recorded_rows, timed, verdicts
 from helpers.block import SMALL, BlockConfig, block_input, block_weights, decoder_block, rope_tables
 from helpers.cards import flashcards, self_check
 from helpers.exercises.lesson08 import busy_us   # lesson 08's union of kernel intervals
 from helpers.profile import recorded_profile
 from helpers.profile import recorded_devices as profiled_devices
 from helpers.roofline import CHIPS, chip_for
-from helpers.solutions import load_solution
+from helpers.solutions import load_solution, show
 from helpers.traffic import eager_traffic, triton_traffic
 
-import inspect
 import json
 import statistics
 
@@ -52,16 +48,9 @@ import triton
 import triton.language as tl
 
 print(describe())
-course = load_solution("09")                  # the lesson's kernels, given where you do not write them
-lesson05, lesson06 = course.lesson05, course.lesson06
+course = load_solution("11")                  # the lesson's kernels, given where you do not write them
+lesson05, lesson06, lesson09, lesson10 = course.lesson05, course.lesson06, course.lesson09, course.lesson10
 print("GPUs with recorded figures:", ", ".join(recorded_devices()) or "none yet")
-
-
-def show(kernel):
-    """Print a function's or a Triton kernel's source."""
-    while hasattr(kernel, "fn"):              # an autotuner wraps a JITFunction, which wraps the function
-        kernel = kernel.fn
-    print(inspect.getsource(kernel))
 
 
 # %% [markdown]
@@ -79,19 +68,18 @@ show(decoder_block)
 #
 # | step | kernel | folded in | from |
 # |---|---|---|---|
-# | 1 | 1/rms of each row of x | | lesson 05's `inv_rms` |
-# | 2 | Q\|K\|V projection | the norm: γ in the weights, 1/rms as an epilogue row scale | `linear` |
+# | 1 | 1/rms of each row of x | | lesson 05 |
+# | 2 | Q\|K\|V projection | the norm: γ in the weights, 1/rms as an epilogue row scale | lesson 09 |
 # | 3 | RoPE on Q and K | the copy to (B, H, N, D) | exercise 1 |
-# | 4 | causal FlashAttention | scores, softmax, mask; V read in place, output written as (T, d) | lesson 06 |
-# | 5 | output projection + residual | the residual add, in the epilogue | `linear` |
+# | 4 | causal FlashAttention | scores, softmax, mask; V read in place, output as (T, d) | lesson 10 |
+# | 5 | output projection + residual | the residual add, in the epilogue | lesson 09 |
 # | 6 | RMSNorm | | lesson 05 |
 # | 7 | SwiGLU: gate and up projections as one matmul | SiLU(gate) · up, in the epilogue | exercise 2 |
-# | 8 | down projection + residual | the residual add, in the epilogue | `linear` |
+# | 8 | down projection + residual | the residual add, in the epilogue | lesson 09 |
 #
-# Steps 1 and 2 are the inference form of lesson 05's fused RMSNorm + linear
-# (`rmsnorm_linear_epilogue`): $\mathrm{rms\_norm}(x)\,\gamma\, W^\top = \frac{1}{\mathrm{rms}(x)}
-# \odot \big(x\,(W \operatorname{diag}\gamma)^\top\big)$, so γ goes into the weights when they are
-# packed, and the matmul's operands stay exactly as loaded. Why not fold step 6 into step 7 the same
+# Steps 1 and 2 are lesson 09's RMSNorm + linear for inference (lesson 05's algebra on lesson 09's
+# matmul): γ goes into the weights when they are packed, and the matmul's operands stay exactly as
+# loaded. Why not fold step 6 into step 7 the same
 # way? It would work, but then the SwiGLU kernel would carry the norm, the interleaved weights and
 # the SiLU epilogue at once. One new idea per kernel keeps each one checkable; the norm costs one
 # extra read and write of a (T, d) tensor.
@@ -160,84 +148,6 @@ fusion_savings(16)
 # At T = 16 (decoding) the printed shares are the same, but there the matmuls are bound by reading
 # the weights, not by FLOPs, and what a fusion saves is mostly a launch. Keep both in mind for the
 # measurements below.
-
-# %% [markdown]
-# ## A mainloop that keeps up with cuBLAS
-#
-# Every fusion in the table rides on a matmul, and the budget above says how little it can win: a
-# fused kernel whose mainloop is slower than the best unfused matmul by more than that share loses.
-# Lesson 04's `matmul_tile` is the clearest tiled loop, but it is not the fastest. The tables below
-# time it against cuBLAS on the block's own four matmuls (on a GPU now, or as recorded), and against
-# this lesson's mainloop, which changes two things:
-#
-# - **Tensor descriptors.** `tl.make_tensor_descriptor(ptr, shape, strides, block_shape)` describes
-#   a 2-D tensor once. `desc.load([row, col])` then fetches a whole tile, and on a Hopper GPU one
-#   TMA instruction does it (the tensor memory accelerator, a copy engine beside each SM): no
-#   address arithmetic and no masks in the program. Rows and columns past the tensor's edge read as
-#   zeros, and a store past the edge is dropped. The price: the innermost dimension must be
-#   contiguous, and the other strides and the base must be multiples of 16 bytes.
-# - **Persistent programs.** One program per SM, each walking the output tiles `tile`,
-#   `tile + P`, `tile + 2P`, ... (P programs in all), instead of one program per tile.
-#   `tl.range(..., flatten=True)` turns the two nested loops into one, which lets the compiler
-#   pipeline across tiles: the next tile's first loads are in flight while this tile's epilogue runs.
-#
-# The tile order is lesson 04's grouped order, and the mainloop is the K loop of lesson 04 with
-# descriptor loads. W is in `nn.Linear`'s (out, in) layout, so its rows are the columns of the
-# product and the loop multiplies by the loaded tile's transpose:
-
-# %%
-show(course.tile_origin)
-show(course.linear_tile)
-
-# %% [markdown]
-# A kernel is then the walk over tiles, the mainloop, and an epilogue. `linear_kernel` is the block's
-# matmul with two optional epilogues: a scale per row (RMSNorm's 1/rms) and a residual add, both in
-# float32 on the accumulator before the one store. `HAS_SCALE` and `HAS_RESIDUAL` are compile-time
-# constants, so a call without them compiles to the bare matmul.
-#
-# The residual's tile costs shared memory too, and with `flatten=True` a 128 × 256 tile and its
-# residual no longer fit in an H100's 227 KB. So `FLATTEN` is a choice for the autotuner here, beside
-# `WARP_SPECIALIZE`: with `warp_specialize=True` Triton gives the loads to some warps and the
-# arithmetic to the others, another way to overlap the next tile's loads with this tile's epilogue.
-# The autotuner keeps whichever configuration of `EPILOGUE_CONFIGS` is fastest at each shape:
-
-# %%
-show(course.linear_kernel)
-for config in course.EPILOGUE_CONFIGS:
-    print(config)
-h_demo = torch.randn(37, 64, device=DEVICE)
-w_demo = torch.randn(72, 64, device=DEVICE)
-r_demo = torch.randn(37, 72, device=DEVICE)
-print("linear with a residual, largest error against PyTorch:",
-      (course.linear(h_demo, w_demo, residual=r_demo) - (h_demo @ w_demo.T + r_demo)).abs().max().item())
-
-# %% [markdown]
-# How fast is it? `timed(course, group)` (from `helpers.bench`) runs one of this lesson's `make bench`
-# groups on a GPU, or reads every recorded GPU's rows without one; `verdicts` below turns them into
-# verdicts: at how many shapes one implementation beats another, and each ratio (their time over ours,
-# so above 1 is a win):
-
-# %%
-def verdicts(by_gpu, ours, others):
-    """For each GPU and each other implementation: at how many shapes `ours` is faster, and by what ratio."""
-    for gpu, rows in by_gpu.items():
-        ms = {(r["label"], r["impl"]): r["ms"] for r in rows}
-        labels = list(dict.fromkeys(r["label"] for r in rows))
-        for other in others:
-            shared = [label for label in labels if (label, ours) in ms and (label, other) in ms]
-            faster = sum(ms[(label, ours)] < ms[(label, other)] for label in shared)
-            ratios = ", ".join(f"{label} {ms[(label, other)] / ms[(label, ours)]:.2f}" for label in shared)
-            print(f"{gpu}: {ours!r} vs {other!r}: faster at {faster} of {len(shared)} shapes "
-                  f"(their time / ours: {ratios})")
-
-
-matmuls = timed(course, "block_matmuls_fp16")
-verdicts(matmuls, "persistent, TMA (lesson 09)", ["lesson 04's mainloop", "cuBLAS"])
-
-# %% [markdown]
-# Read the first verdict as what the two changes bought on the same tiles and the same `tl.dot`, and
-# the second as where the kernel stands against the vendor's hand-tuned ones. What each change buys
-# alone, warp specialisation, and the same machinery in attention are beyond this lesson.
 
 # %% [markdown]
 # ## RoPE: rotating Q and K
@@ -323,36 +233,6 @@ def rope_qk(q, k, cos, sin):
 check("rope_qk", rope_qk)
 
 # %% [markdown]
-# ## Attention on the projection's layout
-#
-# RoPE took care of Q and K, but V is not rotated: fed to lesson 06's kernel, which reads contiguous
-# (B, H, N, D) tensors, it needs a copy. The attention's output needs another, back to the (T, d)
-# rows the output projection reads: `a.transpose(1, 2).reshape(B * N, d)` copies. Two copies of a
-# (T, d) tensor, each a read and a write, for data that is already where it needs to be, only laid out
-# differently.
-#
-# The tensor descriptors of the mainloop section remove both. `course.causal_attention` is lesson 06's
-# causal forward with its loads and its store moved to descriptors, one per (batch, head) slice: a
-# descriptor is given the slice's row stride, so V is read in place, 3d values per row apart, and the
-# output is stored through the strides of a (B, N, H, D) tensor, which is the (T, d) matrix. The loop
-# over key tiles is lesson 06's online softmax unchanged:
-
-# %%
-show(course.attention_tiles)
-show(course.causal_attention_kernel)
-
-# %% [markdown]
-# On the small block's shapes, against PyTorch's attention of the same views:
-
-# %%
-qkv = torch.randn(B * N, 3 * SMALL.dim, device=DEVICE)
-q, k, v = (qkv[:, i * SMALL.dim:(i + 1) * SMALL.dim].view(B, N, H, D).transpose(1, 2) for i in range(3))
-out = course.causal_attention(q, k, v)
-want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-print("v's strides:", v.stride(), " output:", tuple(out.shape), "contiguous:", out.is_contiguous())
-print("largest difference from SDPA:", (out - want.transpose(1, 2)).abs().max().item())
-
-# %% [markdown]
 # ## SwiGLU in one matmul
 #
 # The MLP computes $\mathrm{SiLU}(h W_\text{gate}^\top) \odot (h W_\text{up}^\top)$, then the down
@@ -376,14 +256,20 @@ print(course.pack_gate_up(w_gate_demo, w_up_demo))
 #
 # ## Exercise 2 · SwiGLU in one matmul
 #
-# Write `swiglu_linear_kernel`, on the pattern of `linear_kernel` above; the launcher is written.
-# Details:
+# Write `swiglu_linear_kernel`, on the pattern of lesson 09's `linear_kernel`; the launcher is
+# written. Lesson 09's tile order and mainloop are given, as `tile_origin` and `linear_tile` (the cell
+# below shows them). Details:
 #
 # - three descriptors: h (M, K) with row stride `stride_h`, `w_gate_up` (N, K) with `stride_w`, and
 #   the output (M, N / 2), contiguous, in tiles of (BLOCK_M, BLOCK_N / 2);
 # - the persistent walk over the tiles of the (M, N) product, with `tile_origin` and `linear_tile`;
 # - the epilogue: split the accumulator into (gate, up), compute `gate * sigmoid(gate) * up` in
 #   float32, and store it in the output's dtype at `[off_m, off_n // 2]`.
+
+# %%
+tile_origin, linear_tile = lesson09.tile_origin, lesson09.linear_tile   # for your kernel below
+show(tile_origin)
+show(linear_tile)
 
 # %% tags=["exercise"]
 @triton.autotune(configs=course.LINEAR_CONFIGS, key=["M", "N", "K"])
@@ -408,9 +294,9 @@ def swiglu_linear(h, w_gate_up):
     M, K = h.shape
     N = w_gate_up.shape[0]
     out = torch.empty((M, N // 2), device=h.device, dtype=h.dtype)
-    course._check_tma(h=h, w_gate_up=w_gate_up, out=out)
-    swiglu_linear_kernel[course._persistent_grid(M, N)](h, w_gate_up, out, M, N, K, h.stride(0),
-                                                        w_gate_up.stride(0))
+    lesson09._check_tma(h=h, w_gate_up=w_gate_up, out=out)
+    swiglu_linear_kernel[lesson09._persistent_grid(M, N)](h, w_gate_up, out, M, N, K, h.stride(0),
+                                                          w_gate_up.stride(0))
     return out
 
 
@@ -431,157 +317,14 @@ verdicts(swiglu, "course: one matmul, SiLU*mul epilogue",
 # Read the verdicts against the savings printed at the top. Against the same mainloop unfused, the
 # only difference is the epilogue: the gate and up products never reach memory, and two element-wise
 # kernels are gone. Against eager, the mainloop's speed counts too: the epilogue wins back at most
-# the share printed at the top, so on a mainloop as far from cuBLAS as lesson 04's (the first
-# verdict of the previous section) the fused kernel would still lose. `torch.compile`
+# the share printed at the top, so on a mainloop as far from cuBLAS as lesson 04's (lesson 09's
+# `block_matmuls_fp16` verdicts) the fused kernel would still lose. `torch.compile`
 # keeps cuBLAS for the two matmuls (or picks a Triton template where it measures one faster) and
 # fuses SiLU and the product into one kernel of its own: it saves the element-wise passes, but still
 # writes and reads both products.
 
 # %% [markdown]
-# ## GroupNorm + Mish, for diffusion U-Nets
-#
-# The block is not the only place where a normalisation meets an activation. The U-Nets of diffusion
-# models put GroupNorm before every convolution, followed by an activation (SiLU in most, Mish in
-# some). GroupNorm splits the C channels of each sample into G groups and normalises each group over
-# its channels and all of H × W, then scales and shifts per channel. Mish is
-# $y \tanh(\mathrm{softplus}(y))$.
-#
-# The kernel is lesson 05's RMSNorm with a different row: one program per (sample, group), whose
-# "row" is C/G channels × H × W values. Too many values to hold at once, so two passes over the group:
-#
-# 1. sums of $x - s$ and $(x - s)^2$, a tile at a time, for the mean and variance. The shift $s$
-#    (the group's first value) matters: $\overline{x^2} - \bar{x}^2$ subtracts two nearly equal
-#    numbers when the mean is large against the spread, and float32 loses the variance;
-# 2. normalise, apply the channel's weight and bias, then Mish, and store once.
-#
-# **Read the group as a matrix.** A group is C/G channels by H × W positions. The launcher merges H
-# and W into one dimension with `x.flatten(2)`: a view for contiguous tensors and for channels-last
-# ones (U-Nets often run channels-last), a copy only for strides that cannot merge. The kernel then
-# reads tiles of `CH_BLOCK` channels × `HW_BLOCK` positions at `c * sx_c + p * sx_p`, with `c` a
-# column of channel indices and `p` a row of positions. The obvious alternative, one flat index `i`
-# over the group split into channel, row and column with `//` and `%`, costs four integer divisions
-# by runtime values per element in each pass: each is a sequence of a dozen or more instructions,
-# more than all the arithmetic GroupNorm and Mish need, and enough to make the kernel wait on its
-# own instructions instead of on memory. Tiles need no division, and they make the weight and bias
-# one small vector per tile instead of two loads per element.
-#
-# Mish needs care at both ends. With $e = e^y$, $\tanh(\log(1 + e)) = \frac{e(e + 2)}{e(e + 2) + 2}$:
-# one exponential. For large y, $e(e+2)$ overflows to inf and inf/inf is NaN; capping y at 20 before
-# the exponential gives exactly 1 in float32 there. For very negative y, $e$ underflows to 0 and the
-# output is $-0$, as it should be.
-
-# %% [markdown]
-# ## Exercise 3 · GroupNorm + Mish in one kernel
-#
-# Write `groupnorm_mish_kernel`; the launcher is written (one program per (sample, group); x as
-# (N, C, H × W) with strides `sx_n, sx_c, sx_p`; the output is contiguous (N, C, H, W)). Details:
-#
-# - program `pid` is sample `pid // n_groups`, group `pid % n_groups` (as `tl.int64`); the group's
-#   first channel is `g * group_channels`, and its `size` is `group_channels * hw` values;
-# - loop over the group in tiles: channels `c = c0 + tl.arange(0, CH_BLOCK)[:, None]` for `c0` in
-#   `range(0, group_channels, CH_BLOCK)`, positions `p = p0 + tl.arange(0, HW_BLOCK)[None, :]` for
-#   `p0` in `range(0, hw, HW_BLOCK)`, masked where `c >= group_channels` or `p >= hw`;
-# - pass 1: the shift is the group's first value; accumulate per lane, in float32, the sums of
-#   `x - shift` and of its square (masked lanes must add 0); then
-#   `var = max(sum_sq / size - mean_shifted², 0)` and `mean = shift + mean_shifted`;
-# - pass 2: `y = (x - mean) * rsqrt(var + eps) * weight[c] + bias[c]`, then Mish with one `tl.exp`,
-#   capped as above; store in the output's dtype at `out_group + c * hw + p`.
-
-# %% tags=["exercise"]
-@triton.jit
-def groupnorm_mish_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, eps,
-                          sx_n, sx_c, sx_p, CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
-    """GroupNorm then Mish over one (sample, group): its group_channels x hw values, in tiles."""
-    # YOUR CODE HERE:
-    # 1. n, g from tl.program_id(0); x_group = x_ptr + n * sx_n + first_c * sx_c;
-    #    out_group = out_ptr + (n * n_groups + g) * group_channels * hw;
-    # 2. pass 1 over the tiles: shifted sums in float32 (tl.sum over both axes at the end);
-    # 3. mean and inv_std;
-    # 4. pass 2 over the tiles: normalise, weight and bias of channel first_c + c, Mish, masked store.
-    pass
-
-
-def groupnorm_mish(x, num_groups, weight, bias, eps=1e-5):
-    """Mish(GroupNorm(x)) in one kernel; x (N, C, H, W) of any strides, weight and bias (C,)."""
-    assert x.dim() == 4, "x: (N, C, H, W)"
-    N, C, H, W = x.shape
-    assert C % num_groups == 0, "the channels must split evenly into num_groups groups"
-    assert weight.shape == bias.shape == (C,), "weight and bias: one value per channel"
-    assert weight.stride(0) == bias.stride(0) == 1, "weight and bias: contiguous"
-    x3 = x.flatten(2)                      # (N, C, H * W): a view unless H and W cannot merge
-    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 16))
-    HW_BLOCK = min(triton.next_power_of_2(H * W), BLOCK)
-    CH_BLOCK = min(triton.next_power_of_2(C // num_groups), BLOCK // HW_BLOCK)
-    out = torch.empty((N, C, H, W), device=x.device, dtype=x.dtype)
-    groupnorm_mish_kernel[(N * num_groups,)](x3, weight, bias, out, num_groups, C // num_groups, H * W, eps,
-                                             *x3.stride(), CH_BLOCK=CH_BLOCK, HW_BLOCK=HW_BLOCK,
-                                             num_warps=warps)
-    return out
-
-
-# %%
-check("groupnorm_mish", groupnorm_mish)
-
-# %% [markdown]
-# Against eager PyTorch (`F.group_norm` then `F.mish`: two kernels, the normalised tensor written and
-# read back) and `torch.compile` of the same two calls, at the shapes of a Stable-Diffusion-sized
-# U-Net, on a GPU now or as recorded:
-
-# %%
-groupnorm = timed(course, "groupnorm_mish_fp16")
-verdicts(groupnorm, "course: one kernel", ["eager: group_norm, mish", "torch.compile"])
-verdicts(groupnorm, "course: split where it pays", ["course: one kernel", "torch.compile"])
-for label in dict.fromkeys(r["label"] for rows in groupnorm.values() for r in rows):
-    n, c, h, w = (int(v) for v in label.split()[0].split("x"))
-    groups = int(label.split()[1].removeprefix("G"))
-    print(f"{label:>18}: {n * groups:4} programs, {c // groups * h * w:>9,} values each")
-
-# %% [markdown]
-# Against eager the fusion saves a whole round trip of the activations, and the verdict lines show
-# what that is worth. Against `torch.compile` it is a contest of reductions: Inductor also fuses the
-# norm and Mish into one kernel, and chooses how to split each reduction itself. The program counts
-# printed above explain where the one-program-per-group design is weakest. With one sample of
-# 128 × 256 × 256 and 32 groups there are only 32 programs for a GPU of more than a hundred SMs:
-# most SMs idle, and each program streams its group alone, twice.
-#
-# That is where a **split reduction** pays. `groupnorm_mish_split` cuts each group's H × W positions
-# into `splits` slices (every channel of the group in each): by default about four programs per SM,
-# and no split at all (one kernel per group) where N × G programs already fill the GPU or each group
-# is only a few tiles long. A first kernel, one program per (group, slice), writes the slice's two
-# shifted sums; a second, on the same grid, adds up its group's few partial sums, derives the mean and
-# variance, and normalises its slice. One more launch and a few bytes per program, for all the SMs
-# at work. Every slice of a group must use the same shift, the group's first value, or the partial
-# sums cannot be added:
-
-# %%
-show(course.group_partial_sums_kernel)
-show(course.groupnorm_mish_apply_kernel)
-x_demo = torch.randn(1, 8, 13, 17, device=DEVICE) + 50.0
-w_demo, b_demo = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
-print("split into 4 slices, largest difference from one kernel per group:",
-      (course.groupnorm_mish_split(x_demo, 2, w_demo, b_demo, splits=4)
-       - course.groupnorm_mish(x_demo, 2, w_demo, b_demo)).abs().max().item())
-
-# %% [markdown]
-# The second verdict line above compares the version that splits where it pays with one kernel per
-# group (the same kernel, where it does not split), and the third says whether it keeps up with
-# `torch.compile` at every shape. Those timings launch each kernel from Python, as a U-Net run
-# eagerly would; kernels of tens of microseconds then carry their launch cost, and `torch.compile`'s
-# compiled function carries its guards. Replayed as CUDA graphs, only the GPU's time remains:
-
-# %%
-groupnorm_graphed = timed(course, "groupnorm_mish_graphed_fp16")
-verdicts(groupnorm_graphed, "course: split where it pays", ["course: one kernel", "torch.compile"])
-
-# %% [markdown]
-# Where the graphed verdict differs from the first, the difference was launch cost, not the kernels.
-# The `% copy` column counts one read and one write of x, the least any implementation must move;
-# these kernels read x twice (the second read comes from L2 when the groups in flight fit there),
-# and every value pays an exponential and a division in Mish. Which of the two holds a given shape
-# back is a question for lesson 08's profiler.
-
-# %% [markdown]
-# ## Exercise 4 · The block from the course's kernels
+# ## Exercise 3 · The block from the course's kernels
 #
 # Write the block's forward, `decoder_block_fused(x, w, cfg)`, from the kernels above. It must compute
 # `decoder_block(x, w, cfg, attention="sdpa")`, and launch only Triton kernels for the arithmetic:
@@ -591,9 +334,9 @@ verdicts(groupnorm_graphed, "course: split where it pays", ["course: one kernel"
 #   folded into its columns, and interleaves the gate and up weights into `w_gate_up`; the other
 #   matrices as they are, all in `nn.Linear`'s (out, in) layout;
 # - `lesson05.inv_rms(x, eps)` (1/rms of each row, float32) and `lesson05.rms_norm_rows(x, gamma, eps)`;
-# - `course.linear(h, w, scale=None, residual=None)`: `scale[:, None] * (h @ w.T) + residual`;
+# - `lesson09.linear(h, w, scale=None, residual=None)`: `scale[:, None] * (h @ w.T) + residual`;
 # - `course.rope_qk(q, k, cos, sin)` (or your own), with `rope_tables(cfg, N, device)` for cos, sin;
-# - `course.causal_attention(q, k, v)`: reads the views as they are and returns (B, N, H, D)
+# - `lesson10.causal_attention(q, k, v)`: reads the views as they are and returns (B, N, H, D)
 #   contiguous, a view away from (T, d); or lesson 06's `lesson06.flash_forward_causal(q, k, v)`,
 #   which returns `(out, lse)`, wants contiguous inputs and returns (B, H, N, D);
 # - `course.swiglu_linear(h, w_gate_up)` (or your own).
@@ -627,7 +370,7 @@ check("decoder_block_fused", decoder_block_fused)
 
 # %%
 block = timed(course, "block_forward_fp16")
-verdicts(block, "course kernels (lesson 09)",
+verdicts(block, "course kernels (lesson 11)",
          ["eager + SDPA", "torch.compile(eager + SDPA)", "torch.compile max-autotune"])
 
 # %% [markdown]
@@ -642,9 +385,9 @@ verdicts(block, "course kernels (lesson 09)",
 
 # %%
 def block_records():
-    """{GPU: recording} of helpers/recorded/09_block/*.json: peak memory and kernels per forward."""
+    """{GPU: recording} of helpers/recorded/11_block/*.json: peak memory and kernels per forward."""
     found = {}
-    for path in sorted((ROOT / "helpers" / "recorded" / "09_block").glob("*.json")):
+    for path in sorted((ROOT / "helpers" / "recorded" / "11_block").glob("*.json")):
         record = json.loads(path.read_text())
         found[record["device"]] = record
     return found
@@ -660,7 +403,7 @@ if not block_records():
 for gpu, record in block_records().items():
     peak = {(row["label"], row["impl"]): row["peak_mib"] for row in record["rows"]}
     for label in dict.fromkeys(row["label"] for row in record["rows"]):
-        ours = peak.get((label, "course kernels (lesson 09)"))
+        ours = peak.get((label, "course kernels (lesson 11)"))
         theirs = peak.get((label, "torch.compile(eager + SDPA)"))
         if ours is not None and theirs is not None:
             print(f"{gpu} {label}: the course's peak is {ours / theirs:.2f} x torch.compile's")
@@ -673,7 +416,7 @@ for gpu, record in block_records().items():
 # %%
 for gpu, record in list(block_records().items())[-1:]:
     first = record["rows"][0]["label"]
-    for impl in ("course kernels (lesson 09)", "torch.compile(eager + SDPA)"):
+    for impl in ("course kernels (lesson 11)", "torch.compile(eager + SDPA)"):
         row = next((r for r in record["rows"] if r["label"] == first and r["impl"] == impl), None)
         if row is None or "longest_kernels" not in row:
             continue
@@ -743,8 +486,8 @@ for gpu, rows in graphed.items():
             t = from_python[(r["label"], r["impl"])]
             print(f"{gpu} {r['label']:>7} {r['impl']:>28}: {1000 * t:6.0f} us launched from Python, "
                   f"{1000 * r['ms']:6.0f} us as a CUDA graph ({1 - r['ms'] / t:.0%} less)")
-verdicts(decode, "course kernels (lesson 09)", ["eager + SDPA", "torch.compile(eager + SDPA)"])
-verdicts(graphed, "course kernels (lesson 09)", ["eager + SDPA", "torch.compile(eager + SDPA)"])
+verdicts(decode, "course kernels (lesson 11)", ["eager + SDPA", "torch.compile(eager + SDPA)"])
+verdicts(graphed, "course kernels (lesson 11)", ["eager + SDPA", "torch.compile(eager + SDPA)"])
 for gpu, rows in graphed.items():   # the floor: the bytes each step must read, at datasheet bandwidth
     chip = chip_for(gpu)
     for r in rows:

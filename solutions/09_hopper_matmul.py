@@ -1,0 +1,558 @@
+"""Lesson 09 solutions: the Hopper matmul. Lesson 04's matmul taken towards cuBLAS with what an H100
+adds and Triton reaches: tensor descriptors (TMA), persistent programs, software pipelining across
+tiles, warp specialisation where it compiles, and an autotuner that times its candidates honestly.
+
+Exercise 1: tma_matmul_kernel         one program per tile, every tile moved by a tensor descriptor
+Exercise 2: persistent_matmul_kernel  one program per SM, walking the tiles a tile scheduler hands out
+
+and, built from them:
+
+    matmul          a @ b (or a @ b.T), persistent, TMA-fed, autotuned on CUDA-graph timings so that the
+                    choice does not flip between runs; an optional per-row scale in the epilogue
+    rmsnorm_linear  lesson 05's RMSNorm + linear for inference: gamma folded into W once, 1/rms once
+                    per row, then `matmul` with the row scale in its epilogue
+    linear          the matmul lesson 11's decoder block runs on: scale[:, None] * (h @ w.T) + residual,
+                    descriptors built by each program, the flattened tile loop, both epilogues optional
+"""
+
+import torch
+
+import helpers  # noqa: F401  (first: picks the GPU or the interpreter)
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from helpers.bench import measure
+from helpers.device import DEVICE, ON_GPU, pick
+from helpers.solutions import load_solution
+
+lesson05 = load_solution("05")   # inv_rms: 1 / rms of each row
+
+# Programs of a persistent kernel: one per SM on a GPU; on the CPU two, so that each walks several tiles.
+SMS = torch.cuda.get_device_properties(DEVICE).multi_processor_count if ON_GPU else 2
+
+
+def descriptor(t, block_shape):
+    """A tensor descriptor of t, built on the host: t's rows must be contiguous and 16-byte aligned."""
+    assert t.stride(-1) == 1, "a tensor descriptor needs the last dimension contiguous (stride 1)"
+    assert t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1]), \
+        (f"a tensor descriptor needs its start and its strides {tuple(t.stride()[:-1])} (in values of "
+         f"{t.element_size()} bytes) to be multiples of 16 bytes; copy the tensor into an aligned one")
+    return TensorDescriptor.from_tensor(t, block_shape)
+
+
+def _descriptor_scratch(size, alignment, stream):
+    """Global memory in which programs build their tensor descriptors (128 bytes each)."""
+    return torch.empty(size, device=DEVICE, dtype=torch.int8)
+
+
+# Kernels that build descriptors themselves (tl.make_tensor_descriptor: the notebook's examples, or an
+# exercise written that way) need it on a GPU. The lesson's own kernels take descriptors from the host.
+triton.set_allocator(_descriptor_scratch)
+
+
+# ---------------------------------------------------------------- exercise 1: a TMA-fed tile loop
+
+
+@triton.jit
+def tma_matmul_kernel(a_desc, b_desc, c_desc, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr):
+    """C = A @ B for the tile (program_id(0), program_id(1)): every tile loaded and stored by descriptor."""
+    off_m = tl.program_id(0) * BLOCK_M
+    off_n = tl.program_id(1) * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = a_desc.load([off_m, k])            # (BLOCK_M, BLOCK_K): zeros past A's edges
+        b = b_desc.load([k, off_n])            # (BLOCK_K, BLOCK_N)
+        acc = tl.dot(a, b, acc)
+    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))   # rows and columns past C's edges are dropped
+
+
+TMA_TILE = pick(cpu=(32, 32, 32), gpu=(128, 128, 64))   # BLOCK_M, BLOCK_N, BLOCK_K
+
+
+def tma_matmul(a, b):
+    """a @ b, a (M, K) and b (K, N) with contiguous, 16-byte aligned rows; one program per output tile."""
+    assert a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0], "tma_matmul takes (M, K) and (K, N)"
+    assert a.dtype == b.dtype, "a and b must share a dtype"
+    (M, K), N = a.shape, b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    BM, BN, BK = TMA_TILE
+    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
+    tma_matmul_kernel[grid](descriptor(a, [BM, BK]), descriptor(b, [BK, BN]), descriptor(c, [BM, BN]), K,
+                            BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
+    return c
+
+
+# ---------------------------------------------------------------- exercise 2: persistent programs
+
+
+@triton.jit
+def tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of output tile number `tile` in lesson 04's grouped order: GROUP_M rows of tiles
+    at a time, column by column, so that tiles computed together share rows of A and columns of B."""
+    per_group = GROUP_M * num_pid_n
+    first_m = (tile // per_group) * GROUP_M
+    rows = min(num_pid_m - first_m, GROUP_M)
+    return first_m + (tile % per_group) % rows, (tile % per_group) // rows
+
+
+@triton.jit
+def persistent_matmul_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """C = A @ B with a fixed number of programs: program p computes tiles p, p + P, p + 2P, ..."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
+        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc)
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+
+
+def persistent_matmul(a, b, programs=None):
+    """a @ b with `programs` programs (default: one per SM), each walking several output tiles."""
+    assert a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0], "persistent_matmul takes (M, K) and (K, N)"
+    assert a.dtype == b.dtype, "a and b must share a dtype"
+    (M, K), N = a.shape, b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    BM, BN, BK = TMA_TILE
+    programs = SMS if programs is None else programs
+    assert programs >= 1, f"programs must be at least 1, not {programs}"
+    # float32 tiles take twice the shared memory: two K steps in flight instead of Triton's default three
+    persistent_matmul_kernel[(programs,)](descriptor(a, [BM, BK]), descriptor(b, [BK, BN]),
+                                          descriptor(c, [BM, BN]), M, N, K,
+                                          BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8,
+                                          num_stages=2 if a.element_size() == 4 else 3)
+    return c
+
+
+# ---------------------------------------------------------------- the fast matmul
+#
+# The persistent kernel above, plus what the autotuner may switch on:
+#   FLATTEN          tl.range(..., flatten=True): the tile loop and the K loop become one loop, so the
+#                    pipeline runs on across tiles (the next tile's loads in flight during the epilogue)
+#   WARP_SPECIALIZE  some warps only issue TMA loads, the others only run the matmul (Triton's
+#                    tl.range option; on Hopper only some tile shapes compile with it)
+#   num_stages       how many K steps of A and B tiles are in flight in shared memory
+# B_NK: b is given as (N, K), nn.Linear's layout, and the kernel multiplies by its transpose.
+# HAS_SCALE: each row of the product is multiplied by s[row] (RMSNorm's 1 / rms) before the store.
+
+
+def _set_block_shapes(args):
+    """Config pre-hook: the host's descriptors move tiles of the configuration being run."""
+    BM, BN, BK = args["BLOCK_M"], args["BLOCK_N"], args["BLOCK_K"]
+    args["a_desc"].block_shape = [BM, BK]
+    args["b_desc"].block_shape = [BN, BK] if args["B_NK"] else [BK, BN]
+    args["c_desc"].block_shape = [BM, BN]
+
+
+def _matmul_config(bm, bn, warps, stages, flatten=True, ws=False):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": flatten,
+                          "WARP_SPECIALIZE": ws}, num_warps=warps, num_stages=stages,
+                         pre_hook=_set_block_shapes)
+
+
+MATMUL_CONFIGS = pick(
+    cpu=[_matmul_config(32, 32, 4, 1)],
+    gpu=[_matmul_config(128, 256, 8, 3), _matmul_config(128, 256, 8, 3, flatten=False, ws=True),
+         _matmul_config(256, 128, 8, 3), _matmul_config(128, 128, 8, 4), _matmul_config(128, 128, 4, 4),
+         _matmul_config(128, 64, 4, 4), _matmul_config(64, 128, 4, 4), _matmul_config(64, 64, 4, 4)])
+
+
+def _tiles_for_the_shape(configs, named_args, **kwargs):
+    """Prune the search before timing: keep the tile sizes that give at least half the SMs a tile (the
+    large ones only where there are enough of them), so that fewer configurations are timed."""
+    M, N = named_args["M"], named_args["N"]
+    tiles = lambda c: triton.cdiv(M, c.kwargs["BLOCK_M"]) * triton.cdiv(N, c.kwargs["BLOCK_N"])  # noqa: E731
+    kept = [c for c in configs if tiles(c) >= SMS // 2]
+    return kept or [max(configs, key=tiles)]
+
+
+def _graph_timed(kernel_call, quantiles):
+    """How the autotuner times each candidate: as `make bench` times kernels, CUDA-graph replays with the
+    L2 cache flushed before each. A 10 µs kernel launched from Python reads mostly the launch, and the
+    choice flipped from run to run (lesson 10 shows it)."""
+    return measure(kernel_call, graph=True, quantiles=quantiles)
+
+
+@triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K", "B_NK", "HAS_SCALE"],
+                 prune_configs_by={"early_config_prune": _tiles_for_the_shape}, do_bench=_graph_timed)
+@triton.jit
+def matmul_kernel(a_desc, b_desc, c_desc, s_ptr, M, N, K, B_NK: tl.constexpr, HAS_SCALE: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                  FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        off_m, off_n = pid_m * BLOCK_M, pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            a = a_desc.load([off_m, k])
+            if B_NK:
+                acc = tl.dot(a, b_desc.load([off_n, k]).T, acc)
+            else:
+                acc = tl.dot(a, b_desc.load([k, off_n]), acc)
+        if HAS_SCALE:
+            rows = off_m + tl.arange(0, BLOCK_M)
+            acc = acc * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
+def matmul(a, b, scale=None, b_is_nk=False):
+    """a @ b (b (K, N)), or a @ b.T when b_is_nk (b (N, K), as nn.Linear stores weights); with scale
+    (M,) float32, row i of the product is multiplied by scale[i]. Rows contiguous and 16-byte aligned."""
+    assert a.dim() == b.dim() == 2, "matmul takes two 2-D tensors"
+    assert a.dtype == b.dtype, "a and b must share a dtype"
+    M, K = a.shape
+    N = b.shape[0] if b_is_nk else b.shape[1]
+    assert (b.shape[1] if b_is_nk else b.shape[0]) == K, \
+        f"inner dimensions differ: a {tuple(a.shape)}, b {tuple(b.shape)}"
+    if scale is not None:
+        assert scale.shape == (M,) and scale.dtype == torch.float32 and scale.stride(0) == 1, \
+            "scale: (M,) float32, contiguous: one factor per row"
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    # The block shapes are placeholders: each configuration's pre-hook sets its own.
+    a_desc, b_desc, c_desc = descriptor(a, [16, 16]), descriptor(b, [16, 16]), descriptor(c, [16, 16])
+    grid = lambda meta: (min(SMS, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
+    matmul_kernel[grid](a_desc, b_desc, c_desc, scale, M, N, K, B_NK=b_is_nk, HAS_SCALE=scale is not None)
+    return c
+
+
+# ---------------------------------------------------------------- RMSNorm + linear, for inference
+#
+# rms_norm(x) * gamma @ W.T == diag(1 / rms(x)) @ x @ (W * gamma).T: fold gamma into W once, when the
+# weights are loaded; then one small pass writes 1 / rms per row (M floats), and the matmul feeds x to
+# the tensor cores untouched and scales each row of its result in the epilogue.
+
+
+def fold_gamma(w, gamma):
+    """W * gamma (each input column of W scaled), computed in float32, in W's dtype: done once."""
+    return (w.float() * gamma.float()).to(w.dtype)
+
+
+def rmsnorm_linear(x, w_folded, eps=1e-6):
+    """rms_norm(x) * gamma @ w.T with w_folded = fold_gamma(w, gamma): x (M, K), w_folded (N, K)."""
+    return matmul(x, w_folded, scale=lesson05.inv_rms(x, eps), b_is_nk=True)
+
+
+def rmsnorm_linear_reference(x, gamma, w, eps=1e-6):
+    return torch.nn.functional.rms_norm(x, (x.shape[1],), gamma, eps) @ w.T
+
+
+# ---------------------------------------------------------------- linear: the block's matmul, with epilogues
+
+# Lesson 04's mainloop computes an address and a mask for every element of every tile, and runs one
+# program per output tile. At the block's shapes it falls well short of cuBLAS (make bench, group
+# block_matmuls_fp16). Two changes close the gap, both plain Triton:
+#
+# * Tensor descriptors. tl.make_tensor_descriptor describes a 2-D tensor once: its base, shape,
+#   strides and the tile shape to move. desc.load([row, col]) then fetches a whole tile, and on a
+#   Hopper GPU one TMA instruction does it (the chip's tensor memory accelerator): no address
+#   arithmetic in the program, no masks. Rows and columns past the tensor's edge read as zeros, and
+#   a store drops them. The price: the innermost dimension must be contiguous, and the other strides
+#   and the base multiples of 16 bytes.
+# * Persistent programs. One program per SM, each walking the tiles tile, tile + P, tile + 2P, ...
+#   (P programs). tl.range(..., flatten=True) lets the compiler pipeline across tiles: the next tile's
+#   first loads are in flight while this tile's epilogue runs.
+#
+# linear_tile is the mainloop; each kernel below is the persistent walk plus its own epilogue.
+
+
+def _linear_config(bm, bn, warps, stages, **loop):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, **loop},
+                         num_warps=warps, num_stages=stages)
+
+
+# On a GPU: 128 x 256 tiles and 3 stages were the fastest at most of the block's prefill shapes on an
+# H100; the smaller tiles are for few rows (decoding), where more tiles keep more SMs reading weights.
+# Each tile: (BLOCK_M, BLOCK_N, warps, stages).
+LINEAR_TILES = pick(cpu=[(64, 64, 4, 1)],
+                    gpu=[(128, 256, 8, 3), (256, 128, 8, 3), (128, 128, 8, 4), (128, 128, 4, 4),
+                         (64, 128, 4, 4), (64, 64, 4, 4)])
+LINEAR_CONFIGS = [_linear_config(*tile) for tile in LINEAR_TILES]
+# linear_kernel's epilogue may read a residual tile, and that tile needs shared memory too. With
+# flatten=True (the next tile's loads in flight during the epilogue) a 128 x 256 tile and its
+# residual no longer fit an H100's 227 KB, and the autotuner fell back to 128 x 128 tiles, about 10%
+# slower. Two more configurations for it, without flatten: 256 x 128, and 128 x 256 with warp
+# specialisation (some warps only issue the loads, the others only compute; Triton's tl.range
+# option), which on an H100 recovered what flatten's overlap bought.
+EPILOGUE_CONFIGS = ([_linear_config(*tile, FLATTEN=True, WARP_SPECIALIZE=False) for tile in LINEAR_TILES]
+                    + pick(cpu=[], gpu=[_linear_config(256, 128, 8, 3, FLATTEN=False, WARP_SPECIALIZE=False),
+                                        _linear_config(128, 256, 8, 3, FLATTEN=False, WARP_SPECIALIZE=True)]))
+def _persistent_grid(M, N):
+    """As many programs as SMS, or as tiles if there are fewer."""
+    return lambda meta: (min(SMS, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
+
+
+def _check_tma(**tensors):
+    """Tensor descriptors need rows of contiguous values, and 16-byte aligned row strides and bases."""
+    for name, t in tensors.items():
+        assert t.dim() == 2 and t.stride(1) == 1, f"{name}: a 2-D tensor with contiguous rows, stride(1) == 1"
+        assert (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0, \
+            (f"{name}: its row stride ({t.stride(0)} values of {t.element_size()} bytes) and its start "
+             f"must be multiples of 16 bytes for a tensor descriptor; copy it into a wider, aligned buffer")
+
+
+@triton.jit
+def tile_origin(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """The first row and column of output tile number `tile`, in lesson 04's grouped order."""
+    pid_m, pid_n = tile_coords(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@triton.jit
+def linear_tile(a_desc, w_desc, off_m, off_n, K,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The mainloop: A[off_m:, :] @ W[off_n:, :].T for one BLOCK_M x BLOCK_N tile, summed in float32.
+    W is (N, K), as nn.Linear stores it: its rows are the columns of the product."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([off_m, k * BLOCK_K])          # (BLOCK_M, BLOCK_K); zeros past the edges
+        w = w_desc.load([off_n, k * BLOCK_K])          # (BLOCK_N, BLOCK_K)
+        acc = tl.dot(a, w.T, acc)
+    return acc
+
+
+@triton.autotune(configs=EPILOGUE_CONFIGS, key=["M", "N", "K", "HAS_SCALE", "HAS_RESIDUAL"])
+@triton.jit
+def linear_kernel(h_ptr, w_ptr, s_ptr, r_ptr, out_ptr, M, N, K, stride_h, stride_w, stride_r,
+                  HAS_SCALE: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                  FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """out = s[:, None] * (h @ w.T) + r, the scale and the residual optional; h (M, K), w (N, K), r and
+    out (M, N), out contiguous; the stride_ arguments are the others' row strides."""
+    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_w, 1],
+                                       block_shape=[BLOCK_N, BLOCK_K])
+    out_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1],
+                                         block_shape=[BLOCK_M, BLOCK_N])
+    if HAS_RESIDUAL:
+        r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_r, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
+    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):
+        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)
+        if HAS_SCALE:                                   # one float32 per row: RMSNorm's 1 / rms
+            rows = off_m + tl.arange(0, BLOCK_M)
+            acc = acc * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]
+        if HAS_RESIDUAL:                                # read once, added in float32
+            acc = acc + r_desc.load([off_m, off_n]).to(tl.float32)
+        out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
+
+
+def linear_reference(h, w, scale=None, residual=None):
+    out = h @ w.T
+    if scale is not None:
+        out = scale[:, None] * out
+    return out if residual is None else out + residual
+
+
+def linear(h, w, scale=None, residual=None):
+    """scale[:, None] * (h @ w.T) + residual in one kernel, scale and residual optional.
+
+    h (M, K); w (N, K) as nn.Linear stores it; scale (M,) float32; residual (M, N) in h's dtype.
+    Every matrix needs contiguous, 16-byte aligned rows (tensor descriptors read them)."""
+    assert h.dim() == w.dim() == 2 and h.shape[1] == w.shape[1], "h (M, K) and w (N, K)"
+    assert w.dtype == h.dtype, "h and w must share a dtype"
+    M, K = h.shape
+    N = w.shape[0]
+    if scale is not None:
+        assert scale.shape == (M,) and scale.dtype == torch.float32 and scale.stride(0) == 1, \
+            "scale: (M,) float32, contiguous: one factor per row"
+    out = torch.empty((M, N), device=h.device, dtype=h.dtype)
+    _check_tma(h=h, w=w, out=out, **({} if residual is None else {"residual": residual}))
+    if residual is not None:
+        assert residual.shape == (M, N) and residual.dtype == h.dtype, "residual: (M, N), in h's dtype"
+    linear_kernel[_persistent_grid(M, N)](h, w, scale, residual, out, M, N, K, h.stride(0), w.stride(0),
+                                          0 if residual is None else residual.stride(0),
+                                          HAS_SCALE=scale is not None, HAS_RESIDUAL=residual is not None)
+    return out
+
+
+
+
+# ---------------------------------------------------------------- make bench (GPU)
+
+
+def benchmarks():
+    """What `make bench` times for this lesson (GPU only): the matmul ladder, the decoder block's four
+    matmuls, and RMSNorm + linear, each beside lesson 04's or 05's kernel and the vendor's."""
+    import torch.nn.functional as F
+
+    from helpers.bench import Bench
+    from helpers.block import BlockConfig
+
+    lesson04 = load_solution("04")
+    for n in (1024, 2048, 4096, 8192):
+        a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+        yield Bench("hopper_matmul_fp16", n, bytes=3 * 2 * n * n, flops=2 * n**3, label=f"{n}^3",
+                    metric="TFLOP/s", graph=True,
+                    impls={"lesson 09: matmul": lambda a=a, b=b: matmul(a, b),
+                           "exercise 1: tma_matmul": lambda a=a, b=b: tma_matmul(a, b),
+                           "exercise 2: persistent_matmul": lambda a=a, b=b: persistent_matmul(a, b),
+                           "lesson 04: matmul": lambda a=a, b=b: lesson04.matmul(a, b),
+                           "cuBLAS": lambda a=a, b=b: a @ b})
+        del a, b
+
+    cfg = BlockConfig()
+    d, f = cfg.dim, cfg.hidden
+    for T in (2048, 8192):   # the block's four matmuls: lesson 04's mainloop, this lesson's, cuBLAS
+        for name, (N, K) in {"Q|K|V": (3 * d, d), "output": (d, d), "gate|up": (2 * f, d),
+                             "down": (d, f)}.items():
+            a = torch.randn(T, K, device="cuda", dtype=torch.float16)
+            wt = torch.randn(N, K, device="cuda", dtype=torch.float16) / K**0.5
+            yield Bench("block_matmuls_fp16", T * N * K, bytes=2 * (T * K + N * K + T * N),
+                        flops=2 * T * N * K, label=f"{name} T{T}", metric="TFLOP/s", graph=True,
+                        impls={"persistent, TMA (lesson 09)": lambda a=a, wt=wt: linear(a, wt),
+                               "lesson 04's mainloop": lambda a=a, wt=wt: lesson04.matmul(a, wt.T),
+                               "cuBLAS": lambda a=a, wt=wt: a @ wt.T})
+            del a, wt
+
+    pair = lambda x, g, w: F.linear(F.rms_norm(x, (x.shape[1],), g, 1e-6), w)  # noqa: E731
+    compiled_pair = torch.compile(pair, dynamic=False)
+    for M, K, N in ((8192, 4096, 4096), (8192, 4096, 1024)):
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        g = (1 + 0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)
+        w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
+        wf = fold_gamma(w, g)                               # once, when the weights are loaded
+        # Timed as graph replays: each call of rmsnorm_linear builds three descriptors and makes two
+        # launches from Python, and launched from Python that host work (which varies from process to
+        # process) showed in the timing of a 0.1 ms pair of kernels.
+        yield Bench("hopper_rmsnorm_linear_bf16", N, bytes=2 * (M * K + N * K + M * N), flops=2 * M * N * K,
+                    label=f"M{M} K{K} N{N}", metric="TFLOP/s", graph=True,
+                    impls={"lesson 09: rmsnorm_linear": lambda x=x, wf=wf: rmsnorm_linear(x, wf),
+                           "lesson 05: same algebra, lesson 04-style matmul":
+                               lambda x=x, wf=wf: lesson05.rmsnorm_linear_epilogue(x, wf),
+                           "F.rms_norm + cuBLAS": lambda x=x, g=g, w=w: pair(x, g, w),
+                           "torch.compile(both)": lambda x=x, g=g, w=w: compiled_pair(x, g, w)})
+        del x, w, wf
+
+
+# ---------------------------------------------------------------- recorded for the notebook (GPU)
+
+# What to look for in Hopper code: TMA copies, wgmma, and the barriers that pace the pipeline.
+LOOK_FOR_HOPPER = {"ttgir": ("async_tma_copy_global_to_local", "warp_group_dot", "warp_specialize"),
+                   "ptx": ("cp.async.bulk.tensor", "wgmma.mma_async", "mbarrier.try_wait", "ld.global")}
+RECORDED = "09_hopper_matmul"      # helpers/recorded/09_hopper_matmul/<gpu>.json
+
+
+def describe_config(config):
+    kw = config.kwargs
+    extra = ", warp-specialised" if kw.get("WARP_SPECIALIZE") else ""
+    extra += ", flattened" if kw.get("FLATTEN") else ""
+    return f"{kw['BLOCK_M']}x{kw['BLOCK_N']}, {config.num_warps} warps, {config.num_stages} stages{extra}"
+
+
+def try_compile(kernel, args, config, **what):
+    """Compile `kernel` (an autotuner's JITFunction) for one configuration: whether it compiles, and
+    the first line of the compiler's error if not."""
+    config.pre_hook({**args, **config.all_kwargs()})    # the descriptors' boxes for this configuration
+    try:
+        kernel.fn.warmup(**args, **config.all_kwargs(), grid=(1,))
+        ok, error = True, ""
+    except RuntimeError as e:
+        ok, error = False, str(e).splitlines()[0][:200]
+    return {"kernel": kernel.fn.__name__, **what, "config": describe_config(config), "compiles": ok,
+            "error": error}
+
+
+def _warp_specialize_survey():
+    """Which warp-specialised configurations of `matmul_kernel` this Triton compiles on this GPU."""
+    rows = []
+    a = torch.empty(1024, 1024, device="cuda", dtype=torch.float16)
+    for config in (c for c in MATMUL_CONFIGS if c.kwargs["WARP_SPECIALIZE"]):
+        for scale in (False, True):
+            args = dict(a_desc=descriptor(a, [16, 16]), b_desc=descriptor(a, [16, 16]),
+                        c_desc=descriptor(a, [16, 16]), s_ptr=a, M=1024, N=1024, K=1024, B_NK=False,
+                        HAS_SCALE=scale)
+            rows.append(try_compile(matmul_kernel, args, config, head_dim=None, causal=None))
+    return rows
+
+
+# How the autotuner may time its candidates: the lesson's way last.
+STABILITY_TIMINGS = {
+    "launched from Python": None,   # the autotuner's default: do_bench on launches from Python
+    "graph replays back to back":   # Triton's do_bench_cudagraph: no L2 flush, no gap between replays
+        lambda kernel_call, quantiles: triton.testing.do_bench_cudagraph(kernel_call, rep=100,
+                                                                         quantiles=quantiles),
+    "graph replays, L2 flushed": _graph_timed,
+}
+
+
+def _stability_probe(timing):
+    """In a fresh process: autotune `matmul` at 1024^3, 2048^3 and 4096^3, candidates timed one way (a key
+    of STABILITY_TIMINGS); print JSON."""
+    import json
+
+    global matmul_kernel
+    matmul_kernel = triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K", "B_NK", "HAS_SCALE"],
+                                    prune_configs_by={"early_config_prune": _tiles_for_the_shape},
+                                    do_bench=STABILITY_TIMINGS[timing])(matmul_kernel.fn)
+    rows = []
+    for n in (1024, 2048, 4096):
+        a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+        ms, cublas_ms = measure(lambda: matmul(a, b), graph=True), measure(lambda: a @ b, graph=True)
+        rows.append({"shape": f"{n}^3", "timing": timing,
+                     "config": describe_config(matmul_kernel.best_config), "tflops": 2 * n**3 / ms / 1e9,
+                     "cublas_tflops": 2 * n**3 / cublas_ms / 1e9})
+    print(json.dumps(rows))
+
+
+def record_artifacts(folder):
+    """On a GPU (called by `make bench`): the fast matmul's compiled-code excerpt, which warp-specialised
+    configurations compile, and the autotuner's choice in three fresh processes per way of timing,
+    into folder/09_hopper_matmul/<gpu>.json."""
+    import json
+    import subprocess
+    import sys
+
+    from helpers import profile
+    from helpers.bench import ROOT
+    from helpers.compiled import compiled_excerpt
+
+    n = 4096
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    c = torch.empty_like(a)
+    config = _matmul_config(128, 256, 8, 3)
+    args = dict(a_desc=descriptor(a, [16, 16]), b_desc=descriptor(a, [16, 16]),
+                c_desc=descriptor(c, [16, 16]), s_ptr=None, M=n, N=n, K=n, B_NK=False, HAS_SCALE=False)
+    config.pre_hook({**args, **config.all_kwargs()})
+    compiled = {"matmul_kernel": (f"# matmul_kernel, {describe_config(config)}, float16\n" +
+                                  compiled_excerpt(matmul_kernel.fn[(SMS,)](**args, **config.all_kwargs()),
+                                                   LOOK_FOR_HOPPER))}
+    stability = []
+    for timing in STABILITY_TIMINGS:
+        for process in (1, 2, 3):
+            code = ("from helpers.solutions import load_solution; "
+                    f"load_solution('09')._stability_probe({timing!r})")
+            out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout
+            stability += [{**row, "process": process} for row in json.loads(out.strip().splitlines()[-1])]
+    record = {**profile.stamp(), "compiled": compiled, "warp_specialize": _warp_specialize_survey(),
+              "autotune_stability": stability}
+    out = folder / RECORDED / (profile.slug(torch.cuda.get_device_name()) + ".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1))
+
+
+def recorded(name=RECORDED):
+    """{GPU name: what record_artifacts recorded on it} in helpers/recorded/<name>/: {} where nothing is
+    recorded yet."""
+    import json
+
+    from helpers.bench import ROOT
+
+    found = {}
+    for path in sorted((ROOT / "helpers" / "recorded" / name).glob("*.json")):
+        data = json.loads(path.read_text())
+        found[data["device"]] = data
+    return found

@@ -1,0 +1,160 @@
+"""Lesson 11: the capstone's kernels match their references, and the fused block matches the eager one."""
+
+import math
+
+import pytest
+import torch
+from matmul_testing import MATMUL_TOL, assert_matches, randn
+
+from helpers import DEVICE, ON_GPU, pick
+from helpers.block import SMALL, block_input, block_weights, decoder_block
+from helpers.check import TOLERANCES
+from helpers.solutions import load_solution
+from helpers.traffic import triton_traffic
+
+lesson11 = load_solution("11")
+
+DTYPES = [torch.float32, torch.float16]
+
+# Element-wise kernels compute in float32 and round once: check's table (about two units in the last
+# place of the output dtype, against a float64 reference). Matmuls: MATMUL_TOL (TF32 on a GPU).
+
+
+def double(*tensors):
+    return [t.double() for t in tensors]
+
+
+# ---------------------------------------------------------------- swiglu_linear
+# Tensor descriptors need 16-byte aligned rows: K and f are multiples of 8 (float16) here, and the
+# strided cases are column slices of wider, aligned matrices.
+
+
+def aligned_view(M, K, dtype, scale=1.0):
+    """An (M, K) column slice of a wider matrix: row stride K + 16, contiguous rows, aligned."""
+    return randn(M, K + 16, dtype=dtype, scale=scale)[:, 8:8 + K]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M, K, f, h_view", [
+    (1, 48, 24, False),     # one token
+    (70, 136, 40, True),    # two row tiles, two column tiles (2f = 80 interleaved columns), h strided
+])
+def test_swiglu_linear(dtype, M, K, f, h_view):
+    h = aligned_view(M, K, dtype) if h_view else randn(M, K, dtype=dtype)
+    w_gate, w_up = randn(f, K, dtype=dtype, scale=K**-0.5), randn(f, K, dtype=dtype, scale=K**-0.5)
+    w_gate_up = lesson11.pack_gate_up(w_gate, w_up)
+    hd, gd, ud = double(h, w_gate, w_up)
+    want = torch.nn.functional.silu(hd @ gd.T) * (hd @ ud.T)    # the unpacked weights: the packing is right
+    assert_matches(lesson11.swiglu_linear(h, w_gate_up), want, MATMUL_TOL, dtype)
+    assert_matches(lesson11.swiglu_linear(h, w_gate_up),
+                   lesson11.swiglu_linear_reference(*double(h, w_gate_up)), MATMUL_TOL, dtype)
+
+
+# ---------------------------------------------------------------- rope_qk
+
+
+def projection_views(B, H, N, D, dtype, n=2):
+    """q, k (and v, n=3) as decoder_block makes them: (B, H, N, D) views of one (B, N, 3 H D)
+    projection output."""
+    qkv = randn(B, N, 3 * H * D, dtype=dtype)
+    return [qkv[..., i * H * D:(i + 1) * H * D].view(B, N, H, D).transpose(1, 2) for i in range(n)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B, H, N, D, layout", [
+    (1, 1, 1, 4, "views"),          # one position
+    (2, 3, 19, 12, "views"),        # D / 2 = 6: not a power of two; N over two position blocks
+    (2, 4, 37, 64, "k contiguous"),  # q and k with different strides
+])
+def test_rope_qk(dtype, B, H, N, D, layout):
+    q, k = projection_views(B, H, N, D, dtype)
+    if layout == "k contiguous":
+        k = k.contiguous()
+    angles = randn(N, D // 2, scale=3.0)
+    cos, sin = angles.cos(), angles.sin()
+    q_rot, k_rot = lesson11.rope_qk(q, k, cos, sin)
+    want_q, want_k = lesson11.rope_qk_reference(*double(q, k, cos, sin))
+    assert q_rot.is_contiguous() and k_rot.is_contiguous()
+    assert_matches(q_rot, want_q, TOLERANCES, dtype)
+    assert_matches(k_rot, want_k, TOLERANCES, dtype)
+
+
+# ---------------------------------------------------------------- the decoder block
+
+
+# float32: the fused block and the eager one round differently at every step (RMSNorm folded into
+# the matmul, the SiLU product and residual adds in float32 before one rounding, online softmax),
+# each step a few units of 2**-24 of outputs of order one, summed over K = 688: about 1e-6 on the
+# CPU, well inside 1e-5 + 1e-5 |y| (outputs reach about 5). On a GPU tl.dot rounds float32 operands
+# to TF32 (2**-11) in five matmuls, one after the other: a few 1e-3, so 3e-2.
+BLOCK_F32_TOL = pick(cpu=(1e-5, 1e-5), gpu=(3e-2, 3e-2))
+
+
+def test_decoder_block_fused_float32_and_its_launches():
+    w, x = block_weights(SMALL, device=DEVICE), block_input(SMALL, batch=2, seq=40, device=DEVICE)
+    want = decoder_block(x, w, SMALL, attention="sdpa")
+    got = {}
+    traffic = triton_traffic(lambda: got.setdefault("out", lesson11.decoder_block_fused(x, w, SMALL)))
+    atol, rtol = BLOCK_F32_TOL
+    torch.testing.assert_close(got["out"], want, atol=atol, rtol=rtol)
+    if not ON_GPU:   # the interpreter records every launch: the block is 8 Triton kernels
+        names = [launch.kernel for launch in traffic.launches]
+        assert names == ["inv_rms_kernel", "linear_kernel", "rope_qk_kernel", "causal_attention_kernel",
+                         "linear_kernel", "rms_norm_kernel", "swiglu_linear_kernel", "linear_kernel"], names
+
+
+def test_decoder_block_fused_float16_is_as_close_as_eager():
+    """float16: every step rounds to 2**-11, so there is no tight absolute bound to state in advance.
+    Measured instead against the block in float64: the fused block must be as close as PyTorch's
+    own eager float16 block, within a factor of 2 (it rounds less often, but the attention's P is
+    rounded to float16 before P V, which SDPA on the CPU does in float32)."""
+    w, x = block_weights(SMALL, device=DEVICE), block_input(SMALL, batch=2, seq=40, device=DEVICE)
+    truth = decoder_block(x.double(), {n: t.double() for n, t in w.items()}, SMALL, attention="sdpa")
+    w16, x16 = {n: t.half() for n, t in w.items()}, x.half()
+    eager_err = (decoder_block(x16, w16, SMALL, attention="sdpa").double() - truth).abs().max().item()
+    fused = lesson11.decoder_block_fused(x16, lesson11.pack_weights(w16, SMALL), SMALL)
+    assert fused.dtype == torch.float16 and fused.shape == x.shape
+    fused_err = (fused.double() - truth).abs().max().item()
+    assert math.isfinite(fused_err) and fused_err <= 2 * eager_err, (fused_err, eager_err)
+
+
+def test_pack_weights_is_the_same_block():
+    w = block_weights(SMALL)
+    packed = lesson11.pack_weights(w, SMALL)
+    d, f = SMALL.dim, SMALL.hidden
+    assert packed["wqkv"].shape == (3 * d, d)
+    assert torch.equal(packed["wqkv"][d:2 * d], w["wk"] * w["attn_norm"])   # gamma folded in
+    assert packed["w_gate_up"].shape == (2 * f, d)
+    assert torch.equal(packed["w_gate_up"][0::2], w["w_gate"])
+    assert torch.equal(packed["w_gate_up"][1::2], w["w_up"])
+
+
+# ---------------------------------------------------------------- the exercises (helpers/exercises)
+
+
+@pytest.mark.parametrize("name", ["rope_qk", "swiglu_linear", "decoder_block_fused"])
+def test_the_solutions_pass_their_exercise_checks(name):
+    from helpers import check
+
+    check(name, getattr(lesson11, name))
+
+
+def test_the_exercise_references_agree_with_the_lessons_own():
+    from helpers.exercises import lesson11 as spec
+
+    q, k = projection_views(2, 3, 7, 12, torch.float32)
+    angles = randn(7, 6)
+    args = (q, k, angles.cos(), angles.sin())
+    for got, want in zip(spec.rope_qk_reference(*args), lesson11.rope_qk_reference(*args)):
+        torch.testing.assert_close(got, want)
+
+
+def test_the_block_structure_check_names_what_pytorch_did():
+    from helpers.exercises import lesson11 as spec
+
+    def sdpa_block(x, w, cfg):
+        return decoder_block(x, w, cfg, attention="sdpa")
+
+    message = spec._all_in_triton(sdpa_block)
+    assert message and "attention" in message and "mm" in message, message
+    assert spec._all_in_triton(lesson11.decoder_block_fused) is None
