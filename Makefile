@@ -58,7 +58,7 @@ grade: $(STAMP)
 	$(BIN)/python -m helpers.grade $(if $(LESSON),--lesson $(LESSON))
 
 bench: $(STAMP)
-	$(BIN)/python -m helpers.bench $(if $(LESSON),--lesson $(LESSON))
+	$(BIN)/python -m helpers.bench $(if $(LESSON),--lesson $(LESSON)) $(if $(GROUPS),--groups $(GROUPS))
 
 profile: $(STAMP)
 	$(BIN)/python -m helpers.profile

@@ -287,10 +287,12 @@ def _rel_error(out, ref):
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def run(module, ceiling):
-    """Time every Bench of one solutions module; return the rows."""
+def run(module, ceiling, groups=None):
+    """Time every Bench of one solutions module (or only those of `groups`); return the rows."""
     results = []
     for b in module.benchmarks():
+        if groups and b.group not in groups:
+            continue
         rows = time_bench(b, ceiling)
         results += rows
         for row in rows:
@@ -358,6 +360,10 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(description="Time every solution kernel beside its baselines.")
     parser.add_argument("--lesson", help="only these lessons, e.g. 05 or 01,02")
+    parser.add_argument("--groups", help="only these groups, e.g. softmax_fp32,rmsnorm (the other groups "
+                                         "recorded stay as they are)")
+    parser.add_argument("--no-artifacts", action="store_true",
+                        help="time only: skip the lessons' record_artifacts (compiled code, profiles)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("No CUDA GPU here, so nothing is timed: these are the figures `make bench` recorded on "
@@ -367,16 +373,18 @@ def main(argv=None):
     import helpers  # picks the GPU before the solutions define their kernels
 
     lessons = [name.strip().zfill(2) for name in args.lesson.split(",")] if args.lesson else None
+    groups = {name.strip() for name in args.groups.split(",")} if args.groups else None
     print(helpers.describe())
     ceiling = copy_ceiling()
     print(f"copy ceiling: {ceiling:.0f} GB/s", flush=True)
     results = []
     for module in solution_modules(lessons):
         if hasattr(module, "benchmarks"):
-            results += run(module, ceiling)
+            results += run(module, ceiling, groups)
         # saved after each lesson, so an interrupted run keeps what it measured
         path = save(ceiling, results)
-        if hasattr(module, "record_artifacts"):  # what the notebook shows of a GPU besides timings
+        # what the notebook shows of a GPU besides timings (compiled code, profiles)
+        if hasattr(module, "record_artifacts") and not args.no_artifacts:
             module.record_artifacts(RECORDED.parent)
     print(f"wrote {path.relative_to(ROOT)} and plots in {FIGURES.relative_to(ROOT)}/")
     return 0

@@ -32,7 +32,9 @@ class Chip:
     l2_mb: float          # L2 cache, MB, one for the whole chip
     sms: int              # streaming multiprocessors
     register_kb: int      # register file per SM, KB
-    shared_kb: int        # shared memory per SM, KB: the most a program can use of the SM's L1/shared SRAM
+    shared_kb: int        # shared memory per SM, KB: the SM's L1/shared SRAM configured as shared memory
+    shared_kb_per_program: int  # the most one program (thread block) may claim, KB: 1 KB less than the
+                                # SM's on Hopper and Ampere (cudaDevAttrMaxSharedMemoryPerBlockOptin)
     hbm_gb: int           # device memory (HBM), GB
     warps_per_sm: int = 64  # the most warps resident on one SM at once (2048 threads, Ampere and Hopper)
 
@@ -49,14 +51,14 @@ class Chip:
 # float32 units (what elementwise code and a float32 matmul without TF32 use).
 CHIPS = {
     "H100 SXM": Chip("H100 SXM", 3.35, {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp32": 66.9}, 50, 132,
-                     register_kb=256, shared_kb=228, hbm_gb=80),
+                     register_kb=256, shared_kb=228, shared_kb_per_program=227, hbm_gb=80),
     # The H200 enables more of GH100's L2 than the H100: it reports 62,914,560 bytes (60 MB), read from
     # torch.cuda.get_device_properties on the course's H200 (2026-11-22), with 132 SMs, 65,536 registers
     # and 228 KB of shared memory per SM.
     "H200": Chip("H200 SXM", 4.8, {"fp16": 989.4, "bf16": 989.4, "tf32": 494.7, "fp32": 66.9}, 60, 132,
-                 register_kb=256, shared_kb=228, hbm_gb=141),
+                 register_kb=256, shared_kb=228, shared_kb_per_program=227, hbm_gb=141),
     "A100 SXM": Chip("A100 SXM 80GB", 2.039, {"fp16": 312.0, "bf16": 312.0, "tf32": 156.0, "fp32": 19.5},
-                     40, 108, register_kb=256, shared_kb=164, hbm_gb=80),
+                     40, 108, register_kb=256, shared_kb=164, shared_kb_per_program=163, hbm_gb=80),
 }
 
 PRECISION_NAMES = {"fp16": "fp16 tensor cores", "bf16": "bf16 tensor cores",
@@ -94,6 +96,7 @@ def memory_table(chips=("H100 SXM", "H200")):
         ("registers", "per SM", [f"{c.register_kb} KB" for c in chips]),
         ("", "all SMs", [f"{c.register_kb * c.sms / 1024:.0f} MB" for c in chips]),
         ("shared memory", "per SM, at most", [f"{c.shared_kb} KB" for c in chips]),
+        ("", "per program, at most", [f"{c.shared_kb_per_program} KB" for c in chips]),
         ("", "all SMs", [f"{c.shared_kb * c.sms / 1024:.0f} MB" for c in chips]),
         ("L2 cache", "one, for all SMs", [f"{c.l2_mb:.0f} MB" for c in chips]),
         ("HBM", "device memory", [f"{c.hbm_gb} GB" for c in chips]),

@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # 05 · Online softmax, fused softmax and fused RMSNorm + linear
+# # 05 · Online softmax, fused softmax, and the normalisation fusions
 #
 # Softmax turns a row of scores into probabilities. It sits inside every attention layer and at the
 # end of every classifier, and it does almost no arithmetic per byte: its speed is the speed at which
@@ -22,10 +22,15 @@
 # - a tiled kernel for rows far longer than a block (hundreds of thousands of columns);
 # - the numerical traps: huge inputs, `-inf` entries, fully masked rows, float16 sums;
 # - to fuse RMSNorm into the linear layer after it, and when that fusion pays;
-# - what the autotuner does, and what it remembers.
+# - what the autotuner does, and what it remembers;
+# - GroupNorm + Mish for diffusion U-Nets in one kernel, and when a split reduction pays.
 #
-# Exercises: a row softmax kernel, the online softmax in PyTorch, a tiled online softmax kernel, and a
-# fused RMSNorm + linear kernel.
+# Exercises: a row softmax kernel, the online softmax in PyTorch, a tiled online softmax kernel, a
+# fused RMSNorm + linear kernel, and GroupNorm + Mish in one kernel.
+#
+# This lesson is longer than one sitting: it keeps the course's normalisations together (softmax,
+# RMSNorm, GroupNorm), which share one pattern, a reduction and the elementwise work around it. Take
+# it in two: up to the tiled kernel (exercise 3), then the fusions.
 
 # %% [markdown]
 # ## Setting up

@@ -31,6 +31,10 @@
 #
 # Exercises: tiled attention in PyTorch, the Triton forward kernel, its causal version, the backward
 # in PyTorch, its two kernels (dK/dV, then dQ), and the autograd wrapper.
+#
+# This lesson is two sittings, longer than the others because the backward belongs with the forward
+# it recomputes: the forward (exercises 1 to 3, up to "How fast is it?"), then the backward
+# (exercises 4 to 7).
 
 # %% [markdown]
 # ## Setting up
