@@ -6,9 +6,22 @@ What a lesson calls, on the CPU or a GPU:
    after two warm-up calls, and returns the profiler.
 2. `save_trace(prof, path)` writes its trace as gzipped JSON: open it in https://ui.perfetto.dev
    or chrome://tracing.
-3. `kernel_events(trace)` lists the GPU kernels of a trace (name, start, duration, stream) and
-   `cpu_ops(trace)` the top-level PyTorch operators on the CPU side.
-4. `recorded_profile(name)` reads what `make profile` recorded on a GPU.
+3. Reading a trace (a dict with "traceEvents"):
+   - `gpu_events(trace)`: what the GPU ran (kernels, device copies, memsets), with start, duration
+     and stream; `kernel_events(trace)` the kernels alone; `short_name(name)` a kernel's name cut
+     to what tells kernels apart;
+   - `cpu_ops(trace)`: the top-level PyTorch operators on the CPU side;
+   - `launch_waits(trace)`: how long each GPU event waited between its launch call and its start;
+   - `memory_peak(trace)`: the moment the most memory was allocated, and which operators allocated
+     the blocks live at that moment (a profile made with `profile_memory=True`).
+4. `recorded_profile(name)` reads what `make profile` recorded on a GPU; `ncu_details(text)` turns
+   the details page it kept (`ncu_details.csv`) into one dict of metrics per profiled launch, and
+   `ncu_kernels(device)` merges those with `ncu.json`'s, one dict per profiled target.
+
+How a trace links the two sides: every launch call on the CPU (`cudaLaunchKernel`, `cudaMemsetAsync`,
+... in category `cuda_runtime`; `cuLaunchKernelEx`, which cuBLAS and cuDNN call, in `cuda_driver`)
+carries a `correlation` id in its args, and the GPU event it enqueued carries the same id. The
+launch call itself runs inside the PyTorch operator (`cpu_op`) that made it, on the same thread.
 
 `make profile` (python -m helpers.profile; GPU only) writes helpers/recorded/profile/<gpu>/:
 - `block_<variant>.json`: one forward step of the decoder block (helpers/block.py) under
@@ -27,6 +40,7 @@ import gzip
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -88,15 +102,98 @@ def load_trace(path):
         return json.load(f)
 
 
-def kernel_events(trace):
-    """The GPU kernels of a trace, in start order: {name, start_us, dur_us, stream}.
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")   # trace categories of what a GPU stream runs
+LAUNCHES = ("cuda_runtime", "cuda_driver")            # ... and of the CPU calls that enqueue it
 
-    Times are microseconds from the first kernel's start."""
-    kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X"]
-    kernels.sort(key=lambda e: e["ts"])
-    t0 = kernels[0]["ts"] if kernels else 0.0
-    return [{"name": e["name"], "start_us": round(e["ts"] - t0, 3), "dur_us": round(e["dur"], 3),
-             "stream": e.get("args", {}).get("stream", 0)} for e in kernels]
+
+def gpu_events(trace, cats=GPU_WORK):
+    """What the GPU ran in a trace, in start order: {name, cat, start_us, dur_us, stream}, times in
+    microseconds from the first one's start. By default kernels, device copies and memsets: all of
+    them keep a stream busy, so all of them are GPU work."""
+    events = [e for e in trace["traceEvents"] if e.get("cat") in cats and e.get("ph") == "X"]
+    events.sort(key=lambda e: e["ts"])
+    t0 = events[0]["ts"] if events else 0.0
+    return [{"name": e["name"], "cat": e["cat"], "start_us": round(e["ts"] - t0, 3),
+             "dur_us": round(e["dur"], 3), "stream": e.get("args", {}).get("stream", 0)} for e in events]
+
+
+def kernel_events(trace):
+    """The kernels of a trace alone (no copies or memsets), in start order: {name, start_us, dur_us,
+    stream}, times in microseconds from the first kernel's start."""
+    return [{key: e[key] for key in ("name", "start_us", "dur_us", "stream")}
+            for e in gpu_events(trace, cats=("kernel",))]
+
+
+# Words in PyTorch's kernel names that say nothing about the operation.
+_GENERIC = {"gpu", "Binary", "BUnary", "AUnary", "OnSelf", "elementwise", "vectorized_elementwise",
+            "unrolled_elementwise"}
+
+
+def short_name(name, width=52):
+    """A kernel's name cut to its function and, for PyTorch's elementwise kernels, the operation:
+    'void at::native::unrolled_elementwise_kernel<...direct_copy_kernel_cuda...>' ->
+    'unrolled_elementwise_kernel [direct_copy]'."""
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    head = re.split(r"[<(]", name, maxsplit=1)[0].split("::")[-1]
+    rest = name[name.index(head) + len(head):]
+    pattern = r"(\w+?)_kernel(?:_cuda|_impl)?\b|Functor_(\w+?)\b|(\w+?)Functor\b|(\w+?)Ops<"
+    ops = [g for m in re.finditer(pattern, rest) for g in m.groups() if g and g not in _GENERIC]
+    label = f"{head} [{ops[0]}]" if ops else head
+    return label if len(label) <= width else label[:width - 3] + "..."
+
+
+def launch_waits(trace):
+    """Microseconds from each GPU event's launch call (CPU side, runtime or driver API) to its start
+    on the GPU, in the trace's order."""
+    events = trace["traceEvents"]
+    launched = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") in LAUNCHES and "correlation" in e.get("args", {})}
+    return [e["ts"] - launched[e["args"]["correlation"]] for e in events
+            if e.get("cat") in GPU_WORK and e.get("args", {}).get("correlation") in launched]
+
+
+def memory_peak(trace, device_type=1):
+    """The peak of a step's memory, from a trace made with profile_memory=True, and who holds it.
+
+    The trace has a `[memory]` event for every allocation (args "Bytes" > 0) and free ("Bytes" < 0)
+    of a block at address "Addr", on "Device Type" 1 (CUDA) or 0 (CPU). Replay them in time order,
+    keeping the blocks alive by address, and stop where the bytes allocated since the trace began are
+    highest. Each block alive then is charged to the operators that were running (on the same thread)
+    when it was allocated, outermost first. Blocks allocated before the trace began are not in it.
+
+    Returns {"peak_bytes", "during": [operators running at the peak, outermost first],
+    "live": [{"bytes", "ops": [outermost, ..., innermost], "shape": the outermost operator's first
+    input}, largest first]}."""
+    events = trace["traceEvents"]
+    memory = sorted((e for e in events if e.get("name") == "[memory]"
+                     and e.get("args", {}).get("Device Type") == device_type), key=lambda e: e["ts"])
+    live, peak_live, allocated, peak, peak_event = {}, {}, 0, 0, None
+    for e in memory:
+        addr, nbytes = e["args"]["Addr"], e["args"]["Bytes"]
+        allocated += nbytes
+        if nbytes > 0:
+            live[addr] = e
+        else:
+            live.pop(addr, None)                    # a block allocated before the trace: not in `live`
+        if allocated > peak:
+            peak, peak_event, peak_live = allocated, e, dict(live)
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
+
+    def running(at):                                # the operators around an instant, outermost first
+        around = [o for o in ops if o["tid"] == at["tid"] and o["ts"] <= at["ts"] <= o["ts"] + o["dur"]]
+        return sorted(around, key=lambda o: -o["dur"])
+
+    blocks = []
+    for e in peak_live.values():
+        stack = running(e)
+        dims = (stack[0].get("args", {}).get("Input Dims") or [None])[0] if stack else None
+        while dims and isinstance(dims[0], list):   # a list of tensors (aten::cat): its first one
+            dims = dims[0]
+        blocks.append({"bytes": e["args"]["Bytes"], "ops": [o["name"] for o in stack],
+                       "shape": tuple(dims) if dims else None})
+    blocks.sort(key=lambda b: -b["bytes"])
+    during = [o["name"] for o in running(peak_event)] if peak_event else []
+    return {"peak_bytes": peak, "during": during, "live": blocks}
 
 
 def cpu_ops(trace):
@@ -134,6 +231,37 @@ def recorded_profile(name, device=None):
     if name.endswith(".json.gz"):
         return load_trace(path)
     return json.loads(path.read_text()) if name.endswith(".json") else path.read_text()
+
+
+def ncu_details(csv_text):
+    """ncu's details page (`ncu --page details --csv`, kept as ncu_details.csv) -> one dict per
+    profiled launch, in launch order: {"Kernel Name", and every metric by its name on the page
+    ("Issue Slots Busy", "SM Active Cycles", ...), numbers as floats}. A name two sections share
+    ("Memory Throughput": a % in one, bytes/s in the other) keeps the later section's value."""
+    import csv
+    import io
+
+    launches = {}
+    for row in csv.DictReader(io.StringIO(csv_text)):
+        if not row.get("Metric Name"):
+            continue                                # a rule's advice, not a metric
+        launch = launches.setdefault(int(row["ID"]), {"Kernel Name": row["Kernel Name"]})
+        value = row["Metric Value"].replace(",", "")
+        try:
+            launch[row["Metric Name"]] = float(value)
+        except ValueError:
+            launch[row["Metric Name"]] = value
+    return [launches[i] for i in sorted(launches)]
+
+
+def ncu_kernels(device=None):
+    """The recorded Nsight Compute launches of lesson 08's targets, one dict each, in launch order:
+    ncu.json's metrics (and its `target`, `counted`) merged with the details page's."""
+    launches = recorded_profile("ncu.json", device)["kernels"]
+    pages = ncu_details(recorded_profile("ncu_details.csv", device))
+    assert [k["Kernel Name"] for k in launches] == [p["Kernel Name"] for p in pages], \
+        "ncu.json and ncu_details.csv list different launches"
+    return [{**page, **k} for k, page in zip(launches, pages) if k.get("target")]
 
 
 # ---------------------------------------------------------------- make profile (GPU)
@@ -242,8 +370,6 @@ def _name_launches(kernels, targets):
     """Give each profiled launch (in launch order) the target that made it, and what the target counted.
     A target with a `kernel` pattern made the consecutive launches whose names match it; a target
     without one made exactly one launch."""
-    import re
-
     names, i, taken = list(targets), 0, 0
     for k in kernels:
         while i < len(names):

@@ -10,47 +10,45 @@
 # # 08 · Profiling: where the time goes, and why
 #
 # So far you have timed kernels one at a time and counted their bytes by hand. A real model step
-# runs dozens of kernels, launched one after another from Python, and you cannot fix all of them.
-# A profiler tells you which ones matter, and then what holds each of them back. This lesson profiles
-# a real step, a Llama-style decoder block, from the top (which kernels take the time) down to the
-# hardware counters of a single kernel, and ends with one full round of the loop a kernel engineer
-# runs every day: profile, form a hypothesis, change one thing, measure.
+# runs dozens of kernels, launched one after another from Python, and you cannot fix all of them. A
+# profiler tells you which ones matter, then what holds each back. This lesson profiles a Llama-style
+# decoder block from the top (which kernels take the time) down to one kernel's hardware counters,
+# and practises the loop a kernel engineer runs every day: profile, hypothesis, change, measure.
 #
 # **You will learn:**
 # - to profile a step with `torch.profiler`: the kernel table, the trace you open in Perfetto, the
-#   gaps where the GPU waits for Python, and who allocates the peak memory;
+#   GPU time each operator caused, the gaps where the GPU waits for Python, and what holds the
+#   memory at its peak;
 # - to read Nsight Compute's metrics for one kernel: DRAM throughput against its peak, SM and
 #   tensor-core throughput, occupancy and what limits it, register spills, the L2 hit rate, and
 #   why warps stall;
 # - to put the bytes ncu *measured* on lesson 03's roofline, beside the bytes you *counted*, and to
 #   explain every difference;
 # - what Triton's own profiler (proton) reports, down to scopes inside a kernel;
-# - the loop: profile → hypothesis → change → measure, once, end to end, on lesson 05's tiled
-#   softmax.
+# - the loop: profile → hypothesis → change → measure, on the recorded steps and on lesson 05's
+#   tiled softmax.
 #
-# Exercises: a kernel table from a trace, the GPU's idle share, a kernel's bound and its occupancy
-# limiter, and ncu's bytes on the roofline. They are plain Python over profile data, graded on the
-# recordings and on fresh random profiles.
-#
-# Without a GPU, `torch.profiler` runs here on the CPU (the same calls), and the GPU's profiles come
-# from `make profile`, recorded on the GPUs named below.
+# Exercises (plain Python over profile data, graded on the recordings and on random profiles): a
+# kernel table, the GPU's idle share, the GPU time of each operator, a kernel's bound and occupancy
+# limiter, ncu's bytes on the roofline. Without a GPU, `torch.profiler` runs here on the CPU, and the
+# GPU's profiles come from `make profile`, recorded on the GPUs named below.
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe, pick
 from helpers.bench import ROOT
-from helpers.block import SMALL, BlockConfig, block_flops, block_input, block_weights, decoder_block
+from helpers.block import SMALL, BlockConfig, block_input, block_weights, decoder_block
 from helpers.cards import flashcards, self_check
 from helpers.exercises.lesson08 import chip_key
-from helpers.profile import (cpu_ops, kernel_events, profile_step, recorded_devices, recorded_profile,
-                             save_trace)
+from helpers.profile import (cpu_ops, gpu_events, launch_waits, memory_peak, ncu_kernels, profile_step,
+                             recorded_devices, recorded_profile, save_trace, short_name)
 from helpers.roofline import CHIPS, Point, plot
 from helpers.solutions import load_solution
 
 import csv
 import inspect
 import io
-import re
 import statistics
+import textwrap
 
 import matplotlib.pyplot as plt
 import torch
@@ -85,18 +83,8 @@ print(inspect.getsource(decoder_block))
 
 # %% [markdown]
 # Its defaults are the sizes of one Llama-2-7B layer; `SMALL` shrinks every width so that a step runs
-# in milliseconds on a CPU. `block_flops` counts the matmul FLOPs of one forward step:
-
-# %%
-FULL = BlockConfig()
-for label, cfg, batch, seq in (("full size (Llama-2-7B layer), 1 x 4096 tokens", FULL, 1, 4096),
-                               ("full size, 1 x 16 tokens", FULL, 1, 16),
-                               ("SMALL, 2 x 64 tokens", SMALL, 2, 64)):
-    print(f"{label:48} d={cfg.dim:5} heads={cfg.n_heads:3} f={cfg.hidden:6}  "
-          f"{block_flops(cfg, batch, seq) / 1e9:10.3f} GFLOP")
-
-# %% [markdown]
-# Here is the SMALL block on this machine, both forms of attention, which must agree:
+# in milliseconds on a CPU. Here is the SMALL block on this machine, both forms of attention, which
+# must agree:
 
 # %%
 dtype = pick(cpu=torch.float32, gpu=torch.float16)
@@ -125,10 +113,10 @@ print(prof.key_averages().table(sort_by=sort_by, row_limit=12, max_name_column_w
 # %% [markdown]
 # How to read it. One row per operator (`aten::mm` is a matmul; on a GPU, kernels get rows too).
 # **Self** time is spent in the operator itself, **total** time includes the operators it called
-# (`aten::matmul` calls `aten::mm`, so its self time is small and its total large). **# of Calls**
-# counts how often the operator ran. **CPU Mem** and **Self CPU Mem** are the bytes each operator allocated
-# (`profile_memory=True`); on a GPU the table adds the same columns for CUDA time and CUDA memory.
-# The row `step` is our own `record_function` span: its total is the whole step.
+# (`aten::matmul` calls `aten::mm`, so its self time is small and its total large). **CPU Mem** is
+# the bytes an operator allocated less those it freed over the step (`profile_memory=True`); **Self
+# CPU Mem** counts what it did itself, and is negative where it freed more. On a GPU the table adds
+# the same columns for CUDA. The row `step` is our own `record_function` span: the whole step.
 #
 # Sort by self time to find the operator that is slow itself; sort by total time to find the part of
 # the model that is slow. On a CPU the table times the CPU doing the work. On a GPU the CPU time is
@@ -147,24 +135,23 @@ print(f"{trace_path.relative_to(ROOT)}: {len(trace['traceEvents'])} events, {len
 print("first operators:", ", ".join(op["name"] for op in ops[:8]), "...")
 
 # %% [markdown]
-# Open it: go to <https://ui.perfetto.dev>, click **Open trace file** and pick
-# `build/08_small_block.trace.json.gz` (in Chrome, `chrome://tracing` and **Load** also work). The
-# file stays on your machine: Perfetto reads it in the browser. You will see one row per CPU thread,
-# with each operator as a bar and the operators it called nested below it. A GPU trace adds one row
-# per CUDA stream with every kernel, and arrows from each `cudaLaunchKernel` on the CPU to the kernel
-# it launched. Keys: `W`/`S` zoom, `A`/`D` pan, click a bar for its details (shapes, duration).
-#
-# The recordings include the GPU traces of the full-size block: open
-# `helpers/recorded/profile/<gpu>/block_naive.trace.json.gz` the same way.
+# Open it at <https://ui.perfetto.dev> (**Open trace file**; the file stays on your machine) or in
+# Chrome's `chrome://tracing`. One row per CPU thread, each operator a bar with the operators it
+# called nested below it; a GPU trace adds a row per CUDA stream, and arrows from each launch call
+# (`cudaLaunchKernel`, or `cuLaunchKernelEx` for cuBLAS and cuDNN) to its kernel. Keys: `W`/`S` zoom,
+# `A`/`D` pan; click a bar for its details. The recorded GPU traces of the full-size block open the
+# same way: `helpers/recorded/profile/<gpu>/block_naive.trace.json.gz`. Two more tools for the same
+# view: `with_stack=True` adds each operator's Python line, and Nsight Systems (`nsys profile python
+# train.py`) draws a whole program's timeline, with the ranges you mark by `torch.cuda.nvtx.range`.
 #
 # ## The GPU profile of the full-size block
 #
-# On a GPU, the next cell first profiles the full-size naive block live, with the same calls. Then,
-# on any machine, it prints the table `make profile` recorded. The rest of the lesson reads the
-# recordings, so that every learner reads the same figures.
+# On a GPU, the next cell first profiles the full-size naive block live. Then, on any machine, it
+# prints the table `make profile` recorded; the rest of the lesson reads the recordings.
 
 # %%
 if ON_GPU:
+    FULL = BlockConfig()                                                       # a Llama-2-7B layer
     w_full = block_weights(FULL, DEVICE, torch.float16)
     x_full = block_input(FULL, 1, 4096, DEVICE, torch.float16)
     live = profile_step(lambda: decoder_block(x_full, w_full, FULL, attention="naive"))
@@ -172,62 +159,44 @@ if ON_GPU:
     print(live.key_averages().table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=50))
     del w_full, x_full, live
 steps = {v: recorded_profile(f"block_{v}.json") for v in ("naive", "sdpa", "small", "tiny")}
+traces = {v: recorded_profile(f"block_{v}.trace.json.gz") for v in steps}
 naive = steps["naive"]
 print(f"recorded on {said(naive)}: {naive['config']}, {naive['dtype']}, attention {naive['attention']}")
 print(naive["torch_table"])
 
 # %% [markdown]
-# On a GPU the table gains **Self CUDA** (the time of the kernels an operator launched itself) and
-# **CUDA total**, and kernels appear as rows of their own, under their compiled names
-# (`nvjet_...` is a cuBLAS matmul, `cunn_SoftMaxForward...` PyTorch's softmax kernel). The `step`
-# row's CUDA time is the span of the whole step on the GPU, gaps included, which is why its share
-# can exceed 100%: skip it.
+# On a GPU the table gains **Self CUDA** (the GPU time of what an operator launched itself) and
+# **CUDA total**, and kernels get rows of their own under their compiled names (`nvjet_...` is a
+# cuBLAS matmul), as does `Memcpy DtoD`, a device-to-device copy. The `step` row's CUDA time spans
+# the whole step, gaps included, hence a share above 100%: skip it. Below, `short_name` (in
+# `helpers/profile.py`) cuts a long C++ template name to the part that tells kernels apart.
 #
-# The names are long C++ template names. This function keeps the part that tells kernels apart:
-
-# %%
-GENERIC = {"gpu", "Binary", "BUnary", "AUnary", "OnSelf", "elementwise", "vectorized_elementwise",
-           "unrolled_elementwise"}
-
-
-def short_name(name, width=52):
-    """A kernel's name cut to its function and, for PyTorch's elementwise kernels, the operation."""
-    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
-    head = re.split(r"[<(]", name, maxsplit=1)[0].split("::")[-1]
-    rest = name[name.index(head) + len(head):]
-    pattern = r"(\w+?)_kernel(?:_cuda|_impl)?\b|Functor_(\w+?)\b|(\w+?)Functor\b|(\w+?)Ops<"
-    ops = [g for m in re.finditer(pattern, rest) for g in m.groups() if g and g not in GENERIC]
-    label = f"{head} [{ops[0]}]" if ops else head
-    return label if len(label) <= width else label[:width - 3] + "..."
-
-
-print(short_name(naive["kernels"][0]["name"]))
-
-# %% [markdown]
 # ## Exercise 1 · The kernel table
 #
-# `make profile` kept every kernel of the step as a dict: `name`, `start_us` (microseconds from the
-# first kernel's start), `dur_us` and `stream`:
+# `gpu_events(trace)` lists what the GPU ran during a step, in start order: kernels, device copies
+# (`cat` `"gpu_memcpy"`) and memsets (`"gpu_memset"`), each a dict with `name`, `cat`, `start_us`
+# (microseconds from the first one's start), `dur_us` and `stream`:
 
 # %%
-print(len(naive["kernels"]), "kernels; the first two:")
-for k in naive["kernels"][:2]:
+work = {variant: gpu_events(trace) for variant, trace in traces.items()}
+print(len(work["naive"]), "GPU events in the naive step; the first two:")
+for k in work["naive"][:2]:
     print({**k, "name": short_name(k["name"])})
 
 # %% [markdown]
-# Write `kernel_table(kernels)`: one row per kernel **name**, as a dict with
+# Write `kernel_table(kernels)`: one row per **name** (a copy's or memset's name counts like a
+# kernel's), as a dict with
 # - `"name"`; `"calls"`, how many events carry that name; `"total_us"`, the sum of their durations;
-# - `"share"`: that total over the total time of **all kernels** (the shares add up to 1). Not over
-#   the step's wall time: that would count the gaps when no kernel runs, the subject of exercise 2.
+# - `"share"`: that total over the total time of **all events** (the shares add up to 1), not over
+#   the step's wall time, which counts the gaps when the GPU runs nothing (exercise 2).
 #
-# Order the rows by total time, most first, so that row 0 is the kernel to look at first; rows with
-# equal totals in alphabetical order of their names (Python's `<` on strings). The check uses the
-# recorded steps of every GPU and random profiles (ties, unsorted lists, two streams).
+# Order the rows by total time, most first; equal totals in alphabetical order of their names
+# (Python's `<` on strings). The check uses every GPU's recorded steps and random profiles.
 
 # %% tags=["exercise"]
 def kernel_table(kernels):
-    """[{"name", "calls", "total_us", "share"}], one row per kernel name, most total time first
-    (equal totals: alphabetical by name); share = the row's total over all kernels' time."""
+    """[{"name", "calls", "total_us", "share"}], one row per name, most total time first (equal
+    totals: alphabetical by name); share = the row's total over all the events' time."""
     # YOUR CODE HERE: group the events by name, count and sum them, divide, sort.
     raise NotImplementedError("write kernel_table")
 
@@ -239,44 +208,40 @@ check("kernel_table", kernel_table)
 # The top of the table for the naive block and for the block with fused attention:
 
 # %%
-def show_table(step, rows=8):
-    print(f"block_{step['variant']}: {step['config']}, recorded on {said(step)}")
-    for row in kernel_table(step["kernels"])[:rows]:
+def show_table(variant, rows=8):
+    step = steps[variant]
+    print(f"block_{variant}: {step['config']}, recorded on {said(step)}")
+    for row in kernel_table(work[variant])[:rows]:
         print(f"  {row['share']:6.1%} {row['total_us']:10.1f} us {row['calls']:3d} calls  "
               f"{short_name(row['name'])}")
 
 
-show_table(steps["naive"])
-show_table(steps["sdpa"])
+show_table("naive")
+show_table("sdpa")
 
 # %% [markdown]
-# Read the naive table from the top. Much of the time is not matmul at all: the softmax kernel, the
-# `masked_fill` of the causal mask, and copies (`direct_copy`, `float16_copy`: the `.float()` and
-# `.to(q.dtype)` casts around the softmax). Every one of them reads or writes the 32 heads' N × N
-# scores, lesson 06's problem, seen from the profiler. In the `sdpa` table those rows are gone: one
-# fused attention kernel (cuDNN's FlashAttention, `cudnn_..._flash_fprop`) replaces them, and the
-# matmuls of the projections and the MLP (`nvjet_...`) lead. The next thing to fix is then no longer
-# attention.
+# Read the naive table from the top. Much of the time is not matmul at all: the softmax, the
+# `masked_fill` of the causal mask and the copy before it (it returns a clone of its input), and the
+# casts (`direct_copy`, `float16_copy`), the big ones being the `.float()` and `.to(q.dtype)` around
+# the softmax (N × N values per head; the norms' casts move N × d). All read or write the heads'
+# N × N scores: lesson 06's problem, seen from the profiler. In the `sdpa` table those rows are gone,
+# replaced by one fused kernel (cuDNN's FlashAttention), and the matmuls (`nvjet_...`) lead.
 #
 # ## When the GPU waits for Python
 #
-# Kernels are launched from Python, one by one. Each launch costs the CPU some microseconds: the
-# Python line, PyTorch's dispatcher, the allocator, the CUDA driver. When the kernels are big, the
-# CPU runs ahead and the launches queue up; the GPU never waits. When they are small, each kernel
-# ends before the CPU has launched the next, and the GPU sits idle in between: the step is
-# **launch-bound**. The recordings hold two steps of the same full-size block: `sdpa`, 4096 tokens,
-# and `small`, 16 tokens (a decode-like step). Both timelines, on one clock, CPU operators above and
-# GPU kernels below:
+# Each launch costs the CPU some microseconds: the Python line, PyTorch's dispatcher, the allocator,
+# the CUDA driver. When kernels are big, the CPU runs ahead and launches queue up. When they are
+# small, each ends before the CPU has launched the next, and the GPU idles in between: the step is
+# **launch-bound**. Two recorded steps of the full-size block, `sdpa` with 4096 tokens and `small`
+# with 16 (a decode-like step), on one clock, CPU operators above and GPU work below:
 
 # %%
 def on_one_clock(variant):
-    """CPU operators and GPU kernels of a recorded step, in microseconds from the first operator."""
-    trace = recorded_profile(f"block_{variant}.trace.json.gz")
-    events = trace["traceEvents"]
+    """CPU operators and GPU events of a recorded step, in microseconds from the first operator."""
+    events = traces[variant]["traceEvents"]
     t0 = min(e["ts"] for e in events if e.get("cat") == "cpu_op")
-    shift = min(e["ts"] for e in events if e.get("cat") == "kernel") - t0
-    kernels = [{**k, "start_us": k["start_us"] + shift} for k in kernel_events(trace)]
-    return cpu_ops(trace), kernels
+    shift = min(e["ts"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")) - t0
+    return cpu_ops(traces[variant]), [{**k, "start_us": k["start_us"] + shift} for k in work[variant]]
 
 
 fig, axes = plt.subplots(2, 1, figsize=(11, 3.6))
@@ -284,7 +249,7 @@ for ax, variant in zip(axes, ("sdpa", "small")):
     ops, kernels = on_one_clock(variant)
     ax.broken_barh([(o["start_us"], o["dur_us"]) for o in ops], (1.1, 0.8), color="tab:blue")
     ax.broken_barh([(k["start_us"], k["dur_us"]) for k in kernels], (0.1, 0.8), color="tab:orange")
-    ax.set_yticks([0.5, 1.5], ["GPU kernels", "CPU operators"])
+    ax.set_yticks([0.5, 1.5], ["GPU work", "CPU operators"])
     c = steps[variant]["config"]
     ax.set_title(f"block_{variant}: batch {c['batch']} x {c['seq']} tokens, d={c['dim']}", fontsize=9)
 axes[-1].set_xlabel(f"microseconds (recorded on {said(steps['small'])})")
@@ -293,21 +258,21 @@ plt.show()
 
 # %% [markdown]
 # In the `sdpa` step the GPU row is nearly solid: the CPU launched faster than the GPU worked. In the
-# `small` step the CPU row is solid and the GPU row is a comb of thin kernels with gaps between
-# them: the GPU waits for Python.
+# `small` step the GPU row is a comb of thin kernels with gaps: the GPU waits for Python.
 #
 # ## Exercise 2 · How long does the GPU wait?
 #
-# Write `gpu_idle_share(kernels)`: of the time from the **first kernel's start** to the **last
-# kernel's end**, the share during which **no kernel runs**. Careful:
-# - kernels on different streams can overlap, so adding up durations counts some time twice:
-#   merge the intervals `[start_us, start_us + dur_us]` and measure what they cover;
-# - the list may come in any order, and need not start at 0;
-# - the kernel that ends last need not be the one that starts last.
+# Write `gpu_idle_share(kernels)`, for a list like `work["naive"]`: of the time from the **first
+# event's start** to the **last event's end**, the share during which the GPU runs **nothing**: no
+# kernel, no copy, no memset (all three keep it busy). Careful:
+# - events on different streams can overlap: merge the intervals `[start_us, start_us + dur_us]`
+#   and measure what they cover, or overlapping time counts twice;
+# - the list may come in any order, need not start at 0, and the event that ends last need not be
+#   the one that starts last.
 
 # %% tags=["exercise"]
 def gpu_idle_share(kernels):
-    """The share of [first start, last end] during which no kernel runs (a float in [0, 1])."""
+    """The share of [first start, last end] during which no kernel, copy or memset runs (in [0, 1])."""
     # YOUR CODE HERE: sort the intervals, merge the overlapping ones, compare with the span.
     raise NotImplementedError("write gpu_idle_share")
 
@@ -316,75 +281,155 @@ def gpu_idle_share(kernels):
 check("gpu_idle_share", gpu_idle_share)
 
 # %% [markdown]
-# The four recorded steps: the idle share, the time the kernels took in all, and the time of the
-# step measured by `do_bench` outside the profiler. The profiler adds work on the CPU side, so the
-# gaps it sees can be longer than without it; the kernel total against the step's time needs no
-# profiler at all:
+# The four recorded steps: the idle share, the same with copies and memsets counted as idle (a
+# common slip), the GPU's working time, and the step's time by `do_bench` outside the profiler (the
+# profiler adds CPU work, so the gaps it sees can be longer than without it):
 
 # %%
 print(f"recorded on {said(steps['small'])}")
-print(f"{'step':8}{'batch x tokens, width':24}{'GFLOP':>9}{'kernels':>9}{'idle':>7}"
-      f"{'kernel ms':>11}{'step ms':>9}")
+print(f"{'step':8}{'batch x tokens, width':24}{'GFLOP':>9}{'events':>8}{'idle':>7}{'kernels only':>14}"
+      f"{'GPU ms':>8}{'step ms':>9}")
 for variant, step in steps.items():
     c = step["config"]
-    busy_ms = sum(k["dur_us"] for k in step["kernels"]) / 1000
     shape = f"{c['batch']} x {c['seq']}, d={c['dim']}"
-    print(f"{variant:8}{shape:24}"
-          f"{step['flops'] / 1e9:9.3f}{len(step['kernels']):9d}"
-          f"{gpu_idle_share(step['kernels']):7.1%}{busy_ms:11.3f}{step['step_ms']:9.3f}")
+    kernels_only = [k for k in work[variant] if k["cat"] == "kernel"]
+    print(f"{variant:8}{shape:24}{step['flops'] / 1e9:9.3f}{len(work[variant]):8d}"
+          f"{gpu_idle_share(work[variant]):7.1%}{gpu_idle_share(kernels_only):14.1%}"
+          f"{sum(k['dur_us'] for k in work[variant]) / 1000:8.3f}{step['step_ms']:9.3f}")
 
 # %% [markdown]
-# Compare `small` with `tiny` in the table above: `tiny` is the SMALL block, hundreds of times fewer
-# FLOPs, yet its step takes about as long. Both are launch-bound: their time is the CPU's time to
-# launch about sixty kernels, not the GPU's time to run them.
+# Counted as idle, the naive step's long device copy nearly doubles its idle share. `tiny`, the
+# SMALL block, has hundreds of times fewer FLOPs than `small` and takes about as long: both are
+# launch-bound, their time the CPU's time to launch about sixty kernels.
 #
-# The trace shows why directly. Each kernel is linked to the CPU call that launched it (the
-# `correlation` id), so we can measure how long each kernel waited between its launch and its start.
-# A short wait means the GPU was idle, ready for it; a long wait means it queued behind other work.
-# Beside it: a typical CPU operator's duration against a typical kernel's.
+# Each GPU event is linked to the CPU call that launched it by a `correlation` id, so `launch_waits`
+# (in `helpers/profile.py`) measures how long each waited from launch to start: short if the GPU was
+# idle, long if it queued behind other work. Beside it, a typical operator's and GPU event's time:
 
 # %%
-def launch_waits(variant):
-    """Microseconds from each kernel's launch call (CPU) to its start (GPU)."""
-    events = recorded_profile(f"block_{variant}.trace.json.gz")["traceEvents"]
-    launches = {e["args"]["correlation"]: e["ts"] for e in events
-                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
-    return [e["ts"] - launches[e["args"]["correlation"]] for e in events
-            if e.get("cat") == "kernel" and e["args"].get("correlation") in launches]
-
-
 print(f"recorded on {said(steps['small'])}")
 for variant in ("sdpa", "small"):
-    step = steps[variant]
-    print(f"block_{variant:6} launch -> start: median {statistics.median(launch_waits(variant)):8.1f} us | "
-          f"median CPU operator {statistics.median(o['dur_us'] for o in step['cpu_ops']):6.1f} us, "
-          f"median kernel {statistics.median(k['dur_us'] for k in step['kernels']):6.1f} us")
+    wait = statistics.median(launch_waits(traces[variant]))
+    op = statistics.median(o["dur_us"] for o in steps[variant]["cpu_ops"])
+    gpu = statistics.median(k["dur_us"] for k in work[variant])
+    print(f"block_{variant:6} launch -> start: median {wait:6.1f} us | median CPU operator {op:5.1f} us, "
+          f"median GPU event {gpu:5.1f} us")
 
 # %% [markdown]
-# In the `small` step a typical operator costs the CPU several times what its kernel costs the GPU,
-# and kernels start soon after their launch: nothing is queued. The cures work on the CPU side:
-# fewer, larger kernels (fusion: lessons 02, 05, 09), or launching the whole sequence at once as a
-# CUDA graph (`torch.compile(mode="reduce-overhead")`, lesson 07), or larger batches. Making any one
-# kernel faster would change almost nothing.
+# In the `small` step an operator costs the CPU several times what its kernel costs the GPU, and
+# kernels start soon after their launch: nothing is queued. The cures work on the CPU side: fewer,
+# larger kernels (fusion: lessons 02, 05 and the capstone, 11), a CUDA graph launching the whole
+# sequence at once (`torch.compile(mode="reduce-overhead")`, lesson 07; lesson 09 measures what a
+# launch costs from Python), or larger batches. A faster kernel would change almost nothing.
 #
-# ## Memory: the peak, and who allocates it
+# ## Exercise 3 · Which operator caused it?
 #
-# With `profile_memory=True` the profiler records every allocation and free, and the table's memory
-# columns say which operators allocated what. `make profile` also kept the step's peak
-# (`torch.cuda.max_memory_allocated`, above what was allocated before the step) and the largest
-# allocators:
+# The **Self CUDA** column charges each GPU event to the operator that launched it. You can build it
+# from the trace: a launch call carries a `correlation` id in its `args`, the GPU event it enqueued
+# carries the same id, and the call runs inside the operator that made it, on the same thread
+# (`tid`). One event of each kind in the naive step's trace (`ts` and `dur` in microseconds):
+
+# %%
+events = traces["naive"]["traceEvents"]
+for cat in ("cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset"):
+    e = next(e for e in events if e.get("cat") == cat)
+    name = short_name(e["name"], 30) if cat == "kernel" else e["name"][:30]
+    args = {key: e["args"][key] for key in ("correlation", "stream") if key in e["args"]}
+    print(f"{cat:13}{name:32} ts {e['ts']:.3f} dur {e['dur']:8.3f} tid {e['tid']:<4} {args}")
+
+# %% [markdown]
+# Write `gpu_time_by_op(events)`, for a trace's `traceEvents` list:
+# - the **GPU work** is every event whose `cat` is `"kernel"`, `"gpu_memcpy"` or `"gpu_memset"`;
+# - its **launch** is the event of `cat` `"cuda_runtime"` or `"cuda_driver"` (cuBLAS and cuDNN launch
+#   through the driver's `cuLaunchKernelEx`) with the same `args["correlation"]` (PyTorch also copies
+#   an operator's `External id` onto GPU events; every CUDA trace has the launch, and the check
+#   asks for it);
+# - the **operator** that made it is the innermost `"cpu_op"` around the launch: on the launch's
+#   thread (same `tid`), with `ts <= launch's ts <= ts + dur`, the shortest of them (operators nest:
+#   `aten::matmul` calls `aten::mm`). With no launch of that id in the trace, or no operator around
+#   it, charge the event to `"(no operator)"`;
+# - return one row per operator name, `{"op", "gpu_us", "events"}`: the sum of its GPU events' `dur`
+#   and how many there are; most `gpu_us` first, equal `gpu_us` in alphabetical order of `op`.
+#
+# The check uses every GPU's recorded traces and hand-made ones: driver-API launches, nested
+# operators, two CPU threads, a GPU far behind the CPU, a Triton kernel launched from Python, ties.
+
+# %% tags=["exercise"]
+def gpu_time_by_op(events):
+    """[{"op", "gpu_us", "events"}]: the GPU time of the kernels, copies and memsets each operator
+    launched itself, most first (equal times: alphabetical by op)."""
+    # YOUR CODE HERE: launch calls by correlation id, the innermost operator around each launch,
+    # the GPU events' durations added up per operator name, then sort.
+    raise NotImplementedError("write gpu_time_by_op")
+
+
+# %%
+check("gpu_time_by_op", gpu_time_by_op)
+
+# %% [markdown]
+# Your rows rebuild the Self CUDA column (compare `aten::_softmax` and `aten::mm` with the recorded
+# table above): the GPU time of each part of *your code*, which is what you change. A round of the
+# loop with it. **Profile**: the naive step by operator. **Hypothesis**: the operators that read or
+# write the N × N scores (`aten::bmm`, `aten::masked_fill_`, `aten::_softmax`, part of `aten::copy_`
+# and `aten::mul`) lose their time to one fused attention kernel, which adds its own; the
+# projections (`aten::mm`) do not move. **Change**: `attention="sdpa"`. **Measure**:
+
+# %%
+before, after = ({row["op"]: row["gpu_us"] for row in gpu_time_by_op(traces[v]["traceEvents"])}
+                 for v in ("naive", "sdpa"))
+print(f"recorded on {said(steps['sdpa'])}: GPU time per operator, us")
+naive_ms, sdpa_ms = (1000 * steps[v]["step_ms"] for v in ("naive", "sdpa"))
+print(f"{'operator':32}{'naive':>10}{'sdpa':>10}")
+for op in sorted(before.keys() | after.keys(), key=lambda op: -max(before.get(op, 0), after.get(op, 0)))[:9]:
+    print(f"{op:32}{before.get(op, 0.0):10.1f}{after.get(op, 0.0):10.1f}")
+print(f"{'all GPU work':32}{sum(before.values()):10.1f}{sum(after.values()):10.1f}")
+print(f"{'the step, do_bench':32}{naive_ms:10.1f}{sdpa_ms:10.1f}")
+
+# %% [markdown]
+# The rows moved where the hypothesis said, and `aten::mm` did not: the change touched what it was
+# meant to and nothing else, worth checking every time. The step, timed apart by `do_bench`, lost
+# about what the GPU work lost, since this step keeps the GPU busy (exercise 2); in a launch-bound
+# step, the GPU time would have fallen and the step's time would not.
+#
+# ## Memory: what each operator allocated, and what is live at the peak
+#
+# With `profile_memory=True` the profiler records every allocation and free; the table's **Self
+# CUDA Mem** adds up, per operator over the whole step, what it allocated less what it freed itself,
+# whenever that was. `make profile` kept the largest entries, and the step's peak:
 
 # %%
 for variant in ("naive", "sdpa"):
-    step = steps[variant]
-    print(f"block_{variant}: peak {step['peak_mib']:.0f} MiB above the inputs and weights "
-          f"(recorded on {said(step)})")
-    print("   " + ", ".join(f"{op} {mib:.0f} MiB" for op, mib in step["allocations_mib"][:5]))
+    step, peak = steps[variant], memory_peak(traces[variant])
+    listed = step["allocations_mib"]
+    print(f"block_{variant}, recorded on {said(step)}:")
+    print(f"  the {len(listed)} largest Self CUDA Mem entries sum to {sum(m for _, m in listed):,.0f} MiB: "
+          + ", ".join(f"{op} {mib:.0f}" for op, mib in listed[:4]) + ", ...")
+    print(f"  the trace's peak: {peak['peak_bytes'] / 2**20:,.0f} MiB above the step's start; "
+          f"max_memory_allocated, warm-up calls included: {step['peak_mib']:,.0f} MiB")
 
 # %% [markdown]
-# The naive peak is several times the fused one, and `aten::_softmax` sits near the top of the
-# naive list. Check its figure from the config: the block calls `torch.softmax(s.float())`, so the
-# output is float32, one value per head and per pair of positions, for each sequence of the batch:
+# The columns add up to more than the peak: a block freed early counts as much as one held to the
+# end. They say who allocated, not who holds the peak. (`max_memory_allocated` was reset before the
+# warm-up calls, so it also counts what only the first call allocates; the trace holds one step.)
+#
+# To see who holds the peak, replay the allocations and frees in time order: the trace keeps each as
+# a `[memory]` event with its address and bytes (negative for a free). `memory_peak` (in
+# `helpers/profile.py`) stops where the most is allocated and names, for each block alive then, the
+# operators running when it was allocated, outermost first:
+
+# %%
+peak = memory_peak(traces["naive"])
+print(f"block_naive, recorded on {said(naive)}: peak {peak['peak_bytes'] / 2**20:,.0f} MiB, "
+      f"reached in {' > '.join(peak['during'])}")
+for block in peak["live"][:6]:
+    print(f"  {block['bytes'] / 2**20:7,.0f} MiB  {str(block['shape']):20} {' > '.join(block['ops'])}")
+
+# %% [markdown]
+# Three blocks of N × N scores hold nearly all of it: the masked scores (`masked_fill`'s clone), their
+# float32 copy (`.float()`, through `aten::empty_strided`), and the softmax's output, allocated as
+# the peak is reached. The raw and scaled scores are gone: each was freed once the next result
+# replaced it. The softmax's block from the config (float32, one value per head and pair of
+# positions, per sequence):
 
 # %%
 cfg = naive["config"]
@@ -393,28 +438,29 @@ print(f"B x H x N x N x 4 bytes = {softmax_bytes / 2**20:.0f} MiB; the profiler'
       f"{dict(naive['allocations_mib'])['aten::_softmax']:.0f} MiB")
 
 # %% [markdown]
-# The other large entries are the same N × N scores in other forms: the float16 scores and the
-# scaled scores (`aten::mul`), the mask and the `masked_fill` output, the `.float()` copy (which
-# allocates through `aten::empty_strided`). With `sdpa`, none of them exists: the peak is set by the
-# MLP's activations instead. The same columns appear live on this machine, in the table you made
-# above (**Self CPU Mem**; on a GPU, **Self CUDA Mem**):
+# The same replay on the trace you made at the start (the SMALL block, 64 tokens, on this machine).
+# At this length the scores are small: the list shows what holds the peak instead.
 
 # %%
-memory = "self_device_memory_usage" if ON_GPU else "self_cpu_memory_usage"
-allocated = [(e.key, getattr(e, memory)) for e in prof.key_averages() if getattr(e, memory) > 0]
-allocated.sort(key=lambda kv: -kv[1])
-print(f"SMALL block, naive, on this {DEVICE.type}:",
-      ", ".join(f"{op} {b / 1024:.0f} KiB" for op, b in allocated[:5]))
+mine = memory_peak(trace, device_type=1 if ON_GPU else 0)    # "Device Type" 1: CUDA, 0: the CPU
+print(f"SMALL block, naive, on this {DEVICE.type}: peak {mine['peak_bytes'] / 2**10:,.0f} KiB")
+for block in mine["live"][:4]:
+    print(f"  {block['bytes'] / 2**10:7,.0f} KiB  {str(block['shape']):20} {' > '.join(block['ops'])}")
 
 # %% [markdown]
+# On a GPU, PyTorch records this live, with each allocation's Python stack:
+# `torch.cuda.memory._record_memory_history()` before the step, `torch.cuda.memory._dump_snapshot(
+# "snapshot.pickle")` after; drop the file on <https://pytorch.org/memory_viz> and click the peak.
+# `prof.export_memory_timeline("memory.html", device="cuda:0")` draws the curve from a profile
+# (deprecated in recent PyTorch, in favour of the snapshot).
+#
 # ## Nsight Compute: inside one kernel
 #
-# `torch.profiler` says *which* kernels take the time. Nsight Compute (`ncu`) says *why* one kernel
-# takes the time it does. It replays the kernel many times, each time reading a different set of the
-# GPU's hardware counters, restoring memory between replays, and by default flushing the caches
-# before each one, so every replay starts from cold caches. The result is hundreds of metrics, grouped
-# into *sections*. `make profile` ran it over a few of the course's kernels, one launch each; here is
-# the exact command:
+# `torch.profiler` says *which* kernels take the time; Nsight Compute (`ncu`) says *why* one kernel
+# takes the time it does. It replays the kernel many times, reading a different set of hardware
+# counters each time, restoring memory and (by default) flushing the caches between replays. The
+# result is hundreds of metrics, grouped into *sections*. `make profile` ran it over a few of the
+# course's kernels, one launch each, with this command:
 
 # %%
 ncu = recorded_profile("ncu.json")
@@ -424,17 +470,21 @@ print(ncu["command"])
 # %% [markdown]
 # What the flags do:
 # - `--profile-from-start off`: profile only between `cudaProfilerStart()` and `cudaProfilerStop()`,
-#   which `helpers/profile.py` calls after warming every kernel up (autotuning and compilation are
-#   not profiled);
-# - `--clock-control none`: leave the GPU's clocks as they are; by default ncu locks them to the base
-#   clock, which makes times steadier but slower than what `do_bench` sees;
+#   which `helpers/profile.py` calls after warming every kernel up (no autotuning, no compiling);
+# - `--clock-control none`: keep the GPU's clocks; by default ncu locks them to the base clock,
+#   steadier but slower than what `do_bench` sees;
 # - `--section ...`: the groups of metrics to collect (speed of light, memory, occupancy, launch
 #   statistics, warp states, compute); `--metrics`: a few more by name (the DRAM bytes);
 # - `-o ncu_report`: write a report file, which `ncu --import ncu_report.ncu-rep --page details`
 #   prints as text (the recordings keep that text as `ncu_details.csv`) and `ncu-ui` opens in a GUI.
+#   `--set full` would collect every section, among them a roofline chart and the sampling behind
+#   the GUI's Source page, which puts the stalls on the instructions that caused them.
 #
-# Two tables of the metrics that decide a kernel's fate, for every recorded GPU. First the
-# throughputs: time, DRAM bytes, each unit's throughput as a percentage of its peak, cache hit rates.
+# Two tables of the metrics that decide a kernel's fate, for every recorded GPU. `ncu_kernels` (in
+# `helpers/profile.py`) gives each profiled launch's metrics from `ncu.json` and the details page.
+# First the throughputs: time, DRAM bytes, `SM act%` (the share of the kernel's cycles in which an SM
+# had any work at all: SM Active Cycles over Elapsed Cycles), each unit's throughput as a percentage
+# of its peak, cache hit rates.
 
 # %%
 KEYS = {"time": "gpu__time_duration.sum", "read": "dram__bytes_read.sum", "write": "dram__bytes_write.sum",
@@ -444,33 +494,32 @@ KEYS = {"time": "gpu__time_duration.sum", "read": "dram__bytes_read.sum", "write
         "L2 hit%": "lts__t_sector_hit_rate.pct", "L1 hit%": "l1tex__t_sector_hit_rate.pct"}
 
 
-def ncu_kernels(device):
-    return [k for k in recorded_profile("ncu.json", device)["kernels"] if k.get("target")]
+def sm_active(k):
+    return 100 * k["SM Active Cycles"] / k["Elapsed Cycles"]
 
 
 for device in GPUS:
     print(f"recorded on {said(recorded_profile('ncu.json', device))}")
     percents = list(KEYS)[3:]
-    print(f"{'kernel':46}{'time us':>9}{'read MB':>9}{'write MB':>9}" + "".join(f"{h:>9}" for h in percents))
+    print(f"{'kernel':46}{'time us':>8}{'read MB':>8}{'write MB':>9}{'SM act%':>8}"
+          + "".join(f"{h:>8}" for h in percents))
     for k in ncu_kernels(device):
-        sizes = f"{k[KEYS['time']] / 1e3:9.1f}{k[KEYS['read']] / 1e6:9.1f}{k[KEYS['write']] / 1e6:9.1f}"
-        print(f"{k['target']:46}{sizes}" + "".join(f"{k[KEYS[h]]:9.1f}" for h in percents))
+        sizes = f"{k[KEYS['time']] / 1e3:8.1f}{k[KEYS['read']] / 1e6:8.1f}{k[KEYS['write']] / 1e6:9.1f}"
+        print(f"{k['target']:46}{sizes}{sm_active(k):8.1f}" + "".join(f"{k[KEYS[h]]:8.1f}" for h in percents))
 
 # %% [markdown]
-# Then the launch: registers per thread, shared memory per block, threads per block, the blocks per
-# SM that each resource allows (registers, shared memory, warps, the hardware's block limit),
-# theoretical and achieved occupancy (warps resident per SM as a share of the most it can hold),
-# register spills, and the stall reason that costs the most.
+# Then the launch: registers per thread, shared memory and threads per block, blocks per SM each
+# resource allows, theoretical and achieved occupancy, spills, the costliest stall reason.
 
 # %%
 LIMIT_KEYS = ("registers", "shared_mem", "warps", "blocks")
 
 
-def top_stall(k):
-    stalls = {m.split("stalled_")[1].split("_per_issue")[0]: v for m, v in k.items() if "_stalled_" in m}
-    stalls.pop("selected", None)   # "selected" is the cycle a warp issues: not a stall
-    reason = max(stalls, key=stalls.get)
-    return f"{reason} {stalls[reason]:.1f}"
+def stalls(k):
+    """Cycles per issued instruction that a warp spent stalled, by reason, largest first."""
+    found = {m.split("stalled_")[1].split("_per_issue")[0]: v for m, v in k.items() if "_stalled_" in m}
+    found.pop("selected", None)   # "selected" is the cycle a warp issues: not a stall
+    return sorted(found.items(), key=lambda kv: -kv[1])
 
 
 for device in GPUS:
@@ -484,36 +533,35 @@ for device in GPUS:
                   f"{k['launch__waves_per_multiprocessor']:7.2f}")
         occupancy = (f"{k['sm__maximum_warps_per_active_cycle_pct']:8.1f}/"
                      f"{k['sm__warps_active.avg.pct_of_peak_sustained_active']:<6.1f}")
+        reason, cycles = stalls(k)[0]
         print(f"{k['target']:46}{launch}  {limits:13}{occupancy}"
-              f"{k['derived__local_spilling_requests']:7.0f}  {top_stall(k)}")
+              f"{k['derived__local_spilling_requests']:7.0f}  {reason} {cycles:.1f}")
 
 # %% [markdown]
 # How to read them:
 #
 # - **Speed of light (SOL).** `dram%` is DRAM throughput as a percentage of its peak, `sm%` the
-#   busiest of the SM's units as a percentage of theirs. ncu's own rule, which this lesson uses: the
-#   larger of the two names the bound if it reaches **60% of peak** (memory-bound if DRAM% is the
-#   larger, or equal; compute-bound if SM% is); if neither reaches 60%, neither unit is busy and the
-#   kernel is **latency-bound**: it waits (on memory latency, on too few warps, on synchronisation)
-#   without saturating anything. A memory-bound kernel near the top of its DRAM% is done, unless it
-#   can move fewer bytes.
-# - **Tensor%** is the share of cycles the tensor cores were busy: what a matmul should keep high.
+#   busiest SM unit's. ncu's rule, used here: the larger names the bound if it reaches **60% of
+#   peak** (memory if DRAM% is the larger or equal, else compute); below 60% on both, the kernel is
+#   **latency-bound**: it waits (on memory, on too few warps, on synchronisation) without saturating
+#   anything. A memory-bound kernel near the top of its DRAM% is done, unless it can move fewer bytes.
+# - **Tensor%** is the share of the SM's *active* cycles in which the tensor cores were busy, not a
+#   share of the kernel's time: an SM with no work has no active cycles, so a kernel that leaves most
+#   SMs idle can still show a high tensor% (times `SM act%`, about a share of the elapsed time).
 #   It is one pipe among the SM's units; the SOL rule reads `sm%`.
-# - **Occupancy.** Each SM holds a fixed number of warps, registers and bytes of shared memory. A
-#   block that asks for many registers or much shared memory leaves room for fewer blocks per SM;
-#   the smallest of the four limits is the **limiter**. Low occupancy is fine when each warp has
-#   enough independent work (the matmuls live at one block per SM); it hurts when warps mostly wait
-#   on memory and there are too few others to switch to.
+# - **Occupancy.** A block that asks for many registers or much shared memory leaves room for fewer
+#   blocks per SM; the smallest of the four limits is the **limiter**. Low occupancy is fine when each
+#   warp has enough independent work (the matmuls live at one block per SM); it hurts when warps
+#   mostly wait and there are too few others to switch to.
 # - **Waves**: blocks in the grid over the blocks the whole GPU holds at once. A fraction of a wave
 #   leaves SMs idle at the end (or the whole time, below one wave).
-# - **Spills**: registers the compiler could not fit, moved to local memory (slow, through the
-#   caches). Zero here, as it should be.
-# - **Stall reasons** count, per instruction issued, the cycles warps spent waiting for each reason.
-#   `long_scoreboard` is a wait for a load from global memory (the memory-bound kernels), `barrier`
-#   a wait at `__syncthreads` (`tl.dot` pipelines), `wait` a fixed-latency dependency, `gmma` on the
-#   Hopper's asynchronous tensor-core instructions, `drain` for stores to finish at exit.
+# - **Spills**: registers the compiler could not fit, moved to local memory. Zero here.
+# - **Stall reasons**: per instruction issued, the cycles a warp spent waiting, by reason:
+#   `long_scoreboard` for a load from global memory, `barrier` at `__syncthreads` (`tl.dot`
+#   pipelines), `wait` a fixed-latency dependency, `gmma` the Hopper's asynchronous tensor-core
+#   instructions, `drain` stores finishing at exit.
 #
-# ncu also prints its own advice, *rules*, in the details page. Those of two kernels:
+# ncu also gives advice, *rules*, in the details page. Those of two kernels:
 
 # %%
 details = list(csv.DictReader(io.StringIO(recorded_profile("ncu_details.csv"))))
@@ -526,7 +574,7 @@ for row in details:
         print(f"{kernel} [{row['Section Name']}] {row['Rule Description'][:330]}\n")
 
 # %% [markdown]
-# ## Exercise 3 · Bound and limiter
+# ## Exercise 4 · Bound and limiter
 #
 # Write `diagnose(metrics)` for one kernel's metrics (a dict as in `ncu.json`), returning
 # `(bound, limiter)`:
@@ -557,11 +605,33 @@ for device in GPUS:
 
 # %% [markdown]
 # The kernels of lessons 01 and 05 are memory-bound, as lesson 03 predicted; the large matmuls are
-# compute-bound; the 512³ matmuls are latency-bound, because a grid that fills only a fraction of one
-# wave leaves most SMs idle. FlashAttention lands below the 60% line on both units: its tensor cores
-# are busy only part of the time, and the stall table says why: it waits at barriers and on
-# dependencies, with one block per SM (registers and shared memory both at their limit). That is the
-# kind of kernel lesson 10's pipelining and warp specialisation are for.
+# compute-bound. The three latency-bound ones are so for different reasons. Their launch, `SM act%`,
+# and from the details page how often the schedulers issued (issue slots busy) and the cycles a warp
+# takes per instruction it issues, with the largest stalls among them:
+
+# %%
+for device in GPUS:
+    print(f"recorded on {said(recorded_profile('ncu.json', device))}")
+    for k in ncu_kernels(device):
+        if diagnose(k)[0] == "latency":
+            waits = ", ".join(f"{reason} {cycles:.1f}" for reason, cycles in stalls(k)[:3])
+            print(f"  {k['target']:28} grid {k['launch__grid_size']:5.0f} on {k['# SMs']:.0f} SMs "
+                  f"({k['launch__waves_per_multiprocessor']:.2f} waves), {k[KEYS['time']] / 1e3:6.1f} us | "
+                  f"SM act {sm_active(k):4.1f}% | issue slots busy {k['Issue Slots Busy']:4.1f}% | "
+                  f"{k['Warp Cycles Per Issued Instruction']:4.1f} cycles per instruction ({waits}, ...)")
+
+# %% [markdown]
+# - **The course's 512³ matmul** launches a handful of programs (its grid above): nearly every SM
+#   gets none, and its tensor% (first table) is a share of the few active SMs' cycles, not the GPU's.
+# - **cuBLAS's 512³ matmul** launches most of a wave, so most SMs get a program; yet `SM act%` is
+#   well under the share of SMs that got one. In a kernel of a few microseconds, starting the
+#   programs, filling the pipeline and draining it are a large part of the run: ramp-up and tail.
+# - **FlashAttention** keeps every SM active, yet stays below 60% on both units. No stall reason is
+#   large (about a cycle per instruction at most); together they make a warp issue once every five or
+#   six cycles, and with two warps per scheduler (the occupancy rule above) nothing fills the cycles
+#   between: the schedulers issue in about a third of theirs. More independent work per scheduler
+#   (one tile's softmax overlapping the next tile's matmul) is what lesson 10's FlashAttention-3
+#   techniques provide.
 #
 # ## Back to lesson 03: measured bytes on the roofline
 #
@@ -581,30 +651,24 @@ for device in GPUS:
 # %% [markdown]
 # Every difference has a cause you can name:
 #
-# - **Close to 1** (vector add, row softmax): the kernel reads each input once and writes each output
-#   once, as counted. The small shortfall is on the write side: the L2 cache is *write-back*, so
-#   the last lines written sit in L2 when the kernel ends and reach DRAM after ncu stops counting for
-#   this kernel.
-# - **The tiled softmax** reads its input twice from DRAM: the second pass re-reads a row that does not
-#   fit in the SM, and most of it has left L2 by then. The counted bytes are lesson 05's ideal, one
-#   read and one write; this kernel's honest count is two reads and one write. The loop below works
-#   on exactly this.
-# - **The 4096³ matmuls read A and B more than once.** Each output tile needs a row panel of A and a
-#   column panel of B; tiles that share a panel reuse it from L2 when they run close together (lesson
-#   04's grouped order), and read it again from DRAM when they do not. cuBLAS re-reads less than the
-#   course's kernel.
-# - **The 512³ matmuls** read about their inputs and write almost nothing to DRAM: the whole output
-#   fits in L2 and is still there, unwritten, when the kernel ends.
-# - **FlashAttention** moves about what was counted (Q, K and V read once, the output written once),
-#   although every query block streams through all of K and V: its L2 traffic (last column) is many
-#   times its DRAM traffic, and its L2 hit rate is high. The blocks working on one head run at about
-#   the same time and share K and V in L2, so DRAM sees each tile about once.
-# - **Granularity.** DRAM moves 32-byte sectors (and the L2 fetches in 64- or 128-byte pieces), so a
-#   kernel that touches scattered bytes pays for whole sectors. The course's kernels read contiguous
-#   rows, so this costs them little; a strided or gather access would show it as a measured/counted
-#   ratio well above 1.
+# - **Close to 1** (vector add, row softmax): each input read once, each output written once. The
+#   small shortfall is on the write side: the L2 cache is *write-back*, so the last lines written sit
+#   in L2 when the kernel ends and reach DRAM after ncu stops counting.
+# - **The tiled softmax** reads its input twice from DRAM: the second pass re-reads a row that does
+#   not fit in the SM, most of which has left L2 by then. Its honest count is two reads and one write,
+#   not lesson 05's ideal of one each. The loop below works on exactly this.
+# - **The 4096³ matmuls read A and B more than once.** Tiles that share a panel of A or B reuse it
+#   from L2 when they run close together (lesson 04's grouped order), and read it again from DRAM
+#   when they do not. cuBLAS re-reads less than the course's kernel.
+# - **The 512³ matmuls** write almost nothing to DRAM: the whole output fits in L2 and is still
+#   there, unwritten, when the kernel ends.
+# - **FlashAttention** moves about what was counted, although every query block streams all of K
+#   and V: the blocks of one head run at about the same time and share K and V in L2 (the L2 column
+#   is many times the DRAM traffic, the hit rate high), so DRAM sees each tile about once.
+# - **Granularity.** DRAM moves 32-byte sectors, so scattered accesses pay for whole sectors. The
+#   course's kernels read contiguous rows; a strided or gather access would show a ratio above 1.
 #
-# ## Exercise 4 · ncu's bytes on the roofline
+# ## Exercise 5 · ncu's bytes on the roofline
 #
 # Write `roofline_point(metrics, flops, chip)`: where the measurement puts a kernel on the roofline of
 # `CHIPS[chip]` (a key of `helpers.roofline.CHIPS`, e.g. `"H100 SXM"`). Return a dict:
@@ -653,48 +717,46 @@ plot(points, chip=chip_key(GPU), title=f"ncu's measured bytes on the {chip_key(G
 plt.show()
 
 # %% [markdown]
-# The `of copy` column sets the DRAM traffic ncu measured against what a large copy reaches on the
-# same GPU (recorded by the same `make profile` run): the practical ceiling of a memory-bound kernel,
-# below the datasheet's bandwidth. The memory-bound kernels run close to it, and may even pass it:
-# ncu times one launch on the GPU alone, while the copy figure is `do_bench`'s median over whole
-# launches, and the copy is itself one kernel's speed (PyTorch's copy), not a law of the hardware.
+# `of copy` sets the measured DRAM traffic against a large copy on the same GPU (same `make profile`
+# run): the practical ceiling of a memory-bound kernel, below the datasheet's. The memory-bound
+# kernels run close to it, and may pass it: ncu times one launch on the GPU alone, the copy figure is
+# `do_bench`'s median over whole launches, and the copy is one kernel's speed, not a hardware law.
 #
-# The memory-bound kernels sit close under the slope; measured bytes move the tiled softmax to the
-# left of where its counted bytes would put it (more bytes, lower intensity). FlashAttention sits
-# where its counted bytes put it, thanks to L2, and well under the flat roof. The large matmuls sit
-# near the flat roof (a matmul re-reading its panels moves left, but stays right of the ridge), the
-# 512³ ones far below everything, latency-bound as exercise 3 found.
+# The memory-bound kernels sit close under the slope, the tiled softmax left of where its counted
+# bytes would put it (more bytes, lower intensity). FlashAttention sits where its counted bytes put
+# it, thanks to L2, well under the flat roof. The large matmuls sit near the flat roof (re-read
+# panels move them left, but not past the ridge); the 512³ ones far below, latency-bound.
 #
 # ## Triton's own profiler: proton
 #
-# Triton ships a profiler, `triton.profiler` (proton). It records every Triton kernel's launches and
-# GPU time with little overhead, and can also time *scopes inside a kernel*: you mark regions of the
-# kernel's code, and an instrumentation pass inserts clock reads around them. `make profile` ran the
-# same kernels under it, in a process of its own (only one profiler at a time can use CUPTI, the CUDA
-# tracing interface, and torch.profiler had it in the recording process):
-#
-# ```python
-# import triton.profiler as proton
-# proton.start("proton", hook="triton")     # record every Triton (and other CUDA) kernel
-# ...                                       # run the kernels
-# proton.finalize()                         # writes proton.hatchet: a tree of frames with metrics
-# ```
+# Triton's profiler, `triton.profiler` (proton): `proton.start("proton", hook="triton")`, run the
+# kernels, `proton.finalize()`, and it writes a tree of frames with every kernel's launches and GPU
+# time, at little overhead; it can also time *scopes inside a kernel*. `make profile` ran the same
+# kernels under it, ten launches each, in a process of its own (only one profiler at a time can use
+# CUPTI, the CUDA tracing interface). Proton merges the launches of one kernel name into one frame,
+# whoever made them; under each frame, the targets whose kernel has that name (from the ncu record):
 
 # %%
 proton_record = recorded_profile("proton.json")
 print(f"recorded on {said(proton_record)}")
 if proton_record.get("ok"):
-    root = proton_record["tree"][0]
-    for frame in sorted(root["children"], key=lambda f: -f["metrics"]["time (ns)"]):
-        m = frame["metrics"]
-        total_ns = m["time (ns)"]
-        print(f"  {frame['frame']['name'][:48]:50}{m['count']:4d} calls {total_ns / 1e6:9.3f} ms in all, "
-              f"{total_ns / m['count'] / 1e3:9.1f} us each")
+    made_by = {}
+    for k in ncu_kernels(GPU):
+        made_by.setdefault(k["Kernel Name"], []).append(k["target"])
+    for frame in sorted(proton_record["tree"][0]["children"], key=lambda f: -f["metrics"]["time (ns)"]):
+        name, m = frame["frame"]["name"], frame["metrics"]
+        print(f"  {name[:48]:50}{m['count']:4d} launches {m['time (ns)'] / 1e6:8.3f} ms in all")
+        print(textwrap.fill("from: " + "; ".join(made_by.get(name, ["?"])), 100, initial_indent=" " * 6,
+                            subsequent_indent=" " * 12))
 else:
     print("proton did not run:", proton_record.get("error", "")[:300])
 
 # %% [markdown]
-# Scopes inside a kernel: the `load` and `compute_store` regions of this small kernel are marked with
+# So read the totals, not a time per launch: `matmul_kernel` holds the 4096³ and the 512³ launches,
+# and an average would be a time that no launch took. To keep targets apart, run each inside
+# `with proton.scope("name"):`; its kernels then sit under that scope in the tree.
+#
+# Scopes inside a kernel: this small kernel's `load` and `compute_store` regions are marked with
 # `proton.language.enter_scope` and `exit_scope`, and run under the instrumentation backend:
 
 # %%
@@ -710,20 +772,15 @@ else:
     print("the instrumentation backend did not run:", scopes.get("error", "")[:300])
 
 # %% [markdown]
-# Read the scope figures with care. `tl.load` *issues* the load and moves on; the warp waits only
-# when it first uses the value, which here is inside `compute_store`. So the `load` scope is cheap and
-# `compute_store` carries the memory latency: a scope measures the instructions between its marks, not
-# the memory traffic they start. Place scopes around whole phases (a pass over a row, a K/V loop),
-# not around single loads.
+# Read them with care. `tl.load` *issues* the load and moves on; the warp waits only when it first
+# uses the value, here inside `compute_store`, which therefore carries the memory latency: a scope
+# measures the instructions between its marks, not the traffic they start. Place scopes around whole
+# phases (a pass over a row, a K/V loop), not single loads. None of this runs under the interpreter:
+# proton reads the GPU's counters and clocks and rewrites its compiled code, and there is neither.
 #
-# Why none of this runs here: proton reads the GPU's own counters and timers (through CUPTI), and the
-# instrumentation backend rewrites the compiled GPU code. Triton's interpreter runs a kernel's body as
-# NumPy on the CPU: there is no GPU code to instrument and no GPU clock to read.
+# ## The loop, inside one kernel: profile → hypothesis → change → measure
 #
-# ## The loop: profile → hypothesis → change → measure
-#
-# One round of the loop, on lesson 05's tiled softmax for rows too long to hold in one program.
-# Every figure comes from the recordings of the GPU named in each cell's first line.
+# A round of the loop on lesson 05's tiled softmax, for rows too long to hold in one program.
 #
 # **1 · Profile.** The tables above say the kernel is memory-bound (DRAM% high, SM% low), and that
 # it reads its input twice from DRAM:
@@ -745,21 +802,15 @@ for shape in SHAPES:
 
 # %% [markdown]
 # **2 · Hypothesis.** Pass 1 walks the row from its first tile to its last. Pass 2 starts again at the
-# first tile, the one read longest ago and the likeliest to have left L2; by the time it reaches the
-# tiles read recently, they too have been pushed out by the tiles read in between. If pass 2 walked
-# *backwards*, its first tiles would be the ones pass 1 read last, the likeliest still in L2. The
-# DRAM reads should drop, and the time with them, since the kernel is memory-bound.
+# first tile, the one read longest ago and the likeliest to have left L2, and by the time it reaches
+# the recent tiles, they too have been pushed out. If pass 2 walked *backwards*, it would start with
+# the tiles pass 1 read last, the likeliest still in L2: DRAM reads should drop, and the time with
+# them, since the kernel is memory-bound.
 #
-# **3 · Change.** One `constexpr` flag in lesson 05's kernel, `REVERSE`, flips the order of pass 2's
-# tiles. The whole change:
-
-# %%
-lesson05 = load_solution("05")
-source = inspect.getsource(lesson05.softmax_tiled_kernel.fn).splitlines()
-start = next(i for i, line in enumerate(source) if "Pass 2" in line)
-print("\n".join(source[:2] + ["    ..."] + source[start:start + 5]))
-
-# %% [markdown]
+# **3 · Change.** One `constexpr` flag of lesson 05's kernel reverses the order in which pass 2 visits
+# the row's tiles; nothing else changes. (Lesson 10 has you write a long-row softmax with this
+# order, so its code is not shown here.)
+#
 # **4 · Measure.** ncu's counters before and after, and `do_bench`'s times (as GB/s over the ideal
 # two passes' bytes, and as a fraction of the copy ceiling). On a GPU the timings are also taken now.
 
@@ -784,15 +835,13 @@ for loop in loops:
               f"{row['fraction_of_copy']:.1%} of copy")
 
 # %% [markdown]
-# At both shapes the reversed pass reads less from DRAM, and it saves more of the second read for
-# the shorter rows. The times move less cleanly: read ncu's times and `do_bench`'s lines above, GPU by
-# GPU. ncu times one launch from cold caches, `do_bench` takes the median of many launches; a gain of
-# a percent or two is within what separates two runs, so trust the bytes first. Why the shorter rows
-# save more is L2 arithmetic. At any moment, every SM runs a
-# few programs (the occupancy limit from exercise 3), each working on its own row. Their rows compete
-# for one L2. What a program can hope to find of its row when pass 2 begins is at most its share of
-# L2: the L2's size over the number of resident programs. The number of resident programs is the
-# grid over the waves ncu reported:
+# At both shapes the reversed pass reads less from DRAM, and saves more of the second read for the
+# shorter rows. The times move less cleanly: ncu times one launch from cold caches, `do_bench` takes
+# the median of many, and a gain of a percent or two is within what separates two runs, so trust the
+# bytes first. Why shorter rows save more is L2 arithmetic: every SM runs a few programs at once (the
+# occupancy limit), each on its own row, all sharing one L2. A program can find at most its share of
+# L2 of its row when pass 2 begins: the L2's size over the resident programs (the grid over the
+# waves ncu reported):
 
 # %%
 chip = CHIPS[chip_key(GPU)]
@@ -812,42 +861,39 @@ for shape in SHAPES:
           f"{saved_per_row / row_bytes:.1%} of the second read")
 
 # %% [markdown]
-# Read the lines above. The rows in flight do not fit in L2, so only a part of each row can survive
-# until pass 2, and the L2 arithmetic bounds that part by the program's share of L2, the same for both
-# shapes. If each program keeps about the same number of bytes of its row, whatever the row's length,
-# the fraction of the second read it saves falls as the row grows: a row four times longer, about a
-# quarter of the fraction. Compare the two "measured" lines: the bytes saved per row are of the same
-# order at both shapes, and the fraction saved is smaller for the longer rows, as the arithmetic says.
-# The measured saving is also well below the bound: L2 holds more than the tails of the rows (pass 2's
-# own output is written through it, and other programs' tiles keep arriving), and its replacement
-# policy is not a perfect "least recently used". The bound explains the direction and the trend, not
-# the exact figure.
+# The rows in flight do not fit in L2, and the share bounds what survives of each row, the same at
+# both shapes. If each program keeps about the same bytes of its row, the fraction of the second read
+# saved falls as the row grows: four times longer, about a quarter. The "measured" lines agree: about
+# the same bytes saved per row, a smaller fraction for the longer rows. The saving is well below the
+# bound (L2 also holds pass 2's output and other programs' tiles, and does not evict in a perfect
+# "least recently used" order): the bound explains the direction and the trend, not the figure.
 #
-# **What is left.** The kernel still reads most of its input twice. With counted bytes of two passes,
-# a kernel that really moves three can reach at most two thirds of the copy ceiling if every byte
-# comes from DRAM; the reversal buys only what L2 can hold. To go further, the second read has to go:
-# keep the row on chip between the passes (shared memory across a cluster of SMs on a Hopper), or
-# avoid needing a second pass. Lesson 10 takes kernels further with the Hopper's own tools. And
-# whatever you change, the loop is the same: profile, say what you expect and why, change one thing,
-# measure, and explain the result with numbers, including when it falls short of the hypothesis.
+# **What is left.** The kernel still reads most of its input twice: counted as two passes, a kernel
+# that moves three can reach at most two thirds of the copy ceiling from DRAM, and the reversal buys
+# only what L2 holds. To go further, the second read has to go: keep the row on chip between the
+# passes (shared memory across a cluster of SMs on a Hopper), or need no second pass. Lesson 10 comes
+# back to this kernel. Whatever you change, the loop is the same: profile, say what you expect and
+# why, change one thing, measure, and explain the result with numbers, shortfalls included.
 #
 # ## Takeaways
-# - Profile the real step before optimising anything: `torch.profiler`'s kernel table, sorted by
-#   self time, names the kernel to fix first; its trace, opened in Perfetto, shows the order, the
-#   gaps and what launched what.
-# - Small steps are launch-bound: the GPU idles between short kernels while Python launches the next.
-#   Measure the idle share; cure it with fewer, fused kernels, CUDA graphs or larger batches, not by
-#   speeding up one kernel.
-# - `profile_memory=True` says who allocates the peak; the naive attention's N × N scores dominate it,
-#   and its size follows from the config.
+# - Profile the real step before optimising anything: the kernel table, sorted by self time, names
+#   the kernel to fix first; the trace, in Perfetto, shows the order, the gaps and what launched what.
+# - A GPU event links to its launch call by a correlation id (runtime or driver API), and the call to
+#   the operator around it: that charges GPU time to your code (Self CUDA), and shows whether a change
+#   moved the operators you meant and no others.
+# - Small steps are launch-bound: measure the idle share, counting copies and memsets as work; cure
+#   it with fewer, fused kernels, CUDA graphs or larger batches, not by speeding up one kernel.
+# - `profile_memory=True`'s columns say what each operator allocated over the step, not what is live
+#   at the peak. Replay the allocations (the trace's `[memory]` events, or a memory snapshot at
+#   pytorch.org/memory_viz) to see who holds the peak: in the naive step, the N × N scores, thrice.
 # - Nsight Compute explains one kernel: SOL percentages (the larger of DRAM% and SM% names the bound
 #   from 60% of peak; below that, latency), occupancy and its limiter, spills, L2 hit rate, stall
-#   reasons. Record the command with the numbers.
+#   reasons, issue slots. Tensor% is a share of the SM's active cycles, not of the kernel's time.
 # - Measured DRAM bytes differ from counted ones for reasons you can name: a second read, panels
 #   re-read, L2 serving reuse (FlashAttention's K and V), write-back leaving outputs in L2, sector
 #   granularity. Put the measured bytes on the roofline.
-# - proton times Triton kernels with little overhead, and scopes inside a kernel; a scope measures
-#   instructions, and a load's cost lands where its value is first used.
+# - proton times Triton kernels with little overhead, merged by kernel name, and scopes inside a
+#   kernel; a scope measures instructions, and a load's cost lands where its value is first used.
 # - The loop: profile → hypothesis → change → measure, with numbers at every step, and an honest
 #   account of what the change did not buy.
 

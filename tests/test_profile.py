@@ -52,18 +52,87 @@ def test_profile_step_on_the_cpu(tmp_path):
     assert "aten::mm" in names or "aten::matmul" in names
     assert ops[0]["start_us"] == 0.0
     assert all(a["start_us"] + a["dur_us"] <= b["start_us"] + 1e-3 for a, b in zip(ops, ops[1:]))
-    assert profile.kernel_events(trace) == []          # no GPU kernels on the CPU
+    assert profile.kernel_events(trace) == [] and profile.gpu_events(trace) == []   # no GPU on the CPU
+    peak = profile.memory_peak(trace, device_type=0)     # the CPU's allocations
+    assert peak["peak_bytes"] > 0 and peak["live"] and all(block["ops"] for block in peak["live"])
 
 
 def test_kernel_events_sorted_and_relative():
     trace = {"traceEvents": [
         {"cat": "kernel", "ph": "X", "name": "b", "ts": 1010.0, "dur": 5.0, "args": {"stream": 7}},
+        {"cat": "gpu_memcpy", "ph": "X", "name": "Memcpy DtoD", "ts": 995.0, "dur": 2.0,
+         "args": {"stream": 7}},
         {"cat": "kernel", "ph": "X", "name": "a", "ts": 1000.0, "dur": 4.0, "args": {"stream": 7}},
         {"cat": "cpu_op", "ph": "X", "name": "aten::mm", "ts": 990.0, "dur": 3.0},
     ]}
-    assert profile.kernel_events(trace) == [
+    assert profile.kernel_events(trace) == [                 # the kernels alone, as lesson 11 reads them
         {"name": "a", "start_us": 0.0, "dur_us": 4.0, "stream": 7},
         {"name": "b", "start_us": 10.0, "dur_us": 5.0, "stream": 7}]
+    assert profile.gpu_events(trace) == [                    # all the GPU's work: the copy too
+        {"name": "Memcpy DtoD", "cat": "gpu_memcpy", "start_us": 0.0, "dur_us": 2.0, "stream": 7},
+        {"name": "a", "cat": "kernel", "start_us": 5.0, "dur_us": 4.0, "stream": 7},
+        {"name": "b", "cat": "kernel", "start_us": 15.0, "dur_us": 5.0, "stream": 7}]
+
+
+def test_short_name_keeps_what_tells_kernels_apart():
+    copy = ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+            "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda(float)#1}, "
+            "std::array<char*, 2ul>, 4>(int)")
+    assert profile.short_name(copy) == "unrolled_elementwise_kernel [direct_copy]"
+    assert profile.short_name("nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_TNT") == \
+        "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_TNT"
+    assert len(profile.short_name("x" * 80, width=20)) == 20
+
+
+def test_launch_waits_follow_runtime_and_driver_launches():
+    trace = {"traceEvents": [
+        {"cat": "cuda_runtime", "ph": "X", "name": "cudaLaunchKernel", "ts": 100.0, "dur": 5.0,
+         "args": {"correlation": 1}},
+        {"cat": "cuda_driver", "ph": "X", "name": "cuLaunchKernelEx", "ts": 110.0, "dur": 5.0,
+         "args": {"correlation": 2}},
+        {"cat": "cuda_runtime", "ph": "X", "name": "cudaDeviceSynchronize", "ts": 120.0, "dur": 5.0,
+         "args": {"correlation": 3}},
+        {"cat": "kernel", "ph": "X", "name": "a", "ts": 108.0, "dur": 1.0, "args": {"correlation": 1}},
+        {"cat": "gpu_memset", "ph": "X", "name": "Memset", "ts": 150.0, "dur": 1.0,
+         "args": {"correlation": 2}},
+    ]}
+    assert profile.launch_waits(trace) == [8.0, 40.0]
+
+
+def _memory(ts, addr, nbytes, tid=1):
+    return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "tid": tid, "ts": ts,
+            "args": {"Addr": addr, "Bytes": nbytes, "Device Type": 1}}
+
+
+def test_memory_peak_replays_allocations_and_frees():
+    op = lambda name, ts, dur, dims=None: {"ph": "X", "cat": "cpu_op", "name": name, "tid": 1, "ts": ts,  # noqa: E731
+                                          "dur": dur, "args": {"Input Dims": dims or [[4, 4]]}}
+    trace = {"traceEvents": [
+        op("aten::matmul", 0.0, 10.0, [[2, 3], [3, 4]]), op("aten::mm", 1.0, 5.0),
+        op("aten::softmax", 20.0, 10.0), op("aten::add", 40.0, 5.0, [[[7, 7], [7, 7]]]),
+        _memory(2.0, 0xA, 100), _memory(3.0, 0xB, 50),          # inside aten::mm
+        _memory(15.0, 0xB, -50),                                # freed between operators
+        _memory(22.0, 0xC, 300),                                # the peak: 400 bytes
+        _memory(23.0, 0xA, -100), _memory(24.0, 0xF, -64),      # 0xF: allocated before the trace
+        _memory(41.0, 0xD, 100),                                # 336 bytes: under the peak
+        {**_memory(42.0, 0xE, 10_000), "args": {"Addr": 0xE, "Bytes": 10_000, "Device Type": 0}},  # the CPU's
+    ]}
+    peak = profile.memory_peak(trace)
+    assert peak["peak_bytes"] == 400 and peak["during"] == ["aten::softmax"]
+    assert peak["live"] == [{"bytes": 300, "ops": ["aten::softmax"], "shape": (4, 4)},
+                            {"bytes": 100, "ops": ["aten::matmul", "aten::mm"], "shape": (2, 3)}]
+    assert profile.memory_peak(trace, device_type=0)["peak_bytes"] == 10_000
+
+
+def test_ncu_details_page_is_parsed():
+    head = '"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value","Rule Name"\n'
+    rows = ['"0","k","Launch Statistics","Grid Size","","2,048",""',
+            '"0","k","Occupancy","","","","SomeRule"',
+            '"1","m","Compute Workload Analysis","Issue Slots Busy","%","33.91",""',
+            '"0","k","Launch Statistics","Cluster Scheduling Policy","","PolicySpread",""']
+    assert profile.ncu_details(head + "\n".join(rows)) == [
+        {"Kernel Name": "k", "Grid Size": 2048.0, "Cluster Scheduling Policy": "PolicySpread"},
+        {"Kernel Name": "m", "Issue Slots Busy": 33.91}]
 
 
 def test_ncu_raw_page_is_parsed():
@@ -112,6 +181,14 @@ def test_recorded_ncu_names_every_target(device):
     for k in ncu["kernels"]:
         assert k["target"] and k["counted"]["bytes"] > 0 and k["counted"]["flops"] > 0
         assert k["gpu__time_duration.sum"] > 0 and k["dram__bytes_read.sum"] >= 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_recorded_ncu_details_match_the_launches(device):
+    kernels = profile.ncu_kernels(device)                     # asserts that both files list the same launches
+    assert len(kernels) == len(profile.recorded_profile("ncu.json", device)["kernels"])
+    assert all(k["Issue Slots Busy"] >= 0 for k in kernels)
+    assert all(k["Elapsed Cycles"] > k["SM Active Cycles"] > 0 for k in kernels)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -2,9 +2,10 @@
 
 Each exercise is graded on what `make profile` recorded (every recorded GPU, every recorded
 variant) and on fresh random variants drawn here, built to catch the usual slips: overlapping
-kernels on two streams, an unsorted list, a timeline that does not start at zero, ties, metrics
-exactly at a threshold. On a GPU, exercises 1 and 2 also get a step of the small decoder block
-profiled live.
+kernels on two streams, an unsorted list, a timeline that does not start at zero, copies and memsets
+beside the kernels, launches through the driver API, nested operators, a second CPU thread, ties,
+metrics exactly at a threshold. On a GPU, exercises 1 to 3 also get a step of the small decoder
+block profiled live.
 
 The learner's function gets a deep copy of each input (it may sort or change it freely); `run`
 returns (answer, input) so that `explain` can name the mistake from the input, without giving the
@@ -16,6 +17,15 @@ import math
 import random
 
 from helpers.exercises import Case, Exercise
+from helpers.profile import (
+    GPU_WORK,
+    LAUNCHES,
+    gpu_events,
+    profile_step,
+    recorded_devices,
+    recorded_profile,
+    save_trace,
+)
 from helpers.roofline import CHIPS
 
 VARIANTS = ("naive", "sdpa", "small", "tiny")
@@ -44,8 +54,6 @@ def _run(fn, data, *rest):
 
 def _recorded(name):
     """[(device, data)] of one recorded file, for every GPU that has it."""
-    from helpers.profile import recorded_devices, recorded_profile
-
     found = []
     for device in recorded_devices():
         data = recorded_profile(name, device)
@@ -54,15 +62,25 @@ def _recorded(name):
     return found
 
 
-def _live_small_block():
-    """The kernels of one step of the SMALL decoder block profiled now (GPU only), or None."""
+def _recorded_traces():
+    """[(device, variant, trace)]: the recorded step traces of every GPU."""
+    found = []
+    for variant in VARIANTS:
+        for device in recorded_devices():
+            trace = recorded_profile(f"block_{variant}.trace.json.gz", device)
+            if trace is not None:
+                found.append((device, variant, trace))
+    return found
+
+
+def _live_small_trace():
+    """The trace of one step of the SMALL decoder block profiled now (GPU only), or None."""
     import tempfile
 
     import torch
 
     from helpers.block import SMALL, block_input, block_weights, decoder_block
     from helpers.device import ON_GPU
-    from helpers.profile import kernel_events, profile_step, save_trace
 
     if not ON_GPU:
         return None
@@ -70,18 +88,19 @@ def _live_small_block():
     x = block_input(SMALL, 2, 64, "cuda", torch.float16)
     prof = profile_step(lambda: decoder_block(x, w, SMALL, attention="naive"), memory=False)
     with tempfile.TemporaryDirectory() as folder:
-        return kernel_events(save_trace(prof, f"{folder}/step.trace.json.gz"))
+        return save_trace(prof, f"{folder}/step.trace.json.gz")
 
 
 def _block_cases():
+    """The GPU work (kernels, copies, memsets) of every recorded step, and of one profiled now."""
     cases = []
-    for variant in VARIANTS:
-        for device, data in _recorded(f"block_{variant}.json"):
-            cases.append(Case(f"{device}: block_{variant}, recorded ({len(data['kernels'])} kernels)",
-                              (data["kernels"],)))
-    live = _live_small_block()
+    for device, variant, trace in _recorded_traces():
+        work = gpu_events(trace)
+        label = f"{device}: block_{variant}, recorded ({len(work)} GPU events, copies and memsets among them)"
+        cases.append(Case(label, (work,)))
+    live = _live_small_trace()
     if live:
-        cases.append(Case(f"the SMALL block profiled now ({len(live)} kernels)", (live,)))
+        cases.append(Case("the SMALL block profiled now", (gpu_events(live),)))
     return cases
 
 
@@ -103,14 +122,20 @@ _NAMES = ["gemm_128x128", "softmax_fwd", "masked_fill", "copy_f32_f16", "rms_nor
           "add_residual", "flash_fwd", "reduce_mean"]
 
 
+_COPIES = {"gpu_memcpy": "Memcpy DtoD (Device -> Device)", "gpu_memset": "Memset (Device)"}
+
+
 def _random_kernels(r, n, names, streams=(7,), start=0.0, quantum=None, shuffle=True):
-    """n kernels with random names and durations (multiples of `quantum` if given, so that sums
-    tie exactly), with gaps between them, on the given streams; the list shuffled."""
+    """n GPU events with random names and durations (multiples of `quantum` if given, so that sums
+    tie exactly), with gaps between them, on the given streams, about one in eight a copy or a
+    memset; the list shuffled."""
     kernels, t = [], start
     for _ in range(n):
         dur = r.randint(1, 40) * quantum if quantum else round(r.uniform(0.5, 300.0), 3)
         stream = r.choice(streams)
-        kernels.append({"name": r.choice(names), "start_us": round(t, 3), "dur_us": dur, "stream": stream})
+        cat = r.choice(list(_COPIES)) if r.random() < 0.125 else "kernel"
+        name = _COPIES.get(cat) or r.choice(names)
+        kernels.append({"name": name, "cat": cat, "start_us": round(t, 3), "dur_us": dur, "stream": stream})
         t += r.choice([0.0, r.uniform(0.0, 40.0)]) + (r.uniform(0, dur) if len(streams) > 1 else dur)
     if shuffle:
         r.shuffle(kernels)
@@ -124,9 +149,11 @@ def _table_cases():
                       (_random_kernels(r, 60, r.sample(_NAMES, 8)),)))
     # one name called often with short kernels, one called once with a long one: calls, mean and
     # total all order these differently
-    many = [{"name": "tiny_elementwise", "start_us": 10.0 * i, "dur_us": 2.0, "stream": 7} for i in range(30)]
-    one = [{"name": "big_gemm", "start_us": 400.0, "dur_us": 50.0, "stream": 7}]
-    mid = [{"name": "attention", "start_us": 500.0 + 50 * i, "dur_us": 45.0, "stream": 7} for i in range(2)]
+    many = [{"name": "tiny_elementwise", "cat": "kernel", "start_us": 10.0 * i, "dur_us": 2.0, "stream": 7}
+            for i in range(30)]
+    one = [{"name": "big_gemm", "cat": "kernel", "start_us": 400.0, "dur_us": 50.0, "stream": 7}]
+    mid = [{"name": "attention", "cat": "kernel", "start_us": 500.0 + 50 * i, "dur_us": 45.0, "stream": 7}
+           for i in range(2)]
     mixed = many + one + mid
     r.shuffle(mixed)
     cases.append(Case("often and short vs once and long (calls, mean and total disagree)", (mixed,)))
@@ -135,7 +162,8 @@ def _table_cases():
     tied = []
     for name in ("zeta_kernel", "alpha_kernel", "mid_kernel"):
         for i, dur in enumerate((1.5, 2.5) if name != "mid_kernel" else (4.0,)):
-            tied.append({"name": name, "start_us": 20.0 * len(tied), "dur_us": dur, "stream": 7})
+            tied.append({"name": name, "cat": "kernel", "start_us": 20.0 * len(tied), "dur_us": dur,
+                         "stream": 7})
     tied += _random_kernels(r, 20, ["other_a", "other_b"], start=100.0, quantum=0.5)
     cases.append(Case("ties: kernels of equal total time (the tie-break is the name)", (tied,)))
     cases.append(Case("random: two streams, totals in multiples of 0.25 (more ties)",
@@ -222,9 +250,9 @@ def _overlapping(r, n, start):
     kernels = _random_kernels(r, n, r.sample(_NAMES, 5), streams=(7, 13), start=start, shuffle=False)
     first = min(k["start_us"] for k in kernels)
     end = max(k["start_us"] + k["dur_us"] for k in kernels)
-    kernels.append({"name": "long_gemm", "start_us": round(first + 0.3 * (end - first), 3),
+    kernels.append({"name": "long_gemm", "cat": "kernel", "start_us": round(first + 0.3 * (end - first), 3),
                     "dur_us": round(0.8 * (end - first), 3), "stream": 21})
-    kernels.append({"name": "short_tail", "start_us": round(first + 0.35 * (end - first), 3),
+    kernels.append({"name": "short_tail", "cat": "kernel", "start_us": round(first + 0.35 * (end - first), 3),
                     "dur_us": 1.0, "stream": 7})
     r.shuffle(kernels)
     return kernels
@@ -239,15 +267,18 @@ def _idle_cases():
                       (_overlapping(r, 30, r.uniform(100, 900)),)))
     cases.append(Case("random: a long kernel that ends after the last one to start",
                       (_overlapping(r, 12, 0.0),)))
-    back_to_back = [{"name": "a", "start_us": 50.0 + 3 * i, "dur_us": 3.0, "stream": 7} for i in range(10)]
+    back_to_back = [{"name": "a", "cat": "kernel", "start_us": 50.0 + 3 * i, "dur_us": 3.0, "stream": 7}
+                    for i in range(10)]
+    back_to_back[5] = {**back_to_back[5], "name": _COPIES["gpu_memset"], "cat": "gpu_memset"}
     back_to_back[3], back_to_back[7] = back_to_back[7], back_to_back[3]
-    cases.append(Case("no gaps at all: back to back (the answer is 0)", (back_to_back,)))
+    cases.append(Case("no gaps at all: back to back, a memset among the kernels (the answer is 0)",
+                      (back_to_back,)))
     return cases
 
 
 def busy_us(kernels):
-    """Microseconds during which at least one kernel runs: the union of [start, start + duration]
-    (lesson 09 reads it too)."""
+    """Microseconds during which at least one kernel (or copy, or memset) runs: the union of
+    [start, start + duration] (a later lesson reads it too)."""
     intervals = sorted((k["start_us"], k["start_us"] + k["dur_us"]) for k in kernels)
     covered, reached = 0.0, -math.inf
     for start, end in intervals:
@@ -270,7 +301,12 @@ def _explain_idle(out, expected):
     latest = max(kernels, key=lambda k: k["start_us"])
     last_started = latest["start_us"] + latest["dur_us"]
     busy, total = busy_us(kernels), sum(k["dur_us"] for k in kernels)
+    kernels_only = [k for k in kernels if k.get("cat", "kernel") == "kernel"]
+    has_copies = 0 < len(kernels_only) < len(kernels)
     mistakes = [
+        (gpu_idle_share_reference(kernels_only) if has_copies else None,
+         "it leaves out the copies and memsets (cat 'gpu_memcpy', 'gpu_memset'). They keep the GPU busy as "
+         "kernels do: count every event of the list."),
         (1 - total / (last - first), "it adds up the kernels' durations, which counts twice the time when "
          "kernels overlap on different streams. Merge the intervals [start, start + dur] first, and count "
          "the time covered by at least one kernel."),
@@ -293,7 +329,285 @@ def _explain_idle(out, expected):
             if unsorted else "")
     which = "high" if answer > want else "low"
     return (f"your idle share is {answer:.6g}, too {which}. Idle time is the span from the first "
-            f"kernel's start to the last end, minus the time covered by at least one kernel.{hint}")
+            f"event's start to the last end, minus the time covered by at least one event.{hint}")
+
+
+# ---------------------------------------------------------------- gpu_time_by_op
+
+NO_OP = "(no operator)"   # GPU events whose launch is not in the trace, or lies inside no operator
+
+
+def _charge(events, launches=LAUNCHES, work=GPU_WORK, operators=("cpu_op",), via="launch", pick="innermost",
+            same_thread=True, time_of="gpu", orphans=True):
+    """GPU time per operator. The defaults are the spec; each other value is a slip `explain` names:
+    which launch categories count, which GPU events, which events are operators, whether the operator
+    is found around the launch or around the GPU event's own start, the innermost or the outermost
+    one, on the launch's thread or any, whose duration is summed, and whether unattributed events are
+    kept under NO_OP."""
+    calls = {e["args"]["correlation"]: e for e in events
+             if e.get("cat") in launches and "correlation" in e.get("args", {})}
+    ops = [e for e in events if e.get("cat") in operators and e.get("ph") == "X"]
+    rows = {}
+    for g in events:
+        if g.get("cat") not in work:
+            continue
+        launch = calls.get(g.get("args", {}).get("correlation"))
+        at = launch if via == "launch" else g
+        around = [] if at is None else [
+            o for o in ops if o["ts"] <= at["ts"] <= o["ts"] + o["dur"]
+            and (not same_thread or via != "launch" or o["tid"] == at["tid"])]
+        if around:
+            name = (min if pick == "innermost" else max)(around, key=lambda o: o["dur"])["name"]
+        elif orphans:
+            name = NO_OP
+        else:
+            continue
+        row = rows.setdefault(name, {"op": name, "gpu_us": 0.0, "events": 0})
+        row["gpu_us"] += launch["dur"] if time_of == "launch" and launch is not None else g["dur"]
+        row["events"] += 1
+    return sorted(rows.values(), key=lambda row: (-row["gpu_us"], row["op"]))
+
+
+def gpu_time_by_op_reference(events):
+    return _charge(events)
+
+
+class _Trace:
+    """A hand-made trace: operators on CPU threads, launch calls inside them, and the GPU events they
+    enqueue on one stream, which starts each event when the previous one ends (the GPU queues)."""
+
+    def __init__(self):
+        self.events, self.gpu_free, self.next_id = [], 0.0, 100
+
+    def op(self, name, ts, dur, tid=1, cat="cpu_op"):
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+                            "args": {}})
+
+    def launch(self, ts, dur, kind="kernel", name="kernel", api=None, tid=1, recorded=True):
+        """A launch call at ts (CPU) and the GPU event it enqueues, `dur` long."""
+        self.next_id += 1
+        api = api or {"kernel": "cudaLaunchKernel", "gpu_memcpy": "cudaMemcpyAsync",
+                      "gpu_memset": "cudaMemsetAsync"}[kind]
+        if recorded:
+            cat = "cuda_driver" if api.startswith("cuLaunch") else "cuda_runtime"
+            self.events.append({"ph": "X", "cat": cat, "name": api, "pid": 1, "tid": tid, "ts": ts,
+                                "dur": 4.5, "args": {"correlation": self.next_id}})
+        start = max(self.gpu_free, ts + 6.0)
+        self.gpu_free = start + dur
+        self.events.append({"ph": "X", "cat": kind, "name": _COPIES.get(kind, name), "pid": 0, "tid": 7,
+                            "ts": start, "dur": dur, "args": {"correlation": self.next_id, "stream": 7}})
+
+    def done(self, r):
+        """The events in a random order, a `step` span (record_function) around them all, and a
+        synchronize call, which enqueues nothing."""
+        cpu = [e for e in self.events if e["pid"] == 1]
+        first, last = min(e["ts"] for e in cpu), max(e["ts"] + e["dur"] for e in cpu)
+        self.op("step", first - 1.0, last - first + 2.0, cat="user_annotation")
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1,
+                            "tid": 1, "ts": last, "dur": 3.0, "args": {"correlation": 1}})
+        r.shuffle(self.events)
+        return self.events
+
+
+def _hand_traces(r):
+    """[(label, events)]: the edge cases, one trace each."""
+    out = []
+    t = _Trace()   # cuBLAS's way: a memset, then the matmul through the driver API
+    t.op("aten::linear", 0.0, 60.0)
+    t.op("aten::matmul", 5.0, 50.0)
+    t.op("aten::mm", 10.0, 40.0)
+    t.launch(15.0, 3.0, "gpu_memset")
+    t.launch(30.0, 250.0, name="nvjet_sm90_gemm", api="cuLaunchKernelEx")
+    t.op("aten::add", 70.0, 20.0)
+    t.launch(75.0, 12.0, name="add_kernel")
+    out.append(("a matmul's memset and kernel, launched through cudaMemsetAsync and cuLaunchKernelEx "
+                "(cat cuda_driver), inside aten::linear > aten::matmul > aten::mm", t.done(r)))
+    t = _Trace()   # masked_fill clones its input (a device copy), then runs its own kernel
+    t.op("aten::masked_fill", 0.0, 100.0)
+    t.op("aten::clone", 5.0, 40.0)
+    t.op("aten::copy_", 10.0, 30.0)
+    t.launch(20.0, 500.0, "gpu_memcpy")
+    t.launch(60.0, 700.0, name="masked_fill_kernel")      # in masked_fill itself, after clone returned
+    t.op("aten::to", 120.0, 40.0)
+    t.op("aten::_to_copy", 120.0, 30.0)                   # starts with its parent: the shorter is inside
+    t.launch(120.0, 80.0, name="copy_kernel")
+    out.append(("nested operators: a copy inside aten::clone > aten::copy_, a kernel launched by "
+                "aten::masked_fill itself, a child that starts at its parent's start", t.done(r)))
+    t = _Trace()   # the GPU far behind: each kernel starts while the CPU is in a later operator
+    for i, (name, dur) in enumerate((("aten::mm", 400.0), ("aten::mul", 150.0), ("aten::softmax", 300.0),
+                                     ("aten::add", 90.0), ("aten::silu", 60.0))):
+        t.op(name, 30.0 * i, 25.0)
+        t.launch(30.0 * i + 10.0, dur, name=f"{name[6:]}_kernel")
+    out.append(("a queue: each kernel starts on the GPU long after its launch, when the CPU is already "
+                "in a later operator", t.done(r)))
+    t = _Trace()   # equal totals: the tie-break is the name, and first-seen order is not alphabetical
+    tied = (("aten::sub", (1.5, 2.5)), ("aten::add", (4.0,)), ("aten::mul", (3.0, 1.0)),
+            ("aten::cat", (2.0,)))
+    for i, (name, durs) in enumerate(tied):
+        t.op(name, 40.0 * i, 30.0)
+        for j, dur in enumerate(durs):
+            t.launch(40.0 * i + 5.0 + 10.0 * j, dur, name=f"{name[6:]}_kernel")
+    out.append(("ties: operators with equal GPU time (the tie-break is the name)", t.done(r)))
+    t = _Trace()   # a second CPU thread whose operator, shorter, spans the main thread's launch time
+    t.op("aten::mm", 100.0, 100.0)
+    t.launch(150.0, 40.0, name="gemm_kernel")
+    t.op("aten::fill_", 140.0, 20.0, tid=2)
+    t.launch(145.0, 2.0, name="fill_kernel", tid=2)
+    t.op("aten::copy_", 210.0, 30.0)
+    t.launch(220.0, 9.0, "gpu_memcpy")
+    out.append(("two CPU threads: an operator of thread 2 spans a launch of thread 1", t.done(r)))
+    t = _Trace()   # launches that no operator made, and a GPU event whose launch was not recorded
+    t.op("aten::mm", 0.0, 30.0)
+    t.launch(10.0, 50.0, name="gemm_kernel")
+    t.launch(40.0, 80.0, name="triton_matmul_kernel", api="cuLaunchKernelEx")   # a Triton launch from Python
+    t.launch(45.0, 5.0, name="lost_kernel", recorded=False)
+    t.op("aten::add", 60.0, 10.0)
+    t.launch(62.0, 3.0, name="add_kernel")
+    out.append(("a Triton kernel launched from Python (no operator around its launch) and a kernel whose "
+                "launch is not in the trace", t.done(r)))
+    return out
+
+
+_OP_NAMES = ["aten::linear", "aten::matmul", "aten::mm", "aten::mul", "aten::add", "aten::to",
+             "aten::_to_copy", "aten::copy_", "aten::softmax", "aten::_softmax", "aten::silu", "aten::cat",
+             "aten::masked_fill"]
+
+
+def _random_trace(r, n_top, threads=(1,), quantum=None):
+    """Random nested operators on each thread (up to three deep), launches inside operators and
+    between them, GPU events queued behind their launches; durations in multiples of `quantum` if
+    given (ties)."""
+    t = _Trace()
+
+    def launch(at, kinds, tid):
+        kind = r.choice(kinds)
+        api = r.choice([None, "cuLaunchKernelEx"]) if kind == "kernel" else None   # runtime or driver API
+        dur = r.randint(1, 30) * quantum if quantum else round(r.uniform(0.5, 400.0), 3)
+        t.launch(at, dur, kind, name=f"k{r.randint(0, 9)}", api=api, tid=tid)
+
+    def operator(start, depth, tid):
+        at = start + round(r.uniform(1.0, 4.0), 3)
+        for _ in range(r.randint(0, 2) if depth < 2 else 0):
+            if r.random() < 0.4:                        # the operator's own launch, before a child
+                launch(at, ["kernel", "kernel", "gpu_memcpy", "gpu_memset"], tid)
+                at += 5.0
+            at = operator(at, depth + 1, tid) + round(r.uniform(1.0, 3.0), 3)
+        if depth == 2 or r.random() < 0.6:
+            launch(at, ["kernel", "kernel", "kernel", "gpu_memset"], tid)
+            at += 5.0
+        end = at + round(r.uniform(1.0, 4.0), 3)
+        t.op(r.choice(_OP_NAMES), start, round(end - start, 3), tid=tid)
+        return end
+
+    for tid in threads:
+        at = r.uniform(0.0, 50.0)
+        for _ in range(n_top):
+            at = operator(at, 0, tid) + r.uniform(2.0, 20.0)
+            if r.random() < 0.1:                        # a launch between operators (Triton, from Python)
+                dur = round(r.uniform(5.0, 90.0), 3)
+                t.launch(at, dur, name="triton_kernel", api="cuLaunchKernelEx", tid=tid)
+                at += 8.0
+    return t.done(r)
+
+
+def _by_op_cases():
+    r = random.Random()
+    cases = [Case(f"{device}: block_{variant}, recorded ({len(trace['traceEvents'])} trace events)",
+                  (trace["traceEvents"],)) for device, variant, trace in _recorded_traces()]
+    live = _live_small_trace()
+    if live:
+        cases.append(Case("the SMALL block profiled now", (live["traceEvents"],)))
+    cases += [Case(label, (events,)) for label, events in _hand_traces(r)]
+    cases.append(Case("random: nested operators on one thread, driver and runtime launches",
+                      (_random_trace(r, 25),)))
+    cases.append(Case("random: two CPU threads launching", (_random_trace(r, 15, threads=(1, 2)),)))
+    cases.append(Case("random: durations in multiples of 0.5 (ties)", (_random_trace(r, 30, quantum=0.5),)))
+    return cases
+
+
+def _same_rows(answer, rows):
+    """The same operators with the same times and counts (order aside)."""
+    want = {row["op"]: row for row in rows}
+    return len(answer) == len(want) and all(
+        row["op"] in want and row["events"] == want[row["op"]]["events"]
+        and _number(row["gpu_us"]) and _close(row["gpu_us"], want[row["op"]]["gpu_us"]) for row in answer)
+
+
+# (a slip, as _charge's arguments; what to say when the answer is exactly that)
+_SLIPS = [
+    (dict(launches=("cuda_runtime",)),
+     "the kernels launched through the driver API are not found: cuBLAS and cuDNN launch with "
+     "cuLaunchKernelEx, which the trace files under 'cuda_driver', not 'cuda_runtime'. Look for the launch "
+     "call in both categories."),
+    (dict(work=("kernel",)),
+     "the device copies (cat 'gpu_memcpy') and memsets ('gpu_memset') are missing. They are GPU work too, "
+     "launched like kernels (cudaMemcpyAsync, cudaMemsetAsync): charge them the same way."),
+    (dict(via="start"),
+     "each GPU event is charged to the operator the CPU was running when the event started on the GPU. The "
+     "GPU runs behind the CPU (launches queue up), so by then the CPU is often in a later operator. Follow "
+     "args['correlation'] to the launch call and look for the operator around the launch."),
+    (dict(pick="outermost"),
+     "each GPU event is charged to the outermost operator around its launch (aten::linear rather than "
+     "aten::mm). Charge the innermost: the shortest operator whose span contains the launch, the one that "
+     "made the call (the profiler's Self CUDA column does the same)."),
+    (dict(same_thread=False),
+     "an operator of another CPU thread (another 'tid') whose span contains the launch time got the charge. "
+     "Only the operators of the launch's own thread can have made the call."),
+    (dict(time_of="launch"),
+     "'gpu_us' adds up the launch calls' durations: that is CPU time, spent in cudaLaunchKernel. Add up the "
+     "durations of the GPU events themselves."),
+    (dict(orphans=False),
+     f"GPU events whose launch is not in the trace, or lies inside no operator, are left out: charge them "
+     f"to {NO_OP!r}."),
+    (dict(operators=("cpu_op", "user_annotation")),
+     "a record_function span (cat 'user_annotation', like 'step') was taken for an operator: only 'cpu_op' "
+     "events are operators."),
+]
+
+
+def _explain_by_op(out, expected):
+    answer, (events,) = out
+    want, _ = expected
+    if answer is None:
+        return "your function returned None: return the list of rows."
+    if not isinstance(answer, list) or not all(isinstance(row, dict) for row in answer):
+        return "return a list of dicts, one per operator."
+    keys = {"op", "gpu_us", "events"}
+    bad_keys = next((row for row in answer if set(row) != keys), None)
+    if bad_keys is not None:
+        return f"a row has the keys {sorted(bad_keys)}: each row needs exactly {sorted(keys)}."
+    names = [row["op"] for row in answer]
+    if len(names) != len(set(names)):
+        repeated = next(n for n in names if names.count(n) > 1)
+        return f"{repeated!r} has several rows: add up its GPU events into one row per operator name."
+    if not _same_rows(answer, want):
+        for slip, why in _SLIPS:
+            if _same_rows(answer, _charge(events, **slip)):
+                return f"your rows are what you get when {why}"
+        by_op = {row["op"]: row for row in want}
+        extra, missing = sorted(set(names) - set(by_op)), sorted(set(by_op) - set(names))
+        if extra or missing:
+            said = [f"{extra[0]!r} has a row but made none of this case's GPU events"] if extra else []
+            said += [f"{missing[0]!r} made some but has no row"] if missing else []
+            return (f"{'; '.join(said)}. Charge each GPU event to the innermost 'cpu_op' around its launch "
+                    f"call (ts <= the launch's ts <= ts + dur, both ends included), on the launch's thread.")
+        for i, row in enumerate(answer):
+            ref = by_op[row["op"]]
+            if row["events"] != ref["events"]:
+                return (f"row {i} ({row['op']!r}): 'events' is {row['events']!r}; count the GPU events "
+                        f"charged to that operator.")
+            if not (_number(row["gpu_us"]) and _close(row["gpu_us"], ref["gpu_us"])):
+                return (f"row {i} ({row['op']!r}): 'gpu_us' is {row['gpu_us']!r}; it is the sum of the 'dur' "
+                        f"of the GPU events charged to that operator.")
+    for i in range(1, len(answer)):
+        a, b = answer[i - 1], answer[i]
+        if b["gpu_us"] > a["gpu_us"] and not _close(a["gpu_us"], b["gpu_us"]):
+            return (f"rows {i - 1} and {i} are out of order: row {i} has more GPU time. Sort by gpu_us, most "
+                    f"first.")
+        if a["gpu_us"] == b["gpu_us"] and a["op"] > b["op"]:
+            return (f"rows {i - 1} and {i} have the same gpu_us: the tie-break is the operator's name, in "
+                    f"alphabetical order (Python's < on strings).")
+    return None
 
 
 # ---------------------------------------------------------------- diagnose
@@ -494,6 +808,8 @@ EXERCISES = [
              run=_run, explain=_explain_table),
     Exercise("08", "gpu_idle_share", "how long the GPU waits", gpu_idle_share_reference, _idle_cases,
              run=_run, explain=_explain_idle),
+    Exercise("08", "gpu_time_by_op", "GPU time per operator, through correlation ids",
+             gpu_time_by_op_reference, _by_op_cases, run=_run, explain=_explain_by_op),
     Exercise("08", "diagnose", "bound and occupancy limiter", diagnose_reference, _diagnose_cases,
              run=_run, explain=_explain_diagnose),
     Exercise("08", "roofline_point", "ncu's bytes on the roofline", roofline_point_reference,

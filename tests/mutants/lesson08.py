@@ -1,4 +1,4 @@
-"""Lesson 08: kernel_table, gpu_idle_share, diagnose and roofline_point."""
+"""Lesson 08: kernel_table, gpu_idle_share, gpu_time_by_op, diagnose and roofline_point."""
 
 import collections
 
@@ -72,6 +72,14 @@ WRONG += [
 ]
 
 
+def _idle_kernels_only(kernels):
+    """Copies and memsets taken for idle time."""
+    return _idle_by_sweep([k for k in kernels if k["cat"] == "kernel"])
+
+
+WRONG.append(Wrong("gpu_idle_share", "only kernels count as GPU work (copies and memsets idle)", _idle_kernels_only))
+
+
 def _idle_by_sweep(kernels):
     """A sweep over start (+1) and end (-1) events: idle wherever the count of running kernels is 0."""
     events = sorted([(k["start_us"], 1) for k in kernels] + [(k["start_us"] + k["dur_us"], -1) for k in kernels],
@@ -86,6 +94,64 @@ def _idle_by_sweep(kernels):
 
 
 RIGHT.append(Right("gpu_idle_share", "a sweep over start and end events", _idle_by_sweep))
+
+# ---------------------------------------------------------------- gpu_time_by_op
+
+_AROUND = """around = [op for op in operators if launch is not None and op["tid"] == launch["tid"]
+                  and op["ts"] <= launch["ts"] <= op["ts"] + op["dur"]]"""
+
+WRONG += [
+    Wrong("gpu_time_by_op", "launches looked up in cuda_runtime only (not cuda_driver)", edit(
+        "08", "gpu_time_by_op", ('if e.get("cat") in ("cuda_runtime", "cuda_driver")', 'if e.get("cat") in ("cuda_runtime",)'))),
+    Wrong("gpu_time_by_op", "kernels only: copies and memsets left out", edit(
+        "08", "gpu_time_by_op", ('("kernel", "gpu_memcpy", "gpu_memset")', '("kernel",)'))),
+    Wrong("gpu_time_by_op", "the operator running on the CPU when the kernel starts (no correlation)", edit(
+        "08", "gpu_time_by_op", (_AROUND, 'around = [op for op in operators if op["ts"] <= gpu["ts"] <= op["ts"] + op["dur"]]'))),
+    Wrong("gpu_time_by_op", "the outermost operator, not the innermost", edit(
+        "08", "gpu_time_by_op", ('name = min(around, key=lambda op: op["dur"])', 'name = max(around, key=lambda op: op["dur"])'))),
+    Wrong("gpu_time_by_op", "operators of any thread", edit(
+        "08", "gpu_time_by_op", (' and op["tid"] == launch["tid"]', ""))),
+    Wrong("gpu_time_by_op", "the launch calls' durations summed, not the GPU events'", edit(
+        "08", "gpu_time_by_op", ('row["gpu_us"] += gpu["dur"]', 'row["gpu_us"] += launch["dur"] if launch else gpu["dur"]'))),
+    Wrong("gpu_time_by_op", "equal times left in first-seen order", edit(
+        "08", "gpu_time_by_op", ('key=lambda row: (-row["gpu_us"], row["op"]))', 'key=lambda row: -row["gpu_us"])'))),
+    Wrong("gpu_time_by_op", "unattributed GPU events dropped", edit(
+        "08", "gpu_time_by_op", ('        name = min(around', '        if not around:\n            continue\n        name = min(around'))),
+    Wrong("gpu_time_by_op", "record_function spans taken for operators", edit(
+        "08", "gpu_time_by_op", ('if e.get("cat") == "cpu_op"]', 'if e.get("cat") in ("cpu_op", "user_annotation")]'))),
+]
+
+
+def _by_op_with_a_stack(events):
+    """Each thread's operators and launch calls in time order, with a stack of the operators still
+    open: the top of the stack made the call."""
+    per_thread = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") == "cpu_op":
+            per_thread[e["tid"]].append((e["ts"], 0, -e["dur"], e))   # at one instant: longer operators first
+        elif e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            per_thread[e["tid"]].append((e["ts"], 1, 0.0, e))
+    made_by = {}
+    for items in per_thread.values():
+        stack = []
+        for ts, kind, _, e in sorted(items, key=lambda item: item[:3]):
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] < ts:
+                stack.pop()
+            if kind == 0:
+                stack.append(e)
+            else:
+                made_by[e["args"]["correlation"]] = stack[-1]["name"] if stack else "(no operator)"
+    totals = collections.defaultdict(lambda: [0.0, 0])
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            total = totals[made_by.get(e["args"]["correlation"], "(no operator)")]
+            total[0] += e["dur"]
+            total[1] += 1
+    order = sorted(totals, key=lambda op: (-totals[op][0], op))
+    return [{"op": op, "gpu_us": totals[op][0], "events": totals[op][1]} for op in order]
+
+
+RIGHT.append(Right("gpu_time_by_op", "a stack of open operators per thread", _by_op_with_a_stack))
 
 # ---------------------------------------------------------------- diagnose
 
