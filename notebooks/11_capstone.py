@@ -21,9 +21,10 @@
 # - RoPE on Q and K in one kernel, read through the projection's strides;
 # - SwiGLU as one matmul with the SiLU product in its epilogue, and the residual add as an epilogue;
 # - to read a benchmark of a whole block: time, peak memory, kernels launched;
-# - the megakernel question: how much of a small step is launch overhead, and what CUDA graphs recover.
+# - what one launch from Python costs with Triton, and what CUDA graphs, PDL and fewer launches each remove;
+# - the megakernel question: how much of a decoding step is not spent reading weights.
 #
-# Exercises: the RoPE kernel, the SwiGLU kernel, and the block's forward from the course's kernels.
+# Exercises: the RoPE kernel, the SwiGLU epilogue, and the block's forward from the course's kernels.
 
 # %% [markdown]
 # ## Setting up
@@ -143,11 +144,13 @@ fusion_savings(16)
 # Each share is the most that fusion can win next to its matmul, at peak rates, and it does not
 # depend on T (bytes and FLOPs both grow with it). It is also a budget: a fused kernel whose mainloop
 # is slower than the best unfused matmul by more than that share loses more time than its epilogue
-# saves. The share is largest where the matmul is narrow against the tensor it saves (the output
-# projection is d wide, and saves a T × d tensor; the gate|up matmul saves four T × f ones).
-# At T = 16 (decoding) the printed shares are the same, but there the matmuls are bound by reading
-# the weights, not by FLOPs, and what a fusion saves is mostly a launch. Keep both in mind for the
-# measurements below.
+# saves. The share is largest where the matmul is narrow against the tensors it saves (the output
+# projection is d wide and saves one T × d tensor; the gate|up matmul saves three T × f ones, gate,
+# up and SiLU(gate), each written and read: the 6·T·f above). Against `torch.compile`, which fuses
+# SiLU and the product by itself, the SwiGLU epilogue saves 4·T·f: the gate and up products, written
+# and read. At T = 16 (decoding) the printed shares are the same, but there the matmuls are bound by
+# reading the weights, not by FLOPs, and what a fusion saves is mostly a launch. Keep both in mind
+# for the measurements below.
 
 # %% [markdown]
 # ## RoPE: rotating Q and K
@@ -193,10 +196,15 @@ print("q view:", tuple(q_view.shape), "strides", q_view.stride(), "contiguous:",
 # - write the outputs contiguous, (B, H, N, D): head `bh` starts at `bh * seq * D`, a position's row
 #   is D values long, its second half starts `half` values in;
 # - compute in float32, store in the output's dtype (`qo_ptr.dtype.element_ty`);
-# - mask both the positions past `seq` and the lanes past `half`: D/2 need not be a power of two.
-#   Offsets of `b * sq_b` can pass 2³¹ at real sizes: convert `b` and `h` to `tl.int64`.
+# - mask both the positions past `seq` and the lanes past `half`: D/2 need not be a power of two;
+# - offsets pass 2³¹ at real sizes: `offs_pos * sq_n` as soon as N · 3d does (a row of the
+#   projection is 3d values long: at d = 4096, from N = 174,763 on), and `b * sq_b` at large batches.
+#   Make `offs_pos`, `b` and `h` `tl.int64`, so that every product with a stride is computed in 64 bits.
 #
-# A `@triton.jit` helper that rotates one tile, called once for Q and once for K, keeps it short.
+# A `@triton.jit` helper that rotates one tile, called once for Q and once for K, keeps it short. The
+# check gives every operand whose strides the kernel takes as a strided view somewhere: Q and K as the
+# projection's views, a Q whose head dimension is not contiguous, cos and sin as column slices of wider
+# tables, each with its own row stride.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -205,7 +213,7 @@ def rope_qk_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, n_heads, seq,
                    BLOCK_POS: tl.constexpr, BLOCK_HALF: tl.constexpr):
     """BLOCK_POS positions of one (batch, head), of Q and of K: cos and sin are loaded once for both."""
     # YOUR CODE HERE:
-    # 1. offs_pos from tl.program_id(0); bh = tl.program_id(1), b and h from it (as tl.int64);
+    # 1. offs_pos from tl.program_id(0), as tl.int64; bh = tl.program_id(1), b and h from it (tl.int64);
     #    offs_half = tl.arange(0, BLOCK_HALF); mask over positions and lanes;
     # 2. load the cos and sin tiles (rows s_cos and s_sin apart), masked;
     # 3. for Q, then K: load the first and second halves through the strides, in float32,
@@ -249,27 +257,41 @@ w_gate_demo[:, 1] = w_up_demo[:, 1] = torch.arange(3.0)     # column 1: the row'
 print(course.pack_gate_up(w_gate_demo, w_up_demo))
 
 # %% [markdown]
-# A BLOCK_M × BLOCK_N tile of `h @ w_gate_up.T` then holds BLOCK_N / 2 (gate, up) pairs, in columns
-# (0, 1), (2, 3), ... `tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2))` groups each pair on a last axis
-# of 2, and `tl.split` takes that axis apart: the even columns, then the odd ones. Output column j
-# of the tile starting at `off_n` is column `off_n // 2 + j` of the result, which is (M, N / 2).
+# A BLOCK_M × BLOCK_N tile of `h @ w_gate_up.T` then holds BLOCK_N / 2 (gate, up) pairs: its columns
+# are gate, up, gate, up, ... in that order. The tile that starts at column `off_n` of the product
+# makes BLOCK_N / 2 columns of the result, which is (M, N / 2) = (M, f).
 #
-# ## Exercise 2 · SwiGLU in one matmul
+# ## Exercise 2 · The SwiGLU epilogue
 #
-# Write `swiglu_linear_kernel`, on the pattern of lesson 09's `linear_kernel`; the launcher is
-# written. Lesson 09's tile order and mainloop are given, as `tile_origin` and `linear_tile` (the cell
-# below shows them). Details:
+# The mainloop is lesson 09's, unchanged: `tile_origin` walks the tiles in grouped order, and
+# `linear_tile` returns one tile of `h @ w_gate_up.T` as a (BLOCK_M, BLOCK_N) float32 accumulator (the
+# next cell shows both). The stub gives the descriptors of h and `w_gate_up`, each with its own row
+# stride, and the persistent walk. You write what is new, what happens to the accumulator:
 #
-# - three descriptors: h (M, K) with row stride `stride_h`, `w_gate_up` (N, K) with `stride_w`, and
-#   the output (M, N / 2), contiguous, in tiles of (BLOCK_M, BLOCK_N / 2);
-# - the persistent walk over the tiles of the (M, N) product, with `tile_origin` and `linear_tile`;
-# - the epilogue: split the accumulator into (gate, up), compute `gate * sigmoid(gate) * up` in
-#   float32, and store it in the output's dtype at `[off_m, off_n // 2]`.
+# - a descriptor of the output, (M, N / 2) and contiguous, and the tile each program stores into it;
+# - the pairing. A register tile has no strided slice (`acc[:, 0::2]` is not Triton). What Triton's
+#   language can do to a tile: change its shape (`tl.reshape`, in row-major order like
+#   `torch.reshape`), reorder its axes (`tl.permute`), take a last axis of size 2 apart (`tl.split`),
+#   reduce along an axis. Work out which of these hand you the gate columns and the up columns, each
+#   (BLOCK_M, BLOCK_N / 2) and in order (a cell below lets you try shapes in PyTorch first);
+# - SiLU(gate) · up in float32, stored in the output's dtype. The check's gates reach beyond ±89,
+#   where the exponential of the gate, or of its negative, overflows float32 to inf: your formula
+#   must still give SiLU's limits there (the gate itself, and zero), not NaN.
 
 # %%
 tile_origin, linear_tile = lesson09.tile_origin, lesson09.linear_tile   # for your kernel below
 show(tile_origin)
 show(linear_tile)
+
+# %% [markdown]
+# A stand-in for one tile: two rows of an accumulator whose every value is its column number, so that
+# the gates are the even numbers and their ups the odd ones. Which reshape (and what after it) gives
+# `[[0, 2, 4, 6], [0, 2, 4, 6]]`, and the ups beside them?
+
+# %%
+cols = torch.arange(8).repeat(2, 1)     # (BLOCK_M, BLOCK_N) = (2, 8): columns gate, up, gate, up, ...
+print(cols)
+print(cols.reshape(2, 2, 4))            # one try: is this the pairing?
 
 # %% tags=["exercise"]
 @triton.autotune(configs=course.LINEAR_CONFIGS, key=["M", "N", "K"])
@@ -278,12 +300,18 @@ def swiglu_linear_kernel(h_ptr, w_ptr, out_ptr, M, N, K, stride_h, stride_w, BLO
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Tiles of h @ w_gate_up.T (N = 2f interleaved columns), each stored as BLOCK_N / 2 columns of
     SiLU(gate) * up; out (M, N / 2) contiguous."""
-    # YOUR CODE HERE:
-    # 1. h_desc, w_desc and out_desc with tl.make_tensor_descriptor;
-    # 2. for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):
-    #    off_m, off_n from tile_origin; acc from linear_tile;
-    # 3. gate, up = tl.split(tl.reshape(acc, ...)); y = SiLU(gate) * up; one store through out_desc.
-    pass
+    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_w, 1],
+                                       block_shape=[BLOCK_N, BLOCK_K])
+    # YOUR CODE HERE (1): out_desc, a tensor descriptor of the output: its shape, strides and tile.
+    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):
+        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        # acc: (BLOCK_M, BLOCK_N) float32, its columns gate, up, gate, up, ...
+        acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)  # noqa: F841
+        # YOUR CODE HERE (2): the epilogue. Pair each gate column of acc with its up column, compute
+        # SiLU(gate) * up in float32 (finite at both tails), and store the tile where it belongs in out.
 
 
 def swiglu_linear(h, w_gate_up):
@@ -318,17 +346,19 @@ verdicts(swiglu, "course: one matmul, SiLU*mul epilogue",
 # only difference is the epilogue: the gate and up products never reach memory, and two element-wise
 # kernels are gone. Against eager, the mainloop's speed counts too: the epilogue wins back at most
 # the share printed at the top, so on a mainloop as far from cuBLAS as lesson 04's (lesson 09's
-# `block_matmuls_fp16` verdicts) the fused kernel would still lose. `torch.compile`
-# keeps cuBLAS for the two matmuls (or picks a Triton template where it measures one faster) and
-# fuses SiLU and the product into one kernel of its own: it saves the element-wise passes, but still
-# writes and reads both products.
+# `block_matmuls_fp16` verdicts, printed again below) the fused kernel would still lose.
+# `torch.compile` in its default mode, the one timed here, calls cuBLAS for both matmuls without
+# timing anything else: Inductor benchmarks its Triton matmul templates against cuBLAS only in
+# `mode="max-autotune"` (its `max_autotune` and `max_autotune_gemm` settings). It fuses SiLU and the
+# product into one kernel of its own: that saves the element-wise passes, but still writes and reads
+# both products, the 4·T·f of the top.
 
 # %% [markdown]
 # ## Exercise 3 · The block from the course's kernels
 #
 # Write the block's forward, `decoder_block_fused(x, w, cfg)`, from the kernels above. It must compute
-# `decoder_block(x, w, cfg, attention="sdpa")`, and launch only Triton kernels for the arithmetic:
-# no PyTorch matmul, attention, softmax or SiLU. Given:
+# `decoder_block(x, w, cfg, attention="sdpa")`, as the eight Triton launches of the table at the top.
+# Given:
 #
 # - `course.pack_weights(w, cfg)`: stacks wq, wk, wv into `wqkv` (3d, d) with the attention norm's γ
 #   folded into its columns, and interleaves the gate and up weights into `w_gate_up`; the other
@@ -337,15 +367,18 @@ verdicts(swiglu, "course: one matmul, SiLU*mul epilogue",
 # - `lesson09.linear(h, w, scale=None, residual=None)`: `scale[:, None] * (h @ w.T) + residual`;
 # - `course.rope_qk(q, k, cos, sin)` (or your own), with `rope_tables(cfg, N, device)` for cos, sin;
 # - `lesson10.causal_attention(q, k, v)`: reads the views as they are and returns (B, N, H, D)
-#   contiguous, a view away from (T, d); or lesson 06's `lesson06.flash_forward_causal(q, k, v)`,
-#   which returns `(out, lse)`, wants contiguous inputs and returns (B, H, N, D);
+#   contiguous, a `view` away from (T, d);
 # - `course.swiglu_linear(h, w_gate_up)` (or your own).
 #
 # Work on x as a (T, d) matrix, T = B·N. Q, K and V are column slices of the projection's output,
-# viewed as (B, N, H, D) and transposed to (B, H, N, D). The matrices `linear` and `swiglu_linear`
-# read need contiguous rows: `causal_attention`'s output is (T, d) after a `view`; lesson 06's,
-# transposed back to (B, N, H, D), is not, until `reshape` copies it. For the peak memory, `del` each
-# intermediate as soon as the next step has read it.
+# viewed as (B, N, H, D) and transposed to (B, H, N, D): views, no copy. For the peak memory, `del`
+# each intermediate as soon as the next step has read it.
+#
+# Once the values are right, the check holds the forward to the plan: exactly eight Triton launches,
+# and nothing from PyTorch but views (`view`, `transpose`, slicing, a `reshape` that needs no copy) and
+# allocations (`torch.empty`). An eager norm, an eager RoPE, a `.contiguous()`, a `reshape` that has to
+# copy, or a ninth launch each fail it, named with the line that asked for it. (`rope_tables` and
+# `pack_weights` are allowed: a model computes them once, not at every step.)
 
 # %% tags=["exercise"]
 def decoder_block_fused(x, w, cfg):
@@ -425,14 +458,68 @@ for gpu, record in list(block_records().items())[-1:]:
             print(f"  {us:8.1f} ({n}) {name}")
 
 # %% [markdown]
+# How close is the course's mainloop to cuBLAS on the block's own matmuls? Lesson 09 timed each of
+# the four projections at two token counts (its `block_matmuls_fp16` group, as CUDA-graph replays).
+# The ratio is cuBLAS's time over lesson 09's: 1 is a tie, below 1 the course is slower:
+
+# %%
+def matmul_times(gpu, words, tokens=None):
+    """{projection at T tokens: µs} in lesson 09's block_matmuls_fp16 record, of the implementation whose
+    name holds `words` (the fastest, where several do: lesson 04's is timed with two layouts of W)."""
+    rows, _ = recorded_rows("block_matmuls_fp16", gpu)
+    times = {}
+    for r in rows:
+        if words.lower() in r["impl"].lower() and (tokens is None or r["label"].endswith(f"T{tokens}")):
+            times[r["label"]] = min(times.get(r["label"], float("inf")), 1000 * r["ms"])
+    return times
+
+
+for gpu in recorded_devices():
+    ours, cublas = matmul_times(gpu, "lesson 09"), matmul_times(gpu, "cuBLAS")
+    ratios = {label: cublas[label] / ours[label] for label in ours if label in cublas}
+    if not ratios:
+        print(f"{gpu}: block_matmuls_fp16 not recorded (lesson 09's `make bench` records it)")
+        continue
+    print(f"{gpu}: cuBLAS time / lesson 09's: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    print(f"    from {min(ratios.values()):.2f} to {max(ratios.values()):.2f}")
+
+# %% [markdown]
+# The fusions are worth their bytes only on a mainloop that close. What if the block ran on lesson
+# 04's instead? The record answers without a run: lesson 04's time for the same four projections at
+# T = 2048 (with W in its faster layout, where lesson 09 timed two), plus the course's other kernels
+# at B1 N2048 (their times in the profile above), against the forwards recorded at B1 N2048. The
+# matmuls are graph replays and the rest profiler durations, so this is an estimate, good to a few
+# percent:
+
+# %%
+for gpu, record in block_records().items():
+    lesson04 = sum(matmul_times(gpu, "lesson 04", tokens=2048).values())
+    ours = next((r for r in record["rows"] if r["label"] == "B1 N2048"
+                 and r["impl"] == "course kernels (lesson 11)"), None)
+    forwards = {r["impl"]: 1000 * r["ms"] for r in recorded_rows("block_forward_fp16", gpu)[0]
+                if r["label"] == "B1 N2048"}
+    if not lesson04 or ours is None or not forwards:
+        print(f"{gpu}: not recorded yet (`make bench` on a GPU records lessons 09 and 11)")
+        continue
+    others = sum(us for name, us, _ in ours["longest_kernels"]
+                 if name not in ("linear_kernel", "swiglu_linear_kernel"))
+    estimate = lesson04 + others
+    print(f"{gpu}: lesson 04's four matmuls {lesson04:.0f} µs + the course's other kernels {others:.0f} µs "
+          f"= {estimate:.0f} µs")
+    for impl in ("eager + SDPA", "torch.compile(eager + SDPA)"):
+        if impl in forwards:
+            verdict = "beats" if estimate < forwards[impl] else "loses to"
+            print(f"    {verdict} {impl}: {forwards[impl]:.0f} µs ({forwards[impl] / estimate:.2f} x)")
+
+# %% [markdown]
 # How to read these tables together:
 #
 # - **Time.** At these shapes the block's time is its five matmuls (the Q|K|V, output, gate|up and
 #   down projections, and the attention), as the breakdowns show. `torch.compile` keeps cuBLAS (the
 #   `nvjet` kernels) for the projections and SDPA's fused attention, and fuses what lies between
 #   them (the norms, RoPE, SiLU · up, the residual adds) into Triton kernels of its own. The
-#   course's block runs its projections on a mainloop that keeps up with cuBLAS (the
-#   `block_matmuls_fp16` verdict), and folds more into them: the norm's γ and 1/rms into the Q|K|V
+#   course's block runs its projections on a mainloop within the margin printed above of cuBLAS
+#   (lesson 09's `block_matmuls_fp16`), and folds more into them: the norm's γ and 1/rms into the Q|K|V
 #   matmul, the SwiGLU product and both residual adds into epilogues, so those tensors never make a
 #   round trip. `max-autotune` times Triton matmul templates against cuBLAS for each matmul and keeps
 #   the fastest, at minutes of compilation per shape. Where its verdict is a tie with the default
@@ -469,67 +556,177 @@ for gpu in profiled_devices():
           f"{step_us / len(kernels):.1f} us of step")
 
 # %% [markdown]
-# The idle share is time the GPU waits for Python to launch the next kernel. Fusing the block into
-# eight kernels removes most of the launches, and the idle time with them, but not all: each launch
-# left still costs its few microseconds. **CUDA graphs** take it further: they record the whole
-# sequence of launches once and replay it with one launch. The kernels stay as they are; only the
-# CPU's cost goes. `make bench` times the block at two decoding-sized shapes both ways, launched from
-# Python and replayed as a graph (on a GPU now, or as recorded):
+# The idle share is time the GPU waits for Python to launch the next kernel. The course's block
+# launches eight kernels where eager launches about sixty (the kernel counts above). How much launch
+# time did that remove? `make bench` times the block at two decoding-sized shapes both ways: launched
+# from Python, and replayed as a **CUDA graph**, which records the whole sequence of launches once and
+# replays it with one call: the kernels stay as they are, only the CPU's launches go. The difference,
+# divided by the kernels one forward launched (recorded with the peak memory above), is what each
+# launch added to the step (on a GPU now, or as recorded):
 
 # %%
 decode = timed(course, "block_decode_fp16")
 graphed = timed(course, "block_decode_graphed_fp16")
+records = block_records()
+
+
+def plain_launch_us(gpu):
+    """Lesson 01's figure on the same host: one launch of a tiny Triton kernel from Python, in µs."""
+    rows, _ = recorded_rows("launch_overhead", gpu)
+    many = next((r for r in rows if r["impl"].endswith(" launches")), None)
+    return 1000 * many["ms"] / int(many["impl"].split()[0]) if many else None
+
+
 for gpu, rows in graphed.items():
-    from_python = {(r["label"], r["impl"]): r["ms"] for r in decode.get(gpu, [])}
-    for r in rows:
-        if (r["label"], r["impl"]) in from_python:
-            t = from_python[(r["label"], r["impl"])]
-            print(f"{gpu} {r['label']:>7} {r['impl']:>28}: {1000 * t:6.0f} us launched from Python, "
-                  f"{1000 * r['ms']:6.0f} us as a CUDA graph ({1 - r['ms'] / t:.0%} less)")
-verdicts(decode, "course kernels (lesson 11)", ["eager + SDPA", "torch.compile(eager + SDPA)"])
-verdicts(graphed, "course kernels (lesson 11)", ["eager + SDPA", "torch.compile(eager + SDPA)"])
-for gpu, rows in graphed.items():   # the floor: the bytes each step must read, at datasheet bandwidth
-    chip = chip_for(gpu)
-    for r in rows:
-        if chip is not None and r["impl"] == "torch.compile(eager + SDPA)":
-            floor_us = r["gbps"] * r["ms"] * 1e6 / (chip.bandwidth_tbs * 1e12) * 1e6
-            print(f"{gpu} {r['label']}: weights and activations read once at {chip.bandwidth_tbs} TB/s take "
-                  f"{floor_us:.0f} us, {floor_us / (1000 * r['ms']):.0%} of torch.compile's graphed step")
+    from_python = {(r["label"], r["impl"]): 1000 * r["ms"] for r in decode.get(gpu, [])}
+    kernels = {(r["label"], r["impl"]): r["kernels"] for r in records.get(gpu, {}).get("rows", [])}
+    print(f"{gpu}:\n  {'shape':>7} {'implementation':>28} {'µs from Python':>14} {'as a graph':>10} "
+          f"{'removed':>8} {'kernels':>8} {'µs added per kernel':>20}")
+    for label in dict.fromkeys(r["label"] for r in rows):
+        removed = {}
+        for r in rows:
+            key = (label, r["impl"])
+            if r["label"] != label or key not in from_python:
+                continue
+            t, g, n = from_python[key], 1000 * r["ms"], kernels.get(key)
+            removed[r["impl"]] = 1 - g / t
+            per_kernel = f"{(t - g) / n:20.1f}" if n else f"{'-':>20}"
+            print(f"  {label:>7} {r['impl']:>28} {t:14.0f} {g:10.0f} {1 - g / t:8.0%} {n or '-':>8} "
+                  f"{per_kernel}")
+        if removed:
+            print(f"  {label}: the graph removes the largest share from {max(removed, key=removed.get)}")
+    if plain_launch_us(gpu):
+        print(f"  lesson 01 on this host: one launch of a tiny Triton kernel from Python, "
+              f"{plain_launch_us(gpu):.1f} µs")
 
 # %% [markdown]
-# Two things to read here. First, the share each graph removes is the launch overhead of that
-# implementation: largest for eager, with the most launches, and still large for the course's eight
-# kernels, which tells you that at these shapes Python launching is a cost of the same size as the
-# work. Second, once the launches are gone, what remains is the kernels themselves, and at 16 tokens
-# every projection is bound by reading its weights (hundreds of MB per step), not by FLOPs. A
-# persistent matmul with tiles of at least 64 rows spends most of its tensor-core work on padding
-# there, and splits the weights over fewer programs than a kernel written for few rows would (cuBLAS
-# has such kernels, and Inductor calls them); the graphed verdicts show how much that costs.
+# Read the last column. Each of the course's launches added several times what an eager kernel's
+# did, and more than lesson 01's plain launch: fusing about sixty kernels into eight cut the launch
+# bill far less than the count suggests. Why does a Triton launch from Python cost that much?
+# `kernel[grid](...)` runs Python at every launch before anything reaches the GPU:
 #
+# - **argument binding**: the arguments are matched to the kernel's signature, and each is examined
+#   to pick the compiled variant (a pointer's alignment to 16 bytes, an integer equal to 1 or
+#   divisible by 16), which is the key of Triton's cache of compiled kernels;
+# - **the autotuner's key lookup**: an autotuned kernel first builds its key from the `key=`
+#   arguments (M, N, K, and the dtypes), looks up the best config, and calls the grid function with it;
+# - **descriptor scratch**: a kernel that builds tensor descriptors in its programs
+#   (`tl.make_tensor_descriptor`, as the course's matmuls and attention do) needs global memory to
+#   write them into, and Triton asks the allocator given to `triton.set_allocator` for it at every
+#   launch: here a `torch.empty` through PyTorch's caching allocator;
+# - the launcher's own Python: the course's checks of shapes, strides and alignment, the output's
+#   allocation.
+#
+# Eager PyTorch launches from C++ after one dispatch, and Inductor's generated code calls its Triton
+# kernels through launchers it prepared ahead of time, which skip most of the binding. `make bench`
+# records the pieces of one of the course's launches, one at a time (the CPU's time per call, with
+# the GPU idle), at the first decoding shape:
+
+# %%
+for gpu, record in records.items():
+    if "launch_parts_us" not in record:
+        print(f"{gpu}: the pieces of a launch are not recorded yet (make bench on a GPU records them)")
+        continue
+    print(f"{gpu}, {record['launch_label']}: the CPU's time per call, µs")
+    for what, us in {**record["launch_parts_us"], **record["launch_steps_us"]}.items():
+        print(f"  {us:8.1f}  {what}" if isinstance(us, float) else f"  {what}: {us}")
+
+# %% [markdown]
+# What removes the launch cost, and how much of it:
+#
+# - **CUDA graphs** remove all of it: the graphed column. What is left is the kernels and the gaps
+#   between them: each kernel waits for the last program of the one before it, then ramps up from
+#   an empty GPU.
+# - **PDL** (programmatic dependent launch, Hopper) shortens those gaps inside a graph. A kernel
+#   launched with `launch_pdl=True` may start as soon as every program of the kernel before it has
+#   called `tl.extra.cuda.gdc_launch_dependents()` (or finished): its programs run what does not
+#   depend on that kernel (index arithmetic, loading weights), then wait at `tl.extra.cuda.gdc_wait()`
+#   until it has completed and its writes are visible. It does not remove the CPU's cost.
+# - **Fewer launches** remove it only partly, as the per-kernel column shows: what each launch costs
+#   matters as much as how many there are. A leaner launch path (a launcher prepared once, as
+#   Inductor's) cuts the cost of each.
+#
+# That is also why the share each graph removes differs by implementation, shape and GPU (the cell
+# names the largest in each case): eager launches the most kernels, but not always the most
+# expensive launches. The verdicts, first as graphs (the GPU's time), then from Python against eager:
+
+# %%
+print("As CUDA graphs (the GPU's time):")
+verdicts(graphed, "course kernels (lesson 11)", ["eager + SDPA", "torch.compile(eager + SDPA)"])
+print("Launched from Python:")
+verdicts(decode, "course kernels (lesson 11)", ["eager + SDPA"])
+compiled_name = "torch.compile(eager + SDPA)"
+for gpu, rows in decode.items():
+    python_us = {r["label"]: 1000 * r["ms"] for r in rows if r["impl"] == compiled_name}
+    graph_us = {r["label"]: 1000 * r["ms"] for r in graphed.get(gpu, []) if r["impl"] == compiled_name}
+    print(f"{gpu}, {compiled_name}: " + ", ".join(
+        f"{label} {python_us[label]:.0f} µs from Python, {graph_us.get(label, float('nan')):.0f} µs "
+        f"as a graph" for label in python_us))
+    host = {r["label"]: r["host_us"] for r in records.get(gpu, {}).get("rows", [])
+            if r["impl"] == compiled_name and "host_us" in r and r["label"] in python_us}
+    missing = "not recorded yet (make bench on a GPU records host_us)"
+    print("    the CPU's time in one call: "
+          + (", ".join(f"{k} {v:.0f} µs" for k, v in host.items()) if host else missing))
+
+# %% [markdown]
+# One row is out of line: `torch.compile` at B1 N16 takes longer from Python than at B8 N16, on both
+# GPUs, although its graphed time is lower there. The extra time is the host's (the graph does not
+# have it), but the timing alone does not say what it is: guards checked against several cached
+# graphs, the split-K matmuls it calls at batch 1, or a one-off in that run. The lesson builds
+# no verdict on it: compare `torch.compile` as a graph. The recording's `host_us` (the CPU's time in
+# one call of each forward, the GPU idle) is there to settle it once `make bench` has run again.
+#
+# Once the launches are gone, what remains is the kernels, and at 16 tokens every projection is bound
+# by reading its weights (hundreds of MB per step), not by FLOPs. A persistent matmul with tiles of at
+# least 64 rows spends most of its tensor-core work on padding there, and splits the weights over
+# fewer programs than a kernel written for few rows would (cuBLAS has such kernels, and Inductor calls
+# them). How far is each graphed step from the floor: reading the weights and activations once, at
+# the datasheet's bandwidth?
+
+# %%
+for gpu, rows in graphed.items():
+    chip = chip_for(gpu)
+    if chip is None:
+        continue
+    for r in rows:
+        floor_us = r["gbps"] * r["ms"] * 1e6 / (chip.bandwidth_tbs * 1e12) * 1e6
+        print(f"{gpu} {r['label']:>7} {r['impl']:>28}: the floor at {chip.bandwidth_tbs} TB/s is "
+              f"{floor_us:.0f} µs, {floor_us / (1000 * r['ms']):.0%} of the graphed step")
+print(f"for comparison, {course.NO_BUBBLES['source']} (their measurement, not the course's):")
+for what, share in list(course.NO_BUBBLES.items())[1:]:
+    print(f"  {what}: {share:.0%} of the GPU's bandwidth")
+
+# %% [markdown]
 # A **megakernel** is the step beyond graphs: one persistent kernel that runs the whole block (or
 # the whole model step), with no launches between stages at all, and a stage that can start on the
 # tiles that are ready while another finishes. The price is that the kernel must schedule the work
-# and the synchronisation between stages itself. What it could recover is bounded by the two
-# timings above: a graph already removes the CPU's cost, so a megakernel can win only the gaps
-# between kernels inside the graph and the overlap of one stage's tail with the next stage's start.
-# The last lines above put the graphed steps against the time it takes just to read the weights:
-# where that share is large, the step is bound by reading weights, and a megakernel has little left
-# to win. The course does not build one: at these shapes the next win is a matmul for few rows
-# (split over K, so that every SM reads weights), not fewer launches.
-#
+# and the synchronisation between stages itself. What it can recover is what a graphed step spends
+# not reading weights: the complement of the shares printed above. That is not little: even the best
+# graphed step above spends a large part of its time in gaps, ramp-ups, tails, and matmuls that do
+# not keep every SM reading. Hazy Research's "No Bubbles" megakernel for Llama-1B decoding, printed
+# beside the course's shares, shows what removing them is worth on an H100 (another model and
+# another measurement, so read it as the size of the prize, not as a prediction). The course does
+# not build one. The steps before it are a matmul for few rows (the 16 tokens in the tensor-core
+# instruction's N dimension instead of padding M to 64, or the weights split over K, so that every SM
+# reads them) and PDL between the kernels that remain.
+
+# %% [markdown]
 # ## The fusion targets, checked
 #
 # The source material of this course lists the fusions with the most value in a transformer decoder.
 # Which of them has the course measured, and what did each gain over the unfused eager code? The
 # cell prints the recorded ratio (eager's time over the course kernel's, per shape) where a
-# benchmark exists, and "not measured" where none does:
+# benchmark exists, and "not measured" where none does. Each row reads the design the block uses:
+# for RMSNorm, lesson 09's 1/rms pass with the row scale in the matmul's epilogue (not lesson 05's
+# first design, which normalises inside the mainloop):
 
 # %%
 # (the source's fusion, the group that measures it, the course's kernel, its unfused baseline)
 FUSION_TARGETS = [
     ("QK attention + softmax + masked fill", "attention_fwd_causal", "triton (ours)",
      "naive (materialized S)"),
-    ("RMSNorm + Q/K/V projection", "rmsnorm_linear", "triton fused", "F.rms_norm + matmul"),
+    ("RMSNorm + Q/K/V projection", "hopper_rmsnorm_linear_bf16", "lesson 09: rmsnorm_linear",
+     "F.rms_norm + cuBLAS"),
     ("SiLU/GeLU + gate multiply (SwiGLU)", "swiglu_fp16", "course: one matmul, SiLU*mul epilogue",
      "eager: two matmuls, SiLU, mul"),
     ("Dequantize + matmul", None, None, None),
@@ -555,10 +752,14 @@ for target, group, ours, baseline in FUSION_TARGETS:
 # fusions save; its ratio can grow with N, which the attention rows let you check. The
 # matmul-attached fusions can gain at most the shares printed at the top of the lesson, and only on
 # a mainloop that keeps up: a ratio below one there says the mainloop lost more than the epilogue
-# saved. Dequantisation (reading int8 or int4 weights and
-# expanding them in registers) matters for decoding, where the matmuls are bound by reading the
-# weights; the matmul + residual + RMSNorm fusion needs each program to see whole rows of the output
-# for the norm, which a tiled matmul does not: both are left for later.
+# saved. Dequantisation (reading int8 or int4 weights and expanding them in registers) matters for
+# decoding, where the matmuls are bound by reading the weights. Matmul + residual + RMSNorm does not
+# need whole rows in one program: the norm needs only Σy² of each row, and each program can add its
+# tile's share of it in the epilogue, where y is already in registers (`tl.atomic_add` into a (T,)
+# float32 buffer, or one partial sum per tile, added up by the next kernel). The next matmul then
+# applies 1/rms as its row scale, with γ folded into its weights: steps 1 and 2 of the block, with the
+# 1/rms pass gone. In the block that would remove step 6 (the output projection's epilogue adds up
+# Σy², and the gate|up matmul scales its rows before SiLU). Both are left for later.
 #
 # ## What is left
 #
@@ -577,21 +778,22 @@ for target, group, ours, baseline in FUSION_TARGETS:
 #   weights and its 1/rms into an epilogue, the SiLU product and the residual adds into epilogues, the
 #   scores into FlashAttention.
 # - Each fusion saves a round trip of one intermediate tensor and a launch. Next to a compute-bound
-#   matmul that is a few percent: a fused epilogue wins only on a mainloop as fast as the unfused one.
+#   matmul that is at most the share printed at the top: a fused epilogue wins only on a mainloop
+#   about as fast as the unfused one.
 # - On Hopper, persistent programs and tiles moved by tensor descriptors (TMA) bring a Triton
-#   mainloop to cuBLAS's speed at the block's shapes; lesson 04's loop is the clear version, not the
-#   fast one.
-# - `torch.compile` finds the element-wise and reduction fusions by itself and keeps cuBLAS for the
-#   matmuls; compare against it, not only against eager.
-# - One program per reduction fills the GPU only when there are enough reductions; otherwise split
-#   the reduction into partial sums and a combining pass.
-# - Small steps are launch-bound: fewer kernels help, CUDA graphs remove the CPU's launches, and what
-#   is left at decoding sizes is reading the weights; a megakernel pays only where gaps remain.
+#   mainloop close to cuBLAS at the block's shapes (the margin printed in "Measuring the block",
+#   lesson 09's verdict); lesson 04's loop is the clear version, not the fast one.
+# - `torch.compile` finds the element-wise and reduction fusions by itself and, in its default mode,
+#   calls cuBLAS for the matmuls; compare against it, not only against eager.
+# - Small steps are launch-bound, and a Triton launch from Python costs more than an eager kernel's
+#   (argument binding, the autotuner's lookup, descriptor scratch): fewer launches help only partly.
+#   CUDA graphs remove the CPU's launches, PDL shortens the gaps between kernels, and what is left at
+#   decoding sizes, the share of the step above the weight-reading floor, is what a megakernel wins.
 # - Read a benchmark as verdicts computed from its rows, per GPU, and explain each one by its
 #   mechanism: launches, bytes, and the speed of the mainloop.
 
 # %%
-self_check("09")
+self_check("11")
 
 # %%
-flashcards("09")
+flashcards("11")

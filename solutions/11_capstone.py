@@ -115,9 +115,11 @@ def rope_qk_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, n_heads, seq,
                    sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_n, sk_d, s_cos, s_sin,
                    BLOCK_POS: tl.constexpr, BLOCK_HALF: tl.constexpr):
     """BLOCK_POS positions of one (batch, head), of Q and of K: cos and sin are loaded once for both."""
-    offs_pos = tl.program_id(0) * BLOCK_POS + tl.arange(0, BLOCK_POS)
+    # int64 offsets: offs_pos * sq_n passes 2^31 once N * 3d does (the projection's rows are 3d long),
+    # and b * sq_b at large batches
+    offs_pos = (tl.program_id(0) * BLOCK_POS + tl.arange(0, BLOCK_POS)).to(tl.int64)
     bh = tl.program_id(1)
-    b, h = (bh // n_heads).to(tl.int64), (bh % n_heads).to(tl.int64)   # int64: b * sq_b may pass 2^31
+    b, h = (bh // n_heads).to(tl.int64), (bh % n_heads).to(tl.int64)
     offs_half = tl.arange(0, BLOCK_HALF)
     mask = (offs_pos[:, None] < seq) & (offs_half[None, :] < half)
     cos = tl.load(cos_ptr + offs_pos[:, None] * s_cos + offs_half[None, :], mask=mask, other=0.0)
@@ -211,6 +213,15 @@ def decoder_block_fused(x, w, cfg: BlockConfig):
     return linear(mlp, w["w_down"], residual=x2).view(B, N, d)                     # 8
 
 
+# ---------------------------------------------------------------- a figure from elsewhere
+
+# Cited, not measured by the course: Hazy Research, "Look Ma, No Bubbles! Designing a Low-Latency
+# Megakernel for Llama-1B" (hazyresearch.stanford.edu/blog/2025-05-27-no-bubbles, 2025-05-27). One
+# sequence of Llama-3.2-1B decoded in bfloat16 on an H100, as a share of its memory bandwidth.
+NO_BUBBLES = {"source": "Hazy Research, \"Look Ma, No Bubbles!\" (2025-05-27), Llama-1B decoding on an H100",
+              "megakernel": 0.78, "vLLM and SGLang, at most": 0.50}
+
+
 # ---------------------------------------------------------------- make bench (GPU)
 
 BLOCK_SHAPES = ((1, 2048), (4, 2048), (1, 8192))   # (batch, sequence) of a prefill, at 7B width
@@ -290,9 +301,90 @@ def benchmarks():
 
 
 
+def _host_us(fn, calls=30):
+    """Median microseconds the CPU spends in one call of fn (the GPU idle before each call): the time
+    to enqueue its launches, which is what a launch-bound step is made of."""
+    import statistics
+    import time
+
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return round(1e6 * statistics.median(times), 1)
+
+
+@triton.jit
+def _empty_kernel(x_ptr):
+    """Does nothing: what a launch from Python costs by itself."""
+    pass
+
+
+def _launch_parts(h, w_gate_up):
+    """Host microseconds of one launch of swiglu_linear_kernel, piece by piece: a kernel that does
+    nothing; the kernel with its best config given (no autotuner) and descriptor scratch taken from a
+    buffer allocated once; the same with scratch allocated at each launch (the course's allocator);
+    through the autotuner; and through the launcher (its checks and its output's allocation)."""
+    from triton.runtime import _allocation
+
+    M, K = h.shape
+    N = w_gate_up.shape[0]
+    out = swiglu_linear(h, w_gate_up)                      # autotunes for this shape, once
+    grid = lesson09._persistent_grid(M, N)
+    args = (h, w_gate_up, out, M, N, K, h.stride(0), w_gate_up.stride(0))
+    parts = {"a Triton kernel that does nothing (one argument)": _host_us(lambda: _empty_kernel[(1,)](h))}
+    try:
+        best = swiglu_linear_kernel.best_config
+        one_config = lambda: swiglu_linear_kernel.fn[grid](*args, **best.all_kwargs())  # noqa: E731
+        scratch = torch.empty(1 << 20, device=h.device, dtype=torch.int8)
+        allocator = _allocation._allocator.get()
+        triton.set_allocator(lambda size, alignment, stream: scratch)
+        try:
+            parts["swiglu_linear_kernel, one config, scratch allocated once"] = _host_us(one_config)
+        finally:
+            triton.set_allocator(allocator)
+        parts["swiglu_linear_kernel, one config"] = _host_us(one_config)
+    except Exception as e:  # noqa: BLE001  (Triton's internals move between versions: record why)
+        parts["not recorded: " + type(e).__name__] = str(e)[:200]
+    parts["swiglu_linear_kernel, through the autotuner"] = _host_us(lambda: swiglu_linear_kernel[grid](*args))
+    parts["swiglu_linear (the launcher: checks, output)"] = _host_us(lambda: swiglu_linear(h, w_gate_up))
+    return parts
+
+
+def _launch_steps(x, w, cfg):
+    """Host microseconds of each of decoder_block_fused's eight launcher calls, on one input."""
+    B, N, d = x.shape
+    H, D = cfg.n_heads, cfg.head_dim
+    x2 = x.reshape(B * N, d)
+    s = lesson05.inv_rms(x2, cfg.eps)
+    qkv = linear(x2, w["wqkv"], scale=s)
+    q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
+    cos, sin = _rope_tables(cfg, N, x.device)
+    q_rot, k_rot = rope_qk(q, k, cos, sin)
+    a = causal_attention(q_rot, k_rot, v).view(B * N, d)
+    x3 = linear(a, w["wo"], residual=x2)
+    h = lesson05.rms_norm_rows(x3, w["mlp_norm"], cfg.eps)
+    mlp = swiglu_linear(h, w["w_gate_up"])
+    steps = {"1 inv_rms (lesson 05)": lambda: lesson05.inv_rms(x2, cfg.eps),
+             "2 linear, row scale (lesson 09)": lambda: linear(x2, w["wqkv"], scale=s),
+             "3 rope_qk": lambda: rope_qk(q, k, cos, sin),
+             "4 causal_attention (lesson 10)": lambda: causal_attention(q_rot, k_rot, v),
+             "5 linear, residual (lesson 09)": lambda: linear(a, w["wo"], residual=x2),
+             "6 rms_norm_rows (lesson 05)": lambda: lesson05.rms_norm_rows(x3, w["mlp_norm"], cfg.eps),
+             "7 swiglu_linear": lambda: swiglu_linear(h, w["w_gate_up"]),
+             "8 linear, residual (lesson 09)": lambda: linear(mlp, w["w_down"], residual=x3)}
+    return {name: _host_us(fn) for name, fn in steps.items()}, _launch_parts(h, w["w_gate_up"])
+
+
 def record_artifacts(folder):
     """On a GPU (called by `make bench`): per forward of the block, for each implementation and shape,
-    the peak memory, the kernels launched and the longest of them, into folder/11_block/<gpu>.json."""
+    the peak memory, the kernels launched and the longest of them, and the CPU's time in one call
+    (`host_us`: the time to launch everything, the GPU idle before the call); at the first decoding
+    shape, the CPU's time in each of the course's eight launches (`launch_steps_us`) and in one
+    launch taken apart (`launch_parts_us`). Into folder/11_block/<gpu>.json."""
     import json
     import pathlib
     import tempfile
@@ -323,8 +415,11 @@ def record_artifacts(folder):
             longest = [[row["name"], round(row["total_us"], 1), row["calls"]]
                        for row in kernel_table(kernels)[:8]]
             rows.append({"label": f"B{B} N{N}", "impl": name, "peak_mib": round(peak / 2**20, 1),
-                         "kernels": len(kernels), "longest_kernels": longest})
+                         "kernels": len(kernels), "longest_kernels": longest, "host_us": _host_us(fn)})
         del x
+    B, N = DECODE_SHAPES[0]
+    steps, parts = _launch_steps(block_input(cfg, B, N, "cuda", torch.float16), packed, cfg)
     out = folder / "11_block" / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({**profile.stamp(), "rows": rows}, indent=1))
+    out.write_text(json.dumps({**profile.stamp(), "rows": rows, "launch_label": f"B{B} N{N}",
+                               "launch_steps_us": steps, "launch_parts_us": parts}, indent=1))

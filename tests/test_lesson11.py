@@ -35,19 +35,39 @@ def aligned_view(M, K, dtype, scale=1.0):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M, K, f, h_view", [
-    (1, 48, 24, False),     # one token
-    (70, 136, 40, True),    # two row tiles, two column tiles (2f = 80 interleaved columns), h strided
+@pytest.mark.parametrize("M, K, f, h_view, w_view", [
+    (1, 48, 24, False, False),   # one token
+    (70, 136, 40, True, False),  # two row tiles, two column tiles (2f = 80 interleaved columns), h strided
+    (33, 64, 40, False, True),   # w_gate_up a column slice of a wider matrix: its own row stride
 ])
-def test_swiglu_linear(dtype, M, K, f, h_view):
+def test_swiglu_linear(dtype, M, K, f, h_view, w_view):
     h = aligned_view(M, K, dtype) if h_view else randn(M, K, dtype=dtype)
     w_gate, w_up = randn(f, K, dtype=dtype, scale=K**-0.5), randn(f, K, dtype=dtype, scale=K**-0.5)
     w_gate_up = lesson11.pack_gate_up(w_gate, w_up)
+    if w_view:
+        wide = torch.zeros(2 * f, K + 16, dtype=dtype, device=DEVICE)
+        wide[:, 8:8 + K] = w_gate_up
+        w_gate_up = wide[:, 8:8 + K]
     hd, gd, ud = double(h, w_gate, w_up)
     want = torch.nn.functional.silu(hd @ gd.T) * (hd @ ud.T)    # the unpacked weights: the packing is right
-    assert_matches(lesson11.swiglu_linear(h, w_gate_up), want, MATMUL_TOL, dtype)
+    got = lesson11.swiglu_linear(h, w_gate_up)
+    assert got.shape == (M, f) and got.is_contiguous()
+    assert_matches(got, want, MATMUL_TOL, dtype)
     assert_matches(lesson11.swiglu_linear(h, w_gate_up),
                    lesson11.swiglu_linear_reference(*double(h, w_gate_up)), MATMUL_TOL, dtype)
+
+
+def test_swiglu_linear_tails_stay_finite():
+    """Gates of +-200: exp overflows float32 at both ends, and SiLU(g) * up must be g * up and 0."""
+    f = 8                                            # rows of 8 float32 values: 16-byte aligned
+    h = torch.ones(1, 64, device=DEVICE)
+    w_gate, w_up = torch.zeros(f, 64, device=DEVICE), torch.zeros(f, 64, device=DEVICE)
+    w_gate[0::2], w_gate[1::2] = 200.0 / 64, -200.0 / 64
+    w_up[:, 0] = 1.0
+    got = lesson11.swiglu_linear(h, lesson11.pack_gate_up(w_gate, w_up))
+    assert torch.isfinite(got).all(), got
+    want = torch.tensor([[200.0, 0.0] * (f // 2)], device=DEVICE)
+    torch.testing.assert_close(got, want, atol=pick(1e-3, 0.5), rtol=pick(1e-5, 1e-2))   # TF32 on a GPU
 
 
 # ---------------------------------------------------------------- rope_qk
@@ -60,18 +80,28 @@ def projection_views(B, H, N, D, dtype, n=2):
     return [qkv[..., i * H * D:(i + 1) * H * D].view(B, N, H, D).transpose(1, 2) for i in range(n)]
 
 
+def column_slice(t, pad):
+    """t's values in a column slice of a wider table: row stride t.shape[1] + pad."""
+    wide = torch.full((t.shape[0], t.shape[1] + pad), float("nan"), dtype=t.dtype, device=t.device)
+    wide[:, 1:1 + t.shape[1]] = t
+    return wide[:, 1:1 + t.shape[1]]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B, H, N, D, layout", [
     (1, 1, 1, 4, "views"),          # one position
     (2, 3, 19, 12, "views"),        # D / 2 = 6: not a power of two; N over two position blocks
     (2, 4, 37, 64, "k contiguous"),  # q and k with different strides
+    (2, 2, 21, 16, "q dim-strided"),  # q's head dimension of stride N, not 1
 ])
 def test_rope_qk(dtype, B, H, N, D, layout):
     q, k = projection_views(B, H, N, D, dtype)
     if layout == "k contiguous":
         k = k.contiguous()
+    elif layout == "q dim-strided":
+        q = randn(B, H, D, N, dtype=dtype).transpose(2, 3)
     angles = randn(N, D // 2, scale=3.0)
-    cos, sin = angles.cos(), angles.sin()
+    cos, sin = column_slice(angles.cos(), 3), column_slice(angles.sin(), 7)   # row strides of their own
     q_rot, k_rot = lesson11.rope_qk(q, k, cos, sin)
     want_q, want_k = lesson11.rope_qk_reference(*double(q, k, cos, sin))
     assert q_rot.is_contiguous() and k_rot.is_contiguous()
@@ -158,3 +188,39 @@ def test_the_block_structure_check_names_what_pytorch_did():
     message = spec._all_in_triton(sdpa_block)
     assert message and "attention" in message and "mm" in message, message
     assert spec._all_in_triton(lesson11.decoder_block_fused) is None
+
+
+def test_the_block_structure_check_names_copies_norms_and_extra_launches():
+    from mutants import lesson11 as mutants
+
+    from helpers.exercises import lesson11 as spec
+
+    message = spec._all_in_triton(mutants.eager_mlp_norm)
+    assert "pow" in message and "rsqrt" in message and "inv_rms" in message, message
+    message = spec._all_in_triton(mutants.v_made_contiguous)
+    assert "clone" in message and "a copy" in message and "v.contiguous()" in message, message
+    message = spec._all_in_triton(mutants.v_copied_by_a_kernel)
+    assert "9 Triton launches" in message, message
+
+
+def test_the_swiglu_tails_case_overflows_exp_at_both_ends_in_every_draw():
+    from helpers.exercises import lesson11 as spec
+
+    for _ in range(3):
+        (case,) = [c for c in spec._swiglu_cases() if "tails" in c.label]
+        h, w = case.args
+        gates = h.double() @ w[0::2].double().T
+        assert gates.max() > spec.EXP_OVERFLOW and gates.min() < -spec.EXP_OVERFLOW
+
+
+def test_every_rope_operand_with_strides_is_a_view_somewhere():
+    """The kernel takes strides for q, k (four each) and the rows of cos and sin: each is given as a
+    non-contiguous view in some case, cos and sin with row strides that differ from each other."""
+    from helpers.exercises import lesson11 as spec
+
+    cases = spec._rope_cases()
+    q_dims = {c.args[0].stride(3) for c in cases}
+    assert any(not c.args[0].is_contiguous() for c in cases) and q_dims != {1}
+    assert any(not c.args[1].is_contiguous() for c in cases)
+    half = [c.args[2].shape[1] for c in cases]
+    assert any(len({c.args[2].stride(0), c.args[3].stride(0), n}) == 3 for c, n in zip(cases, half))

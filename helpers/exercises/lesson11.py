@@ -1,16 +1,23 @@
 """Lesson 11 exercises: the capstone's kernels and the decoder block assembled from them.
 
 1. `rope_qk`: rotary embeddings on Q and K in one launch, read through any strides (the views
-   the Q|K|V projection makes), written contiguous, arithmetic in float32.
+   the Q|K|V projection makes, a head dimension that is not contiguous, cos and sin as column
+   slices of wider tables), written contiguous, arithmetic in float32.
 2. `swiglu_linear`: SiLU(h @ w_gate.T) * (h @ w_up.T) as one persistent matmul over the
-   interleaved weights, the product in the epilogue; every tile of every program, h of any
-   (aligned) row stride, SiLU's tails.
+   interleaved weights, the product in the epilogue: the pairing of the columns, SiLU's two tails
+   (gates far past the point where exp overflows float32, in every draw), h and w_gate_up of
+   their own (aligned) row strides, the output contiguous (M, f).
 3. `decoder_block_fused`: the forward of helpers/block.py's decoder block from the course's
-   kernels. Checked against the eager block with PyTorch's SDPA, then for its structure: it
-   launches Triton kernels, and PyTorch runs no matrix multiply, attention or activation for it.
+   kernels. Checked against the eager block with PyTorch's SDPA, then for its structure: exactly
+   the lesson's eight Triton launches, and PyTorch runs nothing but views and allocations for it.
 
 Sizes are odd on purpose; on the CPU everything runs through Triton's interpreter at small sizes.
 """
+
+import collections
+import contextlib
+import pathlib
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +25,7 @@ import torch.nn.functional as F
 from helpers.block import SMALL, block_input, block_weights, decoder_block
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import Case, Exercise
-from helpers.traffic import eager_traffic
+from helpers.traffic import _FREE
 
 F16, F32 = torch.float16, torch.float32
 
@@ -52,28 +59,47 @@ def _projection_views(B, H, N, D, dtype):
     return [qkv[..., i * H * D:(i + 1) * H * D].view(B, N, H, D).transpose(1, 2) for i in range(2)]
 
 
-def _angles(N, half):
-    """cos and sin of random angles (float32): every rotation, not only a model's small ones."""
+def _dim_strided(B, H, N, D, dtype):
+    """(B, H, N, D) whose head dimension is not contiguous: a (B, H, D, N) tensor, transposed."""
+    return torch.randn(B, H, D, N, device=DEVICE).to(dtype).transpose(2, 3)
+
+
+def _angles(N, half, sliced):
+    """cos and sin of random angles (float32): every rotation, not only a model's small ones.
+    sliced: each a column slice of a wider table of its own, so that their row strides differ from
+    D / 2 and from each other (the kernel takes both)."""
     angles = torch.rand(N, half, device=DEVICE) * 6.3
-    return angles.cos(), angles.sin()
+    if not sliced:
+        return angles.cos(), angles.sin()
+    cos_table = torch.full((N, half + 3), float("nan"), device=DEVICE)
+    sin_table = torch.full((N, half + 7), float("nan"), device=DEVICE)
+    cos_table[:, 1:1 + half], sin_table[:, 5:5 + half] = angles.cos(), angles.sin()
+    return cos_table[:, 1:1 + half], sin_table[:, 5:5 + half]
 
 
 def _rope_cases():
     long_n = _odd(*pick((65, 99), (1001, 2047)))
-    specs = [(1, 1, 1, 8, F32, "views", "one position: T = 1"),
-             (2, 3, _odd(17, 31), 12, F32, "views", "D / 2 = 6, not a power of two; strided views"),
-             (2, 2, _odd(33, 63), 64, F16, "views", "float16 inputs, float32 arithmetic"),
-             (1, 4, _odd(21, 41), 32, F32, "k contiguous", "q a view, k contiguous: different strides"),
-             (2, 2, long_n, pick(16, 128), F32, "contiguous", "many positions, contiguous inputs"),
-             (1, 2, _odd(9, 15), 20, F16, "views", "float16, D / 2 = 10")]
+    # (B, H, N, D, dtype, layout of q and k, cos and sin sliced, why)
+    specs = [(1, 1, 1, 8, F32, "views", True, "one position: T = 1"),
+             (2, 3, _odd(17, 31), 12, F32, "views", True, "D / 2 = 6, not a power of two"),
+             (2, 2, _odd(33, 63), 64, F16, "views", True, "float16 inputs, float32 arithmetic"),
+             (1, 4, _odd(21, 41), 32, F32, "k contiguous", True, "q a view, k contiguous: different strides"),
+             (2, 3, _odd(9, 25), 16, F32, "q dim-strided", True,
+              "q's head dimension not contiguous (stride N), k a view"),
+             (2, 2, long_n, pick(16, 128), F32, "contiguous", False, "many positions, contiguous inputs"),
+             (1, 2, _odd(9, 15), 20, F16, "views", True, "float16, D / 2 = 10")]
     cases = []
-    for B, H, N, D, dtype, layout, why in specs:
+    for B, H, N, D, dtype, layout, sliced, why in specs:
         q, k = _projection_views(B, H, N, D, dtype)
         if layout == "k contiguous":
             k = k.contiguous()
+        elif layout == "q dim-strided":
+            q = _dim_strided(B, H, N, D, dtype)
         elif layout == "contiguous":
             q, k = q.contiguous(), k.contiguous()
-        cases.append(Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why})", (q, k, *_angles(N, D // 2))))
+        tables = "cos, sin column slices" if sliced else "cos, sin contiguous"
+        cases.append(Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why}; {tables})",
+                          (q, k, *_angles(N, D // 2, sliced))))
     return cases
 
 
@@ -85,35 +111,86 @@ def swiglu_linear_reference(h, w_gate_up):
     return F.silu(h @ w_gate_up[0::2].T) * (h @ w_gate_up[1::2].T)
 
 
+EXP_OVERFLOW = 88.8   # exp(x) is inf in float32 from x = 88.73 on
+
+
+def _aligned(rows, cols, dtype, view, scale=1.0):
+    """(rows, cols) random values, or a column slice of a wider matrix (its own row stride, with its
+    start and row stride 16-byte aligned, as tensor descriptors need)."""
+    wide = torch.randn(rows, cols + 24, device=DEVICE) * scale
+    return wide.to(dtype)[:, 8:8 + cols] if view else wide[:, :cols].to(dtype).contiguous()
+
+
+def _gate_up(f, K, dtype, view, gate_scale):
+    """w_gate_up (2f, K): rows 2j (gate) scaled by gate_scale, rows 2j + 1 (up) of unit outputs."""
+    w = _aligned(2 * f, K, F32, view, scale=K ** -0.5)
+    w[0::2] *= gate_scale
+    return w.to(dtype)
+
+
+def _with_both_tails(M, K, f, dtype):
+    """h and w_gate_up whose gates reach past +-EXP_OVERFLOW in every draw: exp(gate) and exp(-gate)
+    both overflow float32 somewhere, and SiLU must stay finite at both ends."""
+    while True:
+        h, w = _aligned(M, K, dtype, False), _gate_up(f, K, dtype, False, gate_scale=150.0)
+        gates = h.double() @ w[0::2].double().T
+        if gates.max() > EXP_OVERFLOW and gates.min() < -EXP_OVERFLOW:
+            return h, w
+
+
 def _swiglu_cases():
-    """Shapes whose rows are 16-byte aligned, as tensor descriptors need: K and f multiples of 8."""
+    """Shapes whose rows are 16-byte aligned, as tensor descriptors need: K and f multiples of 8.
+    f is never a multiple of the half tile (32 or more), so the last tile of every row is partial."""
     # On a GPU the larger case has more tiles than the GPU has SMs (over 132 at every tile size the
     # autotuner may pick), so each program must walk several: one tile per program is not enough.
     M_big, K_big, f_big = pick((_odd(121, 191), 192, 72), (_odd(2049, 3071), 512, 1032))
-    specs = [(1, 64, 32, F32, 1.0, False, "one token"),
-             (_odd(67, 127), 136, 40, F16, 1.0, False, "several tiles per program, odd M"),
-             (_odd(21, 63), 72, 24, F16, 1.0, True, "h a column slice of a wider matrix: its own row stride"),
-             (_odd(9, 31), 64, 48, pick(F32, F16), 30.0, False, "gate values of +-60: both of SiLU's tails"),
-             (M_big, K_big, f_big, F16, 1.0, False, "larger")]
+    # (M, K, f, dtype, h a view, w_gate_up a view, why)
+    specs = [(1, 64, 40, F32, False, False, "one token"),
+             (_odd(67, 127), 136, 40, F16, False, False, "several tiles per program, odd M"),
+             (_odd(21, 63), 72, 24, F16, True, False, "h a column slice: its own row stride"),
+             (_odd(21, 63), 80, 56, F32, False, True, "w_gate_up a column slice: its own row stride"),
+             (M_big, K_big, f_big, F16, True, True, "larger, both operands strided")]
     cases = []
-    for M, K, f, dtype, gate_scale, view, why in specs:
-        h = torch.randn(M, K + 24, device=DEVICE).to(dtype)[:, 8:8 + K] if view else \
-            torch.randn(M, K, device=DEVICE).to(dtype)
-        w = torch.randn(2 * f, K, device=DEVICE) / K**0.5
-        w[0::2] *= gate_scale                    # the gate rows: gate values of about +-2 gate_scale
-        w = w.to(dtype)
+    for M, K, f, dtype, h_view, w_view, why in specs:
+        h, w = _aligned(M, K, dtype, h_view), _gate_up(f, K, dtype, w_view, gate_scale=1.0)
         cases.append(Case(f"M={M} K={K} f={f} {_name(dtype)} ({why})", (h, w)))
+    # float32 on the CPU; on a GPU float16 (TF32 would round gates of a hundred by about 0.1)
+    M, dtype = _odd(9, 31), pick(F32, F16)
+    tails = f"gates beyond +-{EXP_OVERFLOW:g}, both signs: exp overflows float32 at both of SiLU's tails"
+    cases.insert(3, Case(f"M={M} K=64 f=48 {_name(dtype)} ({tails})", _with_both_tails(M, 64, 48, dtype)))
     return cases
 
 
-# float32 on the CPU: y = SiLU(gate) * up, and with gate values of +-60 an error of one unit of
-# 2**-24 in `up` (of order one) becomes ~4e-6 in y even where y is near 0, and in one run of
-# twenty-five the solution had an element past the default 1e-5. So atol 1e-4 (a wrong pairing or
-# a missing SiLU is off by O(1)).
+# float32 on the CPU: y = SiLU(gate) * up, and with gates in the hundreds an error of one unit of
+# 2**-24 in a gate of order 100 becomes ~1e-5 in y, so atol 1e-4 (a wrong pairing or a missing SiLU
+# is off by O(1), a NaN is caught before any tolerance).
 # On a GPU tl.dot takes float32 operands as TF32 (2**-11 relative each): 1e-2 for outputs of order
-# one. With gate values of +-60 TF32 errs by a few 1e-2 absolute, so on a GPU the tails case is
-# float16 (exact products, float32 sums).
+# one; the tails case is float16 there (exact products, float32 sums).
 SWIGLU_TOL = {F32: pick(cpu=(1e-4, 1e-5), gpu=(1e-2, 1e-2))}
+
+SWIGLU_NAN_HINT = ("If this is the tails case: its gates reach beyond +-89, where exp of the gate (or of "
+                   "minus the gate) is inf in float32, and inf / inf, inf - inf and 0 * inf are NaN. "
+                   "SiLU(x) tends to x at one end and to 0 at the other: write it so that an exponential "
+                   "that overflows can only end up where an inf gives the right limit.")
+
+
+def _quietly(fn, *args, **kwargs):
+    """fn(*args): under the interpreter an exponential that overflows to inf (as it should, in
+    sigmoid's denominator at SiLU's tails) makes NumPy warn; the check judges the values instead."""
+    import numpy as np
+
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        return fn(*args, **kwargs)
+
+
+def _swiglu_layout(fn):
+    """The output is (M, f), contiguous: the down projection reads its rows through a descriptor."""
+    h, w = _aligned(5, 64, F16, False), _gate_up(24, 64, F16, False, 1.0)
+    out = fn(h, w)
+    if isinstance(out, torch.Tensor) and not out.is_contiguous():
+        return (f"your output has strides {tuple(out.stride())}: make it contiguous (M, f), as the down "
+                f"projection's tensor descriptor reads it (rows of f values, one after the other).")
+    return None
 
 
 # ---------------------------------------------------------------- 3. decoder_block_fused
@@ -153,56 +230,161 @@ def _block_cases():
 # matmuls, one after the other: a few 1e-3, so 3e-2 (as tests/test_lesson09.py).
 BLOCK_TOL = {F32: pick(cpu=(1e-5, 1e-5), gpu=(3e-2, 3e-2))}
 
-# ATen ops that would mean PyTorch did the block's work instead of a Triton kernel.
-_NOT_IN_TRITON = {"mm": "a matrix multiply", "addmm": "a matrix multiply", "bmm": "a batched matrix multiply",
-                  "baddbmm": "a batched matrix multiply", "matmul": "a matrix multiply",
-                  "linear": "a linear layer",
-                  "_softmax": "a softmax", "softmax": "a softmax", "silu": "SiLU", "rms_norm": "RMSNorm"}
+# What decoder_block_fused may ask of PyTorch: views (an op whose output is a view of its input),
+# allocations and metadata (helpers/traffic.py's list of ops that move no data). Everything else is
+# an eager kernel, named below with the course's kernel that does its work. Three exceptions, where
+# the op is not the forward's own: Triton's runtime (the interpreter's host copies, the autotuner),
+# helpers.block.rope_tables (cos and sin for a length) and the course's pack_weights (the check passes
+# the weights unpacked): work a model does once, not at every step.
+_INSTEAD = (  # (what PyTorch did, its ATen ops, what the lesson uses instead)
+    ("a matrix multiply", {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "addmv", "dot"},
+     "lesson09.linear (scale= for the norm's 1 / rms, residual= for the adds) or swiglu_linear"),
+    ("attention", {"_softmax", "softmax", "_safe_softmax", "tril", "triu", "masked_fill"},
+     "lesson10.causal_attention, on the projection's views as they are"),
+    ("SiLU", {"silu", "silu_", "sigmoid", "sigmoid_"},
+     "swiglu_linear, whose epilogue computes SiLU(gate) * up"),
+    ("a norm", {"rms_norm", "_fused_rms_norm", "pow", "mean", "rsqrt", "sqrt", "sum", "var", "norm",
+                "linalg_vector_norm"},
+     "lesson05.inv_rms and linear's scale= (gamma is already in wqkv), or lesson05.rms_norm_rows"),
+    ("RoPE", {"cat", "neg", "stack", "cos", "sin", "split", "chunk"},
+     "rope_qk, which reads Q and K through their strides and writes them contiguous"),
+    ("a copy", {"clone", "copy_", "_to_copy", "contiguous", "index_select", "gather"},
+     "views: rope_qk and causal_attention read strided views, and causal_attention's output is (T, d) "
+     "after a .view"),
+    ("element-wise arithmetic", {"add", "add_", "mul", "mul_", "sub", "sub_", "div", "div_", "exp", "where",
+                                 "zero_", "fill_", "zeros", "ones", "full", "zeros_like", "ones_like"},
+     "an epilogue (linear's residual= adds, its scale= multiplies rows); allocate with torch.empty"),
+)
+_LAUNCHES = 8   # the lesson's table: one Triton launch per step
+_STEPS = ("inv_rms", "linear (Q|K|V, row scale)", "rope_qk", "causal_attention", "linear (output, residual)",
+          "rms_norm_rows", "swiglu_linear", "linear (down, residual)")
+_NOT_MINE = tuple(str(pathlib.Path(m.__file__).resolve().parent) for m in (torch,)) + (
+    str(pathlib.Path(__file__).resolve().parents[1]),                  # helpers/
+    str(pathlib.Path(__file__).resolve().parents[2] / "solutions"),    # the course's kernels
+    "site-packages", "<frozen")
 
 
-def _torch_work(ops):
-    """{op: what it is} for the ops of `ops` that do the block's arithmetic in PyTorch."""
-    found = {}
+def _kinds(ops):
+    """{(what PyTorch did, what to use instead): [op, ...]} for the ATen ops one line of the forward ran.
+    Element-wise ops and copies beside a named step (a norm's multiplies, RoPE's casts) belong to it."""
+    kinds = {}
     for op in ops:
         if "scaled_dot_product" in op or "attention" in op:
-            found[op] = "attention"
-        elif op in _NOT_IN_TRITON:
-            found[op] = _NOT_IN_TRITON[op]
-    return found
+            what, instead = _INSTEAD[1][0], _INSTEAD[1][2]
+        else:
+            what, instead = next(((w, i) for w, names, i in _INSTEAD if op in names),
+                                 ("an eager kernel", "one of the course's kernels"))
+        kinds.setdefault((what, instead), []).append(op)
+    named = [kind for kind in kinds if kind[0] not in ("a copy", "element-wise arithmetic")]
+    if named:
+        for kind in [kind for kind in kinds if kind not in named]:
+            kinds[named[0]] += kinds.pop(kind)
+    return kinds
+
+
+class _EagerWork:
+    """Inside the block, every ATen op the forward itself runs that is not a view or an allocation:
+    {(file, line): [op, ...]}, by the line of the learner's code that asked for it."""
+
+    def __init__(self, once=()):
+        import triton
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        from helpers.block import rope_tables
+
+        triton_dir, torch_dir = (str(pathlib.Path(m.__file__).resolve().parent) for m in (triton, torch))
+        once = {rope_tables.__code__, *(f.__code__ for f in once)}   # work done once per model, not per step
+        found = self.found = collections.defaultdict(list)
+
+        def done_once(frame):
+            while frame is not None:
+                if frame.f_code in once:
+                    return True
+                frame = frame.f_back
+            return False
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                name = func.overloadpacket.__name__
+                if func.is_view or name in _FREE:
+                    return out
+                frame = sys._getframe(1)
+                while frame is not None and frame.f_code.co_filename.startswith(torch_dir):
+                    frame = frame.f_back
+                if frame is None or frame.f_code.co_filename.startswith(triton_dir) or done_once(frame):
+                    return out                      # Triton's runtime, or work done once per model
+                while frame is not None and any(part in frame.f_code.co_filename for part in _NOT_MINE):
+                    frame = frame.f_back
+                where = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("", 0)
+                found[where].append(name)
+                return out
+
+        self.mode = Mode()
+
+
+def _line(where):
+    """'line N of a notebook cell: `source`' for a (file, line) of the learner's code."""
+    import linecache
+
+    filename, lineno = where
+    if not filename:
+        return "in the course's code"
+    place = "a notebook cell" if "ipykernel" in filename else pathlib.Path(filename).name
+    source = linecache.getline(filename, lineno).strip()
+    return f"line {lineno} of {place}" + (f": `{source}`" if source else "")
+
+
+def _eager_message(found):
+    lines = []
+    for where, ops in list(found.items())[:4]:
+        lines.append(f"  {_line(where)}")
+        for (what, instead), names in _kinds(ops).items():
+            listed = ", ".join(op if n == 1 else f"{op} x{n}" for op, n in collections.Counter(names).items())
+            lines.append(f"    {what} ({listed}): use {instead}")
+    more = f"\n  ... and {len(found) - 4} more line(s)" if len(found) > 4 else ""
+    return ("PyTorch computed or copied inside your forward, besides views and allocations:\n"
+            + "\n".join(lines) + more + "\nEach of those is an eager kernel, and a round trip through memory "
+            "that the lesson's eight kernels do not make.")
 
 
 def _all_in_triton(fn):
-    """The forward launches Triton kernels, and PyTorch runs none of the block's arithmetic."""
+    """The lesson's eight Triton launches, and nothing from PyTorch but views and allocations."""
     from helpers import interpreter
+    from helpers.solutions import load_solution
 
+    course = load_solution("11")
     case = _block_case(1, 19, "")
     call = lambda: _run_block(fn, *case.args, **case.kwargs)  # noqa: E731
     if ON_GPU:   # the autotuners time their configs on the first call: not part of the forward
         call()
+    watch = _EagerWork(once=(course.pack_weights, course.pack_gate_up))
+    # the kernels' names, under the interpreter; a GPU runs the compiled kernels and counts them only
+    recording = contextlib.nullcontext() if ON_GPU else interpreter.record()
     before = interpreter.launch_count()
     try:
-        traffic = eager_traffic(call)
+        with torch.no_grad(), recording as rec, watch.mode:
+            call()
     except Exception as e:  # noqa: BLE001  (the learner's code, measured: say what it raised)
         return f"measuring it, your function raised {type(e).__name__}: {e}"
+    if watch.found:
+        return _eager_message(watch.found)
     launched = interpreter.launch_count() - before
-    work = _torch_work(op for op, _ in traffic.ops)
-    if work:
-        listed = ", ".join(f"{op} ({what})" for op, what in sorted(work.items()))
-        return (f"PyTorch did part of the block's work: {listed}. Each of those "
-                f"is an eager kernel with its own round trip through memory. Every step of the forward "
-                f"should be one of the course's kernels: inv_rms, linear, rope_qk, causal_attention (or "
-                f"lesson 06's flash_forward_causal), rms_norm_rows, swiglu_linear.")
-    if launched < 5:
-        return (f"your forward launched {launched} Triton kernel(s); the block's steps (the Q|K|V "
-                f"projection, RoPE, attention, two projections with their residuals, the MLP) need more.")
+    if launched != _LAUNCHES:
+        names = f": {', '.join(launch.kernel for launch in rec.launches)}" if rec and rec.launches else ""
+        more = "An extra launch is an extra pass over memory, and one more launch from Python."
+        fewer = "A step is missing, or done by something other than a Triton kernel."
+        why = more if launched > _LAUNCHES else fewer
+        return (f"your forward made {launched} Triton launches{names}. The lesson's block makes "
+                f"{_LAUNCHES}, one per step of its table: {', '.join(_STEPS)}. {why}")
     return None
-
 
 
 EXERCISES = [
     Exercise("11", "rope_qk", "RoPE on Q and K, one launch", rope_qk_reference, _rope_cases, kernel=True),
     Exercise("11", "swiglu_linear", "SwiGLU as one persistent matmul, the product in its epilogue",
-             swiglu_linear_reference, _swiglu_cases, tol=SWIGLU_TOL, kernel=True),
+             swiglu_linear_reference, _swiglu_cases, run=_quietly, tol=SWIGLU_TOL, kernel=True,
+             nan_hint=SWIGLU_NAN_HINT, structure=_swiglu_layout),
     Exercise("11", "decoder_block_fused", "the decoder block from the course's kernels",
              decoder_block_reference, _block_cases, run=_run_block, tol=BLOCK_TOL, kernel=True,
              structure=_all_in_triton, timeout_s=300.0),

@@ -5,18 +5,22 @@ forward), so that they keep applying while the solution's SwiGLU kernel and layo
 """
 
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
-from helpers.block import decoder_block, rms_norm
+from helpers.block import decoder_block, rms_norm, rope
 from helpers.solutions import load_solution
 from mutants import Right, Wrong, edit
 
 course = load_solution("11")
-lesson05, lesson06 = course.lesson05, course.lesson06
+lesson05, lesson06, lesson10 = course.lesson05, course.lesson06, course.lesson10
 
 # ---------------------------------------------------------------- 1. rope_qk
 
 ROPE_MASK = "    mask = (offs_pos[:, None] < seq) & (offs_half[None, :] < half)\n"
 ROPE_Q = "    rotate_tile(q_ptr + b * sq_b + h * sq_h, qo_ptr + out_head, sq_n, sq_d,"
+ROPE_SIN = "    sin = tl.load(sin_ptr + offs_pos[:, None] * s_sin + offs_half[None, :], mask=mask, other=0.0)"
+ROPE_FIRST = "    first = src_ptr + offs_pos[:, None] * s_pos + offs_half[None, :] * s_dim\n"
 
 WRONG = [
     Wrong("rope_qk", "pure PyTorch, no kernel", course.rope_qk_reference),
@@ -36,6 +40,11 @@ WRONG = [
     Wrong("rope_qk", "half the head dimension hard-coded to 32 (D = 64)", edit(
         "11", "rope_qk", ("H, N, D // 2, *q.stride()", "H, N, 32, *q.stride()"),
         ("BLOCK_HALF=triton.next_power_of_2(D // 2)", "BLOCK_HALF=32"))),
+    Wrong("rope_qk", "sin's rows read with cos's row stride", edit(
+        "11", "rope_qk", (ROPE_SIN, ROPE_SIN.replace("* s_sin", "* s_cos")))),
+    Wrong("rope_qk", "the head dimension taken to be contiguous (its stride ignored)", edit(
+        "11", "rope_qk", (ROPE_FIRST, ROPE_FIRST.replace("offs_half[None, :] * s_dim", "offs_half[None, :]")),
+        ("    x2 = tl.load(first + half * s_dim,", "    x2 = tl.load(first + half,"))),
 ]
 
 RIGHT = [
@@ -44,31 +53,46 @@ RIGHT = [
 ]
 
 # ---------------------------------------------------------------- 2. swiglu_linear
+# The stub gives the descriptors of h and w_gate_up, the persistent walk and the mainloop; the
+# learner writes the output's descriptor and the epilogue. Most wrong answers are slips there.
 
 SPLIT = "        gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))"
+SILU = "        y = gate * tl.sigmoid(gate) * up"
 STORE = "        out_desc.store([off_m, off_n // 2], y.to(out_desc.dtype))"
+OUT_DESC = "    out_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N // 2], strides=[N // 2, 1],"
 WALK = ("                                         block_shape=[BLOCK_M, BLOCK_N // 2])\n"
         "    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)\n"
         "    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):\n"
         "        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)")
+W_DESC = "    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_w, 1],"
 
 WRONG += [
     Wrong("swiglu_linear", "pure PyTorch, no kernel", course.swiglu_linear_reference),
     Wrong("swiglu_linear", "gate and up swapped: SiLU of the up projection", edit(
         "11", "swiglu_linear", (SPLIT, SPLIT.replace("gate, up =", "up, gate =")))),
     Wrong("swiglu_linear", "no SiLU: gate * up", edit(
-        "11", "swiglu_linear", ("        y = gate * tl.sigmoid(gate) * up", "        y = gate * up"))),
+        "11", "swiglu_linear", (SILU, "        y = gate * up"))),
     Wrong("swiglu_linear", "pairs taken as halves of the tile, not as (even, odd) columns", edit(
         "11", "swiglu_linear", (SPLIT, "        gate, up = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), "
                                        "(0, 2, 1)))"))),
+    Wrong("swiglu_linear", "SiLU as e^g / (1 + e^g): inf / inf past g = 89", edit(
+        "11", "swiglu_linear", (SILU, "        y = gate * tl.exp(gate) / (1.0 + tl.exp(gate)) * up"))),
+    Wrong("swiglu_linear", "SiLU as 1 - e^-g / (1 + e^-g): inf / inf below g = -89", edit(
+        "11", "swiglu_linear", (SILU, "        y = gate * (1.0 - tl.exp(-gate) / (1.0 + tl.exp(-gate))) * up"))),
     Wrong("swiglu_linear", "stored at column off_n, not off_n / 2", edit(
         "11", "swiglu_linear", (STORE, STORE.replace("off_n // 2", "off_n")))),
+    Wrong("swiglu_linear", "the output's row stride taken to be N (the product's width), not N / 2", edit(
+        "11", "swiglu_linear", (OUT_DESC, OUT_DESC.replace("strides=[N // 2, 1]", "strides=[N, 1]")))),
+    Wrong("swiglu_linear", "the output descriptor N wide: nothing clips the last tile at f", edit(
+        "11", "swiglu_linear", (OUT_DESC, OUT_DESC.replace("shape=[M, N // 2]", "shape=[M, N]")))),
     Wrong("swiglu_linear", "each program computes one tile and stops", edit(
         "11", "swiglu_linear", (WALK, WALK.replace("tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True)",
                                                    "tl.range(tl.program_id(0), tl.program_id(0) + 1)")))),
     Wrong("swiglu_linear", "h's row stride taken to be K", edit(
         "11", "swiglu_linear", ('contiguous."""\n    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],',
                                 'contiguous."""\n    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[K, 1],'))),
+    Wrong("swiglu_linear", "w_gate_up's row stride taken to be K", edit(
+        "11", "swiglu_linear", (W_DESC, W_DESC.replace("strides=[stride_w, 1]", "strides=[K, 1]")))),
     Wrong("swiglu_linear", "the output allocated in float32, whatever h's dtype", edit(
         "11", "swiglu_linear", ("    out = torch.empty((M, N // 2), device=h.device, dtype=h.dtype)",
                                 "    out = torch.empty((M, N // 2), device=h.device, dtype=torch.float32)"))),
@@ -76,127 +100,159 @@ WRONG += [
 
 RIGHT += [
     Right("swiglu_linear", "SiLU written as gate / (1 + exp(-gate))", edit(
-        "11", "swiglu_linear", ("        y = gate * tl.sigmoid(gate) * up", "        y = gate / (1.0 + tl.exp(-gate)) * up"))),
+        "11", "swiglu_linear", (SILU, "        y = gate / (1.0 + tl.exp(-gate)) * up"))),
+    Right("swiglu_linear", "pairs picked by a masked sum over the last axis, not by tl.split", edit(
+        "11", "swiglu_linear", (SPLIT, "        pairs = tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2))\n"
+                                       "        is_gate = (tl.arange(0, 2) == 0)[None, None, :]\n"
+                                       "        gate = tl.sum(tl.where(is_gate, pairs, 0.0), axis=2)\n"
+                                       "        up = tl.sum(tl.where(is_gate, 0.0, pairs), axis=2)"))),
     Right("swiglu_linear", "three programs in flight, whatever the tiles", edit(
         "11", "swiglu_linear", ("swiglu_linear_kernel[lesson09._persistent_grid(M, N)]",
                                 "swiglu_linear_kernel[(3,)]"))),
 ]
 
 # ---------------------------------------------------------------- 3. decoder_block_fused
+# The structure check holds the forward to the lesson's eight Triton launches, with nothing from
+# PyTorch but views and allocations. The first wrong answers compute the wrong block; the next ones
+# compute the right block with work PyTorch should not do, or with launches the lesson does not make.
 
 
-def _qkv(x2, w, cfg):
-    """The solution's Q|K|V projection: gamma folded into wqkv, 1 / rms as the row scale."""
-    return course.linear(x2, w["wqkv"], scale=lesson05.inv_rms(x2, cfg.eps))
+def _packed(w, cfg):
+    return w if "wqkv" in w else course.pack_weights(w, cfg)
 
 
-def _parts(x, w, cfg, rotate=True, qkv_order=(0, 1, 2), project=_qkv):
-    """The solution's forward up to the attention's output, (T, d), and x as (T, d)."""
+def _views(qkv, B, N, cfg):
+    """q, k, v: (B, H, N, D) views of the projection's (T, 3d) output."""
+    d, H, D = cfg.dim, cfg.n_heads, cfg.head_dim
+    return [qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3)]
+
+
+def _block(x, w, cfg, project=None, qkv_order=(0, 1, 2), rotate=None, attend=None, mlp_norm=None,
+           mlp_residual_from_input=False, down=None):
+    """The solution's forward, each step replaceable by a (wrong) variant."""
+    w = _packed(w, cfg)
     B, N, d = x.shape
-    H, D = cfg.n_heads, cfg.head_dim
     x2 = x.reshape(B * N, d)
-    qkv = project(x2, w, cfg)
-    views = [qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3)]
+    qkv = project(x2, w, cfg) if project else course.linear(x2, w["wqkv"], scale=lesson05.inv_rms(x2, cfg.eps))
+    views = _views(qkv, B, N, cfg)
     q, k, v = (views[i] for i in qkv_order)
-    if rotate:
-        cos, sin = course.rope_tables(cfg, N, x.device)
-        q, k = course.rope_qk(q, k, cos, sin)
-    else:
-        q, k = q.contiguous(), k.contiguous()
-    a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())
-    return a.transpose(1, 2).reshape(B * N, d), x2
+    cos, sin = course.rope_tables(cfg, N, x.device)
+    q, k = rotate(q, k, cos, sin) if rotate else course.rope_qk(q, k, cos, sin)
+    a = attend(q, k, v) if attend else lesson10.causal_attention(q, k, v).view(B * N, d)
+    h1 = course.linear(a, w["wo"], residual=x2)
+    h = mlp_norm(h1, w, cfg) if mlp_norm else lesson05.rms_norm_rows(h1, w["mlp_norm"], cfg.eps)
+    mlp = course.swiglu_linear(h, w["w_gate_up"])
+    residual = x2 if mlp_residual_from_input else h1
+    out = down(mlp, w, residual) if down else course.linear(mlp, w["w_down"], residual=residual)
+    return out.view(B, N, d)
 
 
-def _mlp(x2, w, cfg, norm="mlp_norm"):
-    h = lesson05.rms_norm_rows(x2, w[norm], cfg.eps)
-    return course.linear(course.swiglu_linear(h, w["w_gate_up"]), w["w_down"], residual=x2)
+def gamma_twice(x, w, cfg):
+    """lesson 05's rmsnorm_linear on the packed weights, whose columns already carry gamma."""
+    return _block(x, w, cfg, project=lambda x2, p, cfg: lesson05.rmsnorm_linear(x2, w["attn_norm"], p["wqkv"], cfg.eps))
+
+
+def no_row_scale(x, w, cfg):
+    return _block(x, w, cfg, project=lambda x2, p, cfg: course.linear(x2, p["wqkv"]))
 
 
 def no_rope(x, w, cfg):
-    w = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, w, cfg, rotate=False)
-    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg).view(x.shape)
+    return _block(x, w, cfg, rotate=lambda q, k, cos, sin: (q.contiguous(), k.contiguous()))
 
 
 def k_and_q_swapped(x, w, cfg):
-    w = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, w, cfg, qkv_order=(1, 0, 2))
-    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg).view(x.shape)
+    return _block(x, w, cfg, qkv_order=(1, 0, 2))
 
 
 def attn_norm_twice(x, w, cfg):
-    w = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, w, cfg)
-    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg, norm="attn_norm").view(x.shape)
+    return _block(x, w, cfg, mlp_norm=lambda h1, p, cfg: lesson05.rms_norm_rows(h1, w["attn_norm"], cfg.eps))
 
 
 def mlp_residual_from_the_input(x, w, cfg):
-    """The MLP's residual is the block's input, not the stream after attention."""
-    w = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, w, cfg)
-    h = lesson05.rms_norm_rows(course.linear(a, w["wo"], residual=x2), w["mlp_norm"], cfg.eps)
-    return course.linear(course.swiglu_linear(h, w["w_gate_up"]), w["w_down"], residual=x2).view(x.shape)
+    return _block(x, w, cfg, mlp_residual_from_input=True)
 
 
 def sdpa_in_the_middle(x, w, cfg):
     """Triton everywhere but the attention, which PyTorch's SDPA does."""
     B, N, d = x.shape
-    H, D = cfg.n_heads, cfg.head_dim
-    w = course.pack_weights(w, cfg)
-    x2 = x.reshape(B * N, d)
-    qkv = _qkv(x2, w, cfg)
-    q, k, v = (qkv[:, i * d:(i + 1) * d].view(B, N, H, D).transpose(1, 2) for i in range(3))
-    q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
-    a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B * N, d)
-    return _mlp(course.linear(a, w["wo"], residual=x2), w, cfg).view(x.shape)
+    return _block(x, w, cfg, attend=lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True).transpose(1, 2).reshape(B * N, d))
 
 
 def matmul_down_projection(x, w, cfg):
-    """The MLP's down projection and residual add in PyTorch."""
-    w = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, w, cfg)
-    x2 = course.linear(a, w["wo"], residual=x2)
-    h = lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)
-    return (x2 + course.swiglu_linear(h, w["w_gate_up"]) @ w["w_down"].T).view(x.shape)
+    return _block(x, w, cfg, down=lambda mlp, p, residual: residual + mlp @ p["w_down"].T)
 
 
 def eager_mlp_norm(x, w, cfg):
-    """Right values, but the MLP's RMSNorm and SwiGLU in eager PyTorch."""
-    p = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, p, cfg)
-    x2 = course.linear(a, p["wo"], residual=x2)
-    h = rms_norm(x2, w["mlp_norm"], cfg.eps)
-    mlp = F.silu(h @ w["w_gate"].T) * (h @ w["w_up"].T)
-    return course.linear(mlp, p["w_down"], residual=x2).view(x.shape)
+    """Right values; the MLP's RMSNorm in eager PyTorch (pow, mean, rsqrt, mul), the rest as the lesson."""
+    return _block(x, w, cfg, mlp_norm=lambda h1, p, cfg: rms_norm(h1, p["mlp_norm"], cfg.eps))
+
+
+def eager_rope(x, w, cfg):
+    """Right values; RoPE by helpers.block.rope (slices, products, a cat) instead of rope_qk."""
+    return _block(x, w, cfg, rotate=lambda q, k, cos, sin: (rope(q, cos, sin), rope(k, cos, sin)))
+
+
+def v_made_contiguous(x, w, cfg):
+    """Right values; V copied by .contiguous() before the attention, which reads views as they are."""
+    B, N, d = x.shape
+    return _block(x, w, cfg, attend=lambda q, k, v: lesson10.causal_attention(q, k, v.contiguous()).view(B * N, d))
+
+
+def lesson06_attention(x, w, cfg):
+    """Right values; lesson 06's attention: its inputs made contiguous, its (B, H, N, D) output
+    transposed and reshaped to (T, d), a copy."""
+    B, N, d = x.shape
+    return _block(x, w, cfg, attend=lambda q, k, v: lesson06.flash_forward_causal(q, k, v)[0]
+                  .transpose(1, 2).reshape(B * N, d))
+
+
+@triton.jit
+def _copy_rows_kernel(src_ptr, dst_ptr, n_cols, stride_src, BLOCK: tl.constexpr):
+    """dst[row] = src[row]: a Triton launch that only moves bytes."""
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    tl.store(dst_ptr + row * n_cols + offs, tl.load(src_ptr + row * stride_src + offs, mask=mask), mask=mask)
+
+
+def v_copied_by_a_kernel(x, w, cfg):
+    """Right values, no PyTorch copy: V copied to a contiguous tensor by a Triton kernel of its own,
+    a ninth launch."""
+    import torch
+
+    B, N, d = x.shape
+    H, D = cfg.n_heads, cfg.head_dim
+
+    def attend(q, k, v):
+        v_rows = v.transpose(1, 2).view(B * N, d)            # a view of the projection's V columns
+        v_copy = torch.empty((B * N, d), device=x.device, dtype=x.dtype)
+        _copy_rows_kernel[(B * N,)](v_rows, v_copy, d, v_rows.stride(0), BLOCK=triton.next_power_of_2(d))
+        return lesson10.causal_attention(q, k, v_copy.view(B, N, H, D).transpose(1, 2)).view(B * N, d)
+    return _block(x, w, cfg, attend=attend)
 
 
 def three_projections(x, w, cfg):
-    """Q, K and V by three rmsnorm_linear launches on the unpacked weights; the rest as the solution."""
+    """Right values, no PyTorch copy: Q, K and V by three launches of lesson 09's linear on the packed
+    weights' three blocks of rows (ten launches instead of eight)."""
     B, N, d = x.shape
-    H, D = cfg.n_heads, cfg.head_dim
-    p = course.pack_weights(w, cfg)
+    p = _packed(w, cfg)
+    wq, wk, wv = (p["wqkv"][i * d:(i + 1) * d] for i in range(3))   # gamma already folded in
+
+    def project(x2, p, cfg):
+        inv = lesson05.inv_rms(x2, cfg.eps)
+        return [course.linear(x2, m, scale=inv) for m in (wq, wk, wv)]
+
+    def views3(parts):
+        return [t.view(B, N, cfg.n_heads, cfg.head_dim).transpose(1, 2) for t in parts]
+
     x2 = x.reshape(B * N, d)
-    q, k, v = (lesson05.rmsnorm_linear(x2, w["attn_norm"], w[n], cfg.eps).view(B, N, H, D).transpose(1, 2)
-               for n in ("wq", "wk", "wv"))
+    q, k, v = views3(project(x2, p, cfg))
     q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
-    a, _ = lesson06.flash_forward_causal(q, k, v.contiguous())
-    x2 = course.linear(a.transpose(1, 2).reshape(B * N, d), p["wo"], residual=x2)
-    return _mlp(x2, p, cfg).view(x.shape)
-
-
-def gamma_twice(x, w, cfg):
-    """lesson 05's rmsnorm_linear on the packed weights, whose columns already carry gamma."""
-    p = course.pack_weights(w, cfg)
-    project = lambda x2, p, cfg: lesson05.rmsnorm_linear(x2, w["attn_norm"], p["wqkv"], cfg.eps)  # noqa: E731
-    a, x2 = _parts(x, p, cfg, project=project)
-    return _mlp(course.linear(a, p["wo"], residual=x2), p, cfg).view(x.shape)
-
-
-def no_row_scale(x, w, cfg):
-    """The Q|K|V matmul on the folded weights without the 1 / rms row scale."""
-    p = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, p, cfg, project=lambda x2, p, cfg: course.linear(x2, p["wqkv"]))
-    return _mlp(course.linear(a, p["wo"], residual=x2), p, cfg).view(x.shape)
+    a = lesson10.causal_attention(q, k, v).view(B * N, d)
+    h1 = course.linear(a, p["wo"], residual=x2)
+    mlp = course.swiglu_linear(lesson05.rms_norm_rows(h1, p["mlp_norm"], cfg.eps), p["w_gate_up"])
+    return course.linear(mlp, p["w_down"], residual=h1).view(B, N, d)
 
 
 WRONG += [
@@ -211,15 +267,31 @@ WRONG += [
     Wrong("decoder_block_fused", "the MLP's residual taken from the block's input", mlp_residual_from_the_input),
     Wrong("decoder_block_fused", "attention by PyTorch's SDPA", sdpa_in_the_middle),
     Wrong("decoder_block_fused", "the down projection as a PyTorch matmul", matmul_down_projection),
-    Wrong("decoder_block_fused", "the MLP's norm and SwiGLU in eager PyTorch", eager_mlp_norm),
+    Wrong("decoder_block_fused", "the MLP's RMSNorm in eager PyTorch (pow, mean, rsqrt, mul)", eager_mlp_norm),
+    Wrong("decoder_block_fused", "RoPE in eager PyTorch (slices, products, cat)", eager_rope),
+    Wrong("decoder_block_fused", "V copied by .contiguous() before the attention", v_made_contiguous),
+    Wrong("decoder_block_fused", "lesson 06's attention: V copied, its output reshaped by a copy",
+          lesson06_attention),
+    Wrong("decoder_block_fused", "V copied by an extra Triton kernel: nine launches", v_copied_by_a_kernel),
+    Wrong("decoder_block_fused", "Q, K and V by three matmul launches: ten launches", three_projections),
 ]
 
-def lesson06_attention(x, w, cfg):
-    """Lesson 06's attention on contiguous copies instead of causal_attention: two copies more, same values."""
-    p = course.pack_weights(w, cfg)
-    a, x2 = _parts(x, p, cfg)
-    return _mlp(course.linear(a, p["wo"], residual=x2), p, cfg).view(x.shape)
+
+def views_by_unbind(x, w, cfg):
+    """Q, K and V as one (B, N, 3, H, D) view taken apart by unbind; outputs reshaped where that is
+    a view; no `del`: the same eight launches, more memory held."""
+    p = _packed(w, cfg)
+    B, N, d = x.shape
+    H, D = cfg.n_heads, cfg.head_dim
+    x2 = x.view(B * N, d)
+    qkv = course.linear(x2, p["wqkv"], scale=lesson05.inv_rms(x2, cfg.eps))
+    q, k, v = (t.transpose(1, 2) for t in qkv.view(B, N, 3, H, D).unbind(2))
+    q, k = course.rope_qk(q, k, *course.rope_tables(cfg, N, x.device))
+    a = lesson10.causal_attention(q, k, v).reshape(B * N, d)   # contiguous: a view, no copy
+    h1 = course.linear(a, p["wo"], residual=x2)
+    mlp = course.swiglu_linear(lesson05.rms_norm_rows(h1, p["mlp_norm"], cfg.eps), p["w_gate_up"])
+    return course.linear(mlp, p["w_down"], residual=h1).reshape(B, N, d)
 
 
-RIGHT += [Right("decoder_block_fused", "three projections, unpacked Q, K, V weights", three_projections),
-          Right("decoder_block_fused", "lesson 06's attention, on copies", lesson06_attention)]
+RIGHT += [Right("decoder_block_fused", "views by unbind, reshapes that are views, no del", views_by_unbind),
+          Right("decoder_block_fused", "the forward written out with replaceable steps", _block)]
