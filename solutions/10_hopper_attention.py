@@ -2,13 +2,18 @@
 descriptors, a wider search timed as CUDA graphs, a one-kernel backward; and softmax over rows too long
 for one program, at the least traffic a two-pass softmax can move.
 
-Exercise: softmax_long_kernel         a long row in two passes, the second walking the row backwards
+Exercises:
+
+    causal_attention_kernel  lesson 06's causal forward through descriptors that each program builds over
+                             its (batch, head) slice: reads Q, K, V in any layout with contiguous rows (the
+                             Q|K|V projection's column slices, in place), writes the heads side by side
+    _attend_backward         the key-block program's step of the one-kernel backward: dK and dV here,
+                             these keys' share of dQ added into memory with atomic adds
+    softmax_long_kernel      a long row in two passes, one exponential per element, the second pass
+                             walking the row backwards
 
 and:
 
-    causal_attention    lesson 06's causal forward through descriptors that each program builds over
-                        its (batch, head) slice: reads Q, K, V in any layout with contiguous rows (the
-                        Q|K|V projection's column slices, in place) and writes the heads side by side
     attention           FlashAttention forward (full or causal) through descriptors built on the host,
                         with a wider space of tile shapes, stages and warp specialisation than lesson 06's
     attention_backward  dQ, dK and dV in one kernel: dQ added up with float32 atomics in the dK/dV pass
@@ -79,7 +84,7 @@ def softmax_long(x):
     return out
 
 
-# ---------------------------------------------------------------- causal attention on the projection's layout
+# ---------------------------------------------------------------- exercise: attention on the projection
 
 # Q, K and V are column slices of the Q|K|V matmul's (T, 3d) output: (B, H, N, D) views whose rows
 # are 3d values apart. Lesson 06's kernel reads contiguous (B, H, N, D) tensors and writes one, so
@@ -88,6 +93,13 @@ def softmax_long(x):
 # tensor descriptors, one per (batch, head) slice: a descriptor takes the slice's row stride, so any
 # layout with contiguous rows reads in place, and the output is written as (B, N, H, D), which is the
 # (T, d) matrix the output projection reads. Rows past the sequence read as zeros and are not stored.
+#
+# The block rule: keys 0 .. start_m go through unmasked tiles of BLOCK_N, then the query block's own
+# keys through masked ones. The unmasked tiles must end exactly at start_m, a multiple of BLOCK_M, so
+# BLOCK_N must divide BLOCK_M. With 64 query rows and tiles of 128 keys, the block at start_m = 64
+# would take keys 0..127 unmasked: its rows would see keys past the diagonal, and the masked loop
+# would count keys 64..127 a second time. tl.static_assert turns such a configuration into a
+# compile error instead of wrong numbers.
 
 
 @triton.jit
@@ -117,12 +129,19 @@ def head_descriptor(ptr, b, h, s_b, s_h, s_n, n_ctx, HEAD_DIM: tl.constexpr, ROW
                                      block_shape=[ROWS, HEAD_DIM])
 
 
-@triton.autotune(configs=lesson06.FWD_CONFIGS, key=["n_ctx", "HEAD_DIM"], prune_configs_by=lesson06.PRUNE)
+# Lesson 06's forward configurations on a GPU (every one with BLOCK_N dividing BLOCK_M); on the CPU
+# smaller tiles, so that the checks' short sequences still span several query and key blocks.
+CAUSAL_CONFIGS = pick(cpu=[triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)],
+                      gpu=lesson06.FWD_CONFIGS)
+
+
+@triton.autotune(configs=CAUSAL_CONFIGS, key=["n_ctx", "HEAD_DIM"], prune_configs_by=lesson06.PRUNE)
 @triton.jit
 def causal_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_ctx, n_heads, qk_scale,
                             sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
                             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One program: BLOCK_M query rows of one (batch, head), as lesson 06's flash_fwd_causal_kernel."""
+    tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal: the key tiles must end where a query block starts")
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M      # the longest rows first
     b = (tl.program_id(1) // n_heads).to(tl.int64)
     h = (tl.program_id(1) % n_heads).to(tl.int64)
@@ -217,11 +236,12 @@ def _attention_config(bm, bn, warps, stages, ws=False):
                          num_stages=stages, pre_hook=_set_attention_boxes)
 
 
-ATTENTION_CONFIGS = pick(
-    cpu=[_attention_config(32, 16, 4, 1)],
-    gpu=[_attention_config(*c) for c in [(128, 128, 8, 3), (128, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 3),
-                                         (128, 64, 8, 4), (128, 64, 8, 3, True), (128, 128, 8, 2, True),
-                                         (128, 64, 4, 2, True)]])
+# (BLOCK_M, BLOCK_N, warps, stages[, warp-specialised]): at 128 query rows, 4 warps (one warpgroup holds
+# every row) or 8 (two warpgroups of 64 rows each: half the registers per thread).
+ATTENTION_SEARCH = [(128, 128, 8, 3), (128, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4),
+                    (128, 64, 8, 3, True), (128, 128, 8, 2, True), (128, 64, 4, 2, True)]
+ATTENTION_CONFIGS = pick(cpu=[_attention_config(32, 16, 4, 1)],
+                         gpu=[_attention_config(*c) for c in ATTENTION_SEARCH])
 
 
 def _attention_search(configs, named_args, **kwargs):
@@ -296,13 +316,20 @@ def attention(q, k, v, causal=False, sm_scale=None):
     return out, lse
 
 
-# ---------------------------------------------------------------- attention backward: dQ by atomics
+# ---------------------------------------------------------------- exercise: the backward, dQ by atomics
 #
 # Lesson 06's backward runs two kernels that each recompute P: dK/dV (4 matmuls per tile: S, dV, dP,
 # dK) and dQ (3 more: S, dP, dQ), 7 in all. Here one program per key block does the first four and
 # also dQ's share, dS K, for the query block in hand, and adds it into a float32 dQ with atomic adds:
-# 5 matmuls per tile. Many programs add into the same rows of dQ; float32 keeps the sum's rounding
-# small, and a causal program begins at its own diagonal, so the programs seldom meet on a row.
+# 5 matmuls per tile.
+# Where the adds meet: every key block adds into every query row it sees. Causal, a program starts at
+# its own diagonal and walks down to the last query block, so the last rows receive an add from every
+# key block; the programs start at different rows, which spreads their adds out in time, not in
+# place. Full attention, every program starts at query block 0 and walks the same rows in the same
+# order, in lockstep: the most contended case. (Starting each program at a different query block,
+# wrapping round, would spread them; the lesson's kernel keeps the plain order.)
+# The order in which the adds arrive changes from run to run, and float32 addition is not
+# associative, so dQ can differ in its last bits between two runs on the same inputs.
 
 
 @triton.jit
@@ -438,7 +465,8 @@ ATTENTION_SHAPES = ((16, 1024), (8, 2048), (4, 4096), (1, 16384))   # (B, N): B 
 
 def benchmarks():
     """What `make bench` times for this lesson (GPU only): the attention forward, forward and backward,
-    and the long-row softmax, each beside lessons 05 and 06's kernels and the vendor libraries."""
+    the backward alone, and the long-row softmax, each beside lessons 05 and 06's kernels and the vendor
+    libraries."""
     from torch.nn.attention import SDPBackend
 
     from helpers.bench import Bench
@@ -480,6 +508,8 @@ def benchmarks():
                         label=f"B{B} N{N}", metric="TFLOP/s", impls=impls, graph=True)
             del q, k, v, dout
 
+    yield from _backward_benchmarks(sdpa)
+
     compiled_softmax = torch.compile(lesson05.softmax_naive, dynamic=False)
     for dtype, name in ((torch.float32, "fp32"), (torch.float16, "fp16")):
         for M, N in ((2048, 65536), (512, 262144)):
@@ -494,6 +524,59 @@ def benchmarks():
             del x
 
 
+def _graphable(fn):
+    """True if fn() runs and can be captured in a CUDA graph here (a backend may be missing, or its
+    backward may not capture)."""
+    try:
+        fn()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+        return True
+    except (RuntimeError, torch.OutOfMemoryError):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        return False
+
+
+def _backward_benchmarks(sdpa):
+    """The backward alone, causal: lesson 10's one kernel, lesson 06's two (both from lesson 10's saved
+    out and lse), and each SDPA backend's backward from its own forward, run once beforehand. Each is
+    timed as CUDA-graph replays of the backward only."""
+    from helpers.bench import Bench
+
+    for D in (128, 64):
+        for B, N in ((16, 1024), (4, 4096), (1, 16384)):
+            q, k, v, dout = (torch.randn(B, 16, N, D, device="cuda", dtype=torch.float16) for _ in range(4))
+            out, lse = attention(q, k, v, True)
+            impls = {"lesson 10: attention_backward":
+                         lambda q=q, k=k, v=v, out=out, lse=lse, dout=dout:
+                             attention_backward(q, k, v, out, lse, dout, True),
+                     "lesson 06: flash_backward (two kernels)":
+                         lambda q=q, k=k, v=v, out=out, lse=lse, dout=dout:
+                             lesson06.flash_backward(q, k, v, out, lse, dout, True)}
+            for name, fn in sdpa.items():
+                leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+                # The forward on a side stream: autograd runs each backward op on its forward's stream,
+                # which must not be the default stream while a graph is being captured.
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                try:
+                    with torch.cuda.stream(side):
+                        saved = fn(*leaves, True)
+                except (RuntimeError, torch.OutOfMemoryError):
+                    continue
+                torch.cuda.current_stream().wait_stream(side)
+                call = lambda saved=saved, leaves=leaves, dout=dout: torch.autograd.grad(  # noqa: E731
+                    saved, leaves, dout, retain_graph=True)
+                if _graphable(call):
+                    impls[name.replace("(SDPA", "backward (SDPA")] = call
+            flops = int(2.5 * 4 * B * 16 * N * N * D // 2)   # 2.5x the forward's; causal halves both
+            yield Bench(f"hopper_attention_bwd_causal_d{D}", N, bytes=8 * q.nbytes, flops=flops,
+                        label=f"B{B} N{N}", metric="TFLOP/s", impls=impls, graph=True)
+            del q, k, v, dout, out, lse
 
 
 # ---------------------------------------------------------------- recorded for the notebook (GPU)
@@ -570,9 +653,60 @@ def ncu_targets():
     return targets
 
 
+def _forward_args(D=128, causal=False, n=4096, heads=16):
+    return dict(_attention_descriptors(heads, n, D), lse_ptr=torch.empty(heads, n, device="cuda"), n_ctx=n,
+                qk_scale=0.1, HEAD_DIM=D, CAUSAL=causal)
+
+
+def _backward_args(D=128, causal=True, n=4096, heads=16):
+    names = ("q_desc", "k_desc", "v_desc", "do_desc", "dk_desc", "dv_desc")
+    zeros = lambda *shape: torch.zeros(*shape, device="cuda")  # noqa: E731
+    return dict(_attention_descriptors(heads, n, D, names), dq_ptr=zeros(heads, n, D),
+                lse_ptr=zeros(heads, n), delta_ptr=zeros(heads, n), n_ctx=n, qk_scale=0.1, sm_scale=0.1,
+                HEAD_DIM=D, CAUSAL=causal)
+
+
+def _compiled(kernel, args, config):
+    """kernel (an autotuner's JITFunction) compiled for one configuration, launched once."""
+    config.pre_hook({**args, **config.all_kwargs()})
+    return kernel.fn[(32, 16)](**args, **config.all_kwargs())
+
+
+def _register_survey():
+    """Registers per thread and spilled registers of every configuration the two attention kernels'
+    autotuners may pick, at D = 128 (a spill is a value the compiler keeps in local memory, for want of a
+    register)."""
+    rows = []
+    for name, kernel, configs, make_args in (("attention_kernel", attention_kernel, ATTENTION_CONFIGS,
+                                              _forward_args),
+                                             ("attention_backward_kernel", attention_backward_kernel,
+                                              BACKWARD_CONFIGS, _backward_args)):
+        for D in (128,):
+            for causal in (False, True):
+                for config in configs:
+                    row = {"kernel": name, "head_dim": D, "causal": causal,
+                           "config": lesson09.describe_config(config)}
+                    try:
+                        compiled = _compiled(kernel, make_args(D, causal), config)
+                        row.update(registers=compiled.n_regs, spills=compiled.n_spills)
+                    except Exception as e:  # noqa: BLE001  (a configuration this Triton cannot build: say why)
+                        row["error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                    rows.append(row)
+    return rows
+
+
+def _autotuner_choices():
+    """What the attention kernels' autotuners chose in this process (make bench's timings run first)."""
+    return [{"kernel": kernel.fn.__name__, "key": [str(part) for part in key],
+             "config": lesson09.describe_config(config)}
+            for kernel in (attention_kernel, attention_backward_kernel)
+            for key, config in kernel.cache.items()]
+
+
 def record_artifacts(folder):
-    """On a GPU (called by `make bench`): compiled-code excerpts of the forward and the backward, which
-    warp-specialised configurations compile, and Nsight Compute's metrics of `ncu_targets()`, into
+    """On a GPU (called by `make bench`): compiled-code excerpts of the forward (4 and 8 warps at 128
+    rows) and the backward, the registers and spills of every configuration, the autotuners' choices,
+    which warp-specialised configurations compile, and Nsight Compute's metrics of `ncu_targets()`, into
     folder/10_hopper_attention/<gpu>.json."""
     import json
     import pathlib
@@ -582,21 +716,14 @@ def record_artifacts(folder):
     from helpers.compiled import compiled_excerpt
 
     describe = lesson09.describe_config
-    config = _attention_config(128, 64, 4, 2)
-    args = dict(_attention_descriptors(16, 4096, 128), lse_ptr=torch.empty(16, 4096, device="cuda"),
-                n_ctx=4096, qk_scale=0.1, HEAD_DIM=128, CAUSAL=False)
-    config.pre_hook({**args, **config.all_kwargs()})
-    kernel = attention_kernel.fn[(32, 16)](**args, **config.all_kwargs())
-    compiled = {"attention_kernel": (f"# attention_kernel, D=128, {describe(config)}, float16\n" +
-                                     compiled_excerpt(kernel, LOOK_FOR_HOPPER))}
+    compiled = {}
+    for key, config in (("attention_kernel", _attention_config(128, 64, 4, 2)),
+                        ("attention_kernel, 8 warps", _attention_config(128, 64, 8, 3))):
+        kernel = _compiled(attention_kernel, _forward_args(), config)
+        compiled[key] = (f"# attention_kernel, D=128, {describe(config)}, float16\n" +
+                         compiled_excerpt(kernel, LOOK_FOR_HOPPER))
     config = _backward_config(64, 128, 8, 3)
-    names = ("q_desc", "k_desc", "v_desc", "do_desc", "dk_desc", "dv_desc")
-    zeros = lambda *shape: torch.zeros(*shape, device="cuda")  # noqa: E731
-    args = dict(_attention_descriptors(16, 4096, 128, names), dq_ptr=zeros(16, 4096, 128),
-                lse_ptr=zeros(16, 4096), delta_ptr=zeros(16, 4096), n_ctx=4096, qk_scale=0.1, sm_scale=0.1,
-                HEAD_DIM=128, CAUSAL=True)
-    config.pre_hook({**args, **config.all_kwargs()})
-    kernel = attention_backward_kernel.fn[(32, 16)](**args, **config.all_kwargs())
+    kernel = _compiled(attention_backward_kernel, _backward_args(), config)
     compiled["attention_backward_kernel"] = (
         f"# attention_backward_kernel, D=128, causal, {describe(config)}, float16\n" +
         compiled_excerpt(kernel, {"ptx": ("cp.async.bulk.tensor", "wgmma.mma_async", "atom.global",
@@ -604,7 +731,7 @@ def record_artifacts(folder):
     with tempfile.TemporaryDirectory() as scratch:       # where ncu writes its report, then reads it
         ncu = profile.ncu_profile("10", pathlib.Path(scratch))[0]
     record = {**profile.stamp(), "compiled": compiled, "warp_specialize": _warp_specialize_survey(),
-              "ncu": ncu}
+              "registers": _register_survey(), "autotuned": _autotuner_choices(), "ncu": ncu}
     out = folder / RECORDED / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))

@@ -1,26 +1,431 @@
 """Lesson 10 exercises: Hopper attention.
 
-1. `softmax_long`: softmax over rows longer than one tile, in two passes (a running max and sum,
+1. `causal_attention`: the causal forward through descriptors each program builds over its
+   (batch, head) slice. Q, K and V come as column slices of one projection (rows 3·H·D apart) or in
+   three different layouts at once; N = 1 and lengths no block divides; float32 and float16; rows
+   whose every score is about -280 (each exponential underflows unless the running max is
+   subtracted, so a running max started at 0 gives 0 / 0) and scores of about +400 (exp overflows).
+   The output must be (B, N, H, D), contiguous: the heads side by side.
+2. `atomic_backward`: the key-block program's step of the one-kernel backward (`_attend_backward`),
+   against autograd through PyTorch's attention in float64: full and causal, random scales, lengths
+   no block divides and several key blocks adding into every query row of dQ.
+3. `softmax_long`: softmax over rows longer than one tile, in two passes (a running max and sum,
    then the output), the second walking the row from its last tile back to its first. Rows that
    begin with a whole tile of -inf, values of 1e4, float16, and rows of a wider matrix.
 
-Beyond the values, the check measures what the lesson teaches with the interpreter's record of every
-load and store (on a GPU too, on small inputs): how many times x was read, and where each program's
-second pass began.
+Beyond the values, each check measures what the lesson teaches, with the interpreter's record of
+every load and store (on a GPU too, on small inputs):
+1. every byte moved through a tensor descriptor, the bytes of K read against the causal count (tiles
+   right of the diagonal skipped), no N x N tensor, V's loads in V's own storage (no copy), and the
+   block rule: run with 16 query rows and
+   tiles of 32 keys, the kernel must refuse to compile (`tl.static_assert`) or still be right;
+2. one launch writes dQ, dK and dV, and every write into dQ is an atomic add;
+3. x read exactly twice, one exponential per element in each pass (the interpreter's exp is
+   counted), and the second pass visiting the tiles from the last to the first, in that order.
 """
+
+import contextlib
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+import triton
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from helpers.device import DEVICE, pick
+from helpers import interpreter
+from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import Case, Exercise
 from helpers.exercises.lesson05 import SOFTMAX_TOL
-from helpers.exercises.lesson09 import F16, F32, _name, _odd, _recorded
 
+F16, F32 = torch.float16, torch.float32
 NEG_INF = float("-inf")
 
 
-# ---------------------------------------------------------------- 1. softmax_long
+def _odd(lo, hi):
+    """A random odd integer in [lo, hi]."""
+    return int(torch.randint(lo // 2, (hi - 1) // 2 + 1, ())) * 2 + 1
+
+
+def _name(dtype):
+    return str(dtype).removeprefix("torch.")
+
+
+def _calling(fn, *args, **kwargs):
+    """(result, None), or (None, a message) if the call raised."""
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as e:  # noqa: BLE001  (the learner's code, measured: say what it raised)
+        return None, f"measuring it, your function raised {type(e).__name__}: {str(e)[:300]}"
+
+
+def _recorded(fn, *args, touches=False, **kwargs):
+    """(the interpreter's launches while fn(*args) ran, None), or (None, a message).
+
+    On a GPU fn runs once before it is measured: an autotuner times its configurations on the first
+    call at a new size, and the record would count those runs as the kernel's own."""
+    if ON_GPU:
+        _, problem = _calling(fn, *args, **kwargs)
+        if problem:
+            return None, problem
+    with interpreter.record(touches=touches) as rec:
+        _, problem = _calling(fn, *args, **kwargs)
+    if problem:
+        return None, problem
+    if not rec.launches:
+        return None, "the meters saw no Triton launch."
+    return rec.launches, None
+
+
+# ---------------------------------------------------------------- 1. causal_attention
+
+
+def causal_attention_reference(q, k, v):
+    """Causal attention of (B, H, N, D) q, k, v, returned as (B, N, H, D), contiguous."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous()
+
+
+def projection_views(B, H, N, D, dtype, layout="projection"):
+    """q, k, v as (B, H, N, D) tensors of one of two layouts:
+    "projection": column slices of one (B, N, 3·H·D) matmul output, rows 3·H·D values apart;
+    "mixed": q contiguous, k stored (B, N, H, D) and seen through a transpose, v with rows padded to
+    D + 8 values: three different sets of strides."""
+    if layout == "projection":
+        qkv = torch.randn(B, N, 3 * H * D, device=DEVICE).to(dtype)
+        return [qkv[..., i * H * D:(i + 1) * H * D].view(B, N, H, D).transpose(1, 2) for i in range(3)]
+    q = torch.randn(B, H, N, D, device=DEVICE).to(dtype)
+    k = torch.randn(B, N, H, D, device=DEVICE).to(dtype).transpose(1, 2)
+    v = torch.randn(B, H, N, D + 8, device=DEVICE).to(dtype)[..., :D]
+    return [q, k, v]
+
+
+# Scores of size ~1600 / sqrt(D): q's first column is +40 and k's -40 (or +40), exact in float16 and
+# in TF32, so every score of a row shares that large part exactly and the rest is an ordinary softmax.
+# -1600 / sqrt(32) is about -283 (natural log units): exp(-283) is 0 in float32, so a running max that
+# starts at 0 instead of -inf leaves every weight 0 and the row 0 / 0.
+LARGE = 40.0
+
+
+def _causal_inputs(B, H, N, D, dtype, layout, scores):
+    q, k, v = projection_views(B, H, N, D, dtype, layout)
+    if scores != "randn":
+        q[..., 0] = LARGE
+        k[..., 0] = -LARGE if scores == "negative" else LARGE
+    return q, k, v
+
+
+# (B, H, N, D, dtype, layout, scores, why). Lengths: a multiple of no block (the CPU's tiles are 32
+# query rows and 16 keys; a GPU's 64 or 128 rows and 64 or 128 keys).
+CAUSAL_SPECS = pick(
+    cpu=[(1, 1, 1, 16, F32, "projection", "randn", "one token"),
+         (2, 2, 37, 32, F32, "projection", "randn", "q, k, v column slices of one projection"),
+         (1, 2, 75, 64, F16, "projection", "randn", "float16"),
+         (2, 1, 50, 32, F32, "mixed", "randn", "q contiguous, k through a transpose, v rows padded: "
+                                                "three different strides"),
+         (1, 2, 61, 32, F32, "projection", "negative",
+          "every score near -280: each exp underflows unless the running max is subtracted"),
+         (1, 1, 45, 16, F16, "mixed", "positive", "float16, scores near +400: exp overflows unless the "
+                                                  "running max is subtracted"),
+         (1, 1, 40, 128, F16, "mixed", "randn", "head dimension 128, float16")],
+    gpu=[(1, 1, 1, 64, F16, "projection", "randn", "one token"),
+         (2, 4, 1001, 64, F16, "projection", "randn", "q, k, v column slices of one projection"),
+         (1, 8, 777, 128, F16, "projection", "randn", "16 heads' worth of rows, head dimension 128"),
+         (2, 2, 333, 64, F32, "mixed", "randn", "float32, three different strides"),
+         (1, 4, 517, 64, F16, "projection", "negative",
+          "every score near -200: each exp underflows unless the running max is subtracted"),
+         (1, 2, 259, 32, F32, "mixed", "positive", "float32, scores near +280: exp overflows unless the "
+                                                   "running max is subtracted"),
+         (1, 2, 129, 128, F16, "mixed", "randn", "head dimension 128, one row past a block")])
+
+
+def _causal_cases():
+    return [Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why})",
+                 tuple(_causal_inputs(B, H, N, D, dtype, layout, scores)))
+            for B, H, N, D, dtype, layout, scores, why in CAUSAL_SPECS]
+
+
+def _heads_side_by_side(fn, q, k, v):
+    """Run causal_attention; its output must be the contiguous (B, N, H, D) tensor the next matmul reads."""
+    out = fn(q, k, v)
+    if isinstance(out, torch.Tensor) and out.device.type != "meta" and not out.is_contiguous():
+        from helpers.check import CheckFailed  # here: helpers.check imports this module
+
+        raise CheckFailed(f"your output has the right shape {tuple(out.shape)} but strides {out.stride()}: "
+                          f"not contiguous. The output projection reads it as a (B * N, H * D) matrix, "
+                          f"the heads side by side in each row: allocate (B, N, H, D) and write into it.")
+    return out
+
+
+def _asserted(e):
+    """Whether an exception is a failed assertion: the interpreter's AssertionError inside its own
+    error, or the compiler's CompileTimeAssertionFailure."""
+    while e is not None:
+        if isinstance(e, AssertionError) or "Assertion" in type(e).__name__:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _block_rule(fn):
+    """Run with 16 query rows per block and tiles of 32 keys (BLOCK_N > BLOCK_M): the kernel must stop
+    at compile time (tl.static_assert) or, if it handles such tiles, still be right."""
+    kernel = getattr(fn, "__globals__", {}).get("causal_attention_kernel")
+    if not hasattr(kernel, "configs"):
+        return ("the check runs your causal_attention_kernel with other block sizes through its "
+                "autotuner, but found no autotuned causal_attention_kernel beside your causal_attention: "
+                "keep the @triton.autotune line of the stub.")
+    q, k, v = projection_views(1, 1, 40, 16, F32)
+    saved = kernel.configs
+    kernel.configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
+    try:
+        out = fn(q, k, v)
+    except Exception as e:  # noqa: BLE001  (the learner's kernel, on purpose with a shape it should refuse)
+        if _asserted(e):
+            return None
+        return (f"run with BLOCK_M = 16 query rows and key tiles of BLOCK_N = 32, your kernel raised "
+                f"{type(e).__name__}: {str(e)[:200]}. A configuration that breaks the causal loop's block "
+                f"rule should stop at compile time with the rule's own message (tl.static_assert).")
+    finally:
+        kernel.configs = saved
+    want = causal_attention_reference(*(t.double() for t in (q, k, v)))
+    atol, rtol = CAUSAL_TOL[F32]
+    if isinstance(out, torch.Tensor) and torch.allclose(out.double(), want, atol=atol, rtol=rtol):
+        return None
+    return ("run with BLOCK_M = 16 query rows and key tiles of BLOCK_N = 32, your kernel compiled and "
+            "returned wrong values without complaint. The unmasked key tiles must end exactly where the "
+            "query block starts, which holds only when BLOCK_N divides BLOCK_M: say so in the kernel "
+            "with tl.static_assert, so that such a configuration cannot compile.")
+
+
+class _LargestNew(TorchDispatchMode):
+    """The largest tensor (in bytes) an ATen op made, leaving out ops on the inputs' own memory (the
+    interpreter copies each argument's whole storage to the host and back, as bytes)."""
+
+    def __init__(self, inputs):
+        super().__init__()
+        self.storages = {t.untyped_storage().data_ptr() for t in inputs}
+        self.nbytes, self.what = 0, "no tensor was made"
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ == "set_":      # relabels memory that exists already
+            return out
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if (isinstance(t, torch.Tensor) and t.numel() * t.element_size() > self.nbytes
+                    and t.untyped_storage().data_ptr() not in self.storages):
+                self.nbytes = t.numel() * t.element_size()
+                self.what = f"{func.overloadpacket.__name__} made {tuple(t.shape)}, {t.dtype}"
+        return out
+
+
+def _causal_structure(fn):
+    """K's bytes against the causal count, no N x N tensor, V read in its own storage, the block rule."""
+    B, H, N, D = 1, 2, 256, 16                    # N: a multiple of every block, so blocks = N / BLOCK_M
+    q, k, v = projection_views(B, H, N, D, F32)
+    with _LargestNew((q, k, v)) as largest:
+        launches, problem = _recorded(fn, q, k, v, touches=True)
+    if problem:
+        return problem
+    where = f"at N = {N}, D = {D}, {H} heads, your kernel"
+    if largest.nbytes >= N * N * 2:               # half an N x N matrix of float32
+        return (f"{where} made a tensor that grows as N x N ({largest.what}). The scores live one tile "
+                f"at a time in the kernel's registers; nothing of size N x N is ever stored.")
+    moved = sum(launch.bytes for launch in launches)
+    by_descriptor = sum(launch.descriptor_bytes_loaded + launch.descriptor_bytes_stored
+                        for launch in launches)
+    if by_descriptor < moved:
+        return (f"{where} moved {moved - by_descriptor:,} of its {moved:,} bytes through pointers "
+                f"(tl.load / tl.store), not through tensor descriptors. Build a descriptor over each "
+                f"(batch, head) slice of q, k, v and the output, and move every tile through them.")
+    touches = [t for launch in launches for t in launch.touches]
+    blocks = len({pid[0] for pid, *_ in touches})
+    block_m = N // max(blocks, 1)
+    k_loaded = sum(len(offs) for _pid, name, kind, offs in touches if name == "k_ptr" and kind == "load")
+    causal = H * D * sum(min((i + 1) * block_m, N) for i in range(blocks))
+    every = H * D * blocks * N
+    if not k_loaded:
+        return f"{where} loaded nothing through k_ptr: read K through a descriptor over the k_ptr argument."
+    if k_loaded > causal:
+        return (f"{where} ({blocks} query blocks per head) loaded {k_loaded:,} values of K: the causal "
+                f"count is {causal:,} (each query block reads the keys up to the end of its own block), "
+                f"and reading every key tile for every block would be {every:,}. A tile right of the "
+                f"diagonal holds only future keys: masking it gives the right answer, but it should not "
+                f"be loaded at all.")
+    v_loaded = {int(o) for _pid, name, kind, offs in touches if name == "v_ptr" and kind == "load"
+                for o in offs}
+    s_b, s_h, s_n, _ = v.stride()
+    own = {b * s_b + h * s_h + n * s_n + d for b in range(B) for h in range(H) for n in range(N)
+           for d in range(D)}
+    if v_loaded != own:
+        return (f"{where} did not read V where V is: the values loaded through v_ptr are not the elements "
+                f"of the projection's columns that V views (rows {s_n} values apart). Pass v itself, with "
+                f"its strides, to a descriptor over its slice; a copy into another layout (.contiguous()) "
+                f"is the extra read and write this kernel exists to remove.")
+    return _block_rule(fn)
+
+
+# float32 on the CPU: the interpreter multiplies exactly, but scores of size ~400 (in base 2) carry a
+# rounding of 400 * 2**-24, about 2.4e-5, into each weight: 1e-4. float32 on a GPU: tl.dot takes
+# float32 as TF32 (2**-11 per operand), 1e-2 as for lesson 09's matmul. float16: P is rounded to
+# float16 before P V (2**-11 of each weight) and the output once more at the store: 2e-3.
+CAUSAL_TOL = {F32: pick(cpu=(1e-4, 1e-4), gpu=(1e-2, 1e-2)), F16: (2e-3, 2e-3)}
+CAUSAL_NAN = ("Query i sees keys 0..i, itself included, so no row of weights is empty: a NaN is a 0 / 0, "
+              "a sum of weights that every exponential underflowed to 0.")
+
+
+# ---------------------------------------------------------------- 2. atomic_backward
+
+
+def attention_gradients(q, k, v, out, lse, dout, causal=False, sm_scale=None):
+    """(dq, dk, dv) by autograd through PyTorch's attention (out and lse are what the forward saved;
+    the reference does not need them)."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    with torch.enable_grad():
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+    return torch.autograd.grad(o, (q, k, v), dout)
+
+
+def _saved(q, k, v, causal, sm_scale):
+    """What the forward saves: out in the inputs' dtype, lse (natural log, float32), (B, H, N)."""
+    D = q.shape[-1]
+    scale = D ** -0.5 if sm_scale is None else sm_scale
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    s = (q64 @ k64.transpose(-1, -2)) * scale
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), NEG_INF)
+    lse = torch.logsumexp(s, -1)
+    out = torch.exp(s - lse[..., None]) @ v64
+    return out.to(q.dtype), lse.float().contiguous()
+
+
+def _random_scale(D):
+    """A score scale 0.3 to 0.7 times 1/sqrt(D): a hard-coded default is far off."""
+    return round(float(torch.empty(()).uniform_(0.3, 0.7)) * D ** -0.5, 4)
+
+
+# (B, H, N, D, dtype, scale of q and k, strided, causal, random sm_scale, why). The CPU's tiles: 32 keys
+# per program, 16 queries per step; a GPU's 64 or 128 keys. Every N spans several key blocks, so every
+# query row of dQ receives shares from several programs.
+BACKWARD_SPECS = pick(
+    cpu=[(1, 2, 100, 32, F32, 1.0, False, False, True, "full: four key blocks add into every row of dQ"),
+         (1, 2, 100, 32, F32, 1.0, False, True, True, "causal"),
+         (2, 1, 77, 16, F16, 1.0, False, True, False, "float16 inputs, float32 sums"),
+         (1, 1, 1, 16, F32, 1.0, False, True, False, "one token"),
+         (1, 2, 65, 64, F32, 1.0, True, False, True, "strided (B, N, H, D) views"),
+         (1, 1, 45, 128, F16, 1.0, False, False, True, "head dimension 128, float16"),
+         (1, 1, 63, 32, F32, 5.0, False, True, False, "scores up to ~100")],
+    gpu=[(1, 1, 1, 64, F16, 1.0, False, True, False, "one token"),
+         (2, 2, 1001, 64, F16, 1.0, False, False, True, "full: several key blocks add into every row"),
+         (1, 4, 999, 128, F16, 1.0, False, True, True, "causal, head dimension 128"),
+         (1, 2, 513, 64, F32, 1.0, False, True, True, "float32 (TF32 in tl.dot)"),
+         (2, 2, 333, 64, F16, 1.0, True, False, False, "strided (B, N, H, D) views"),
+         (1, 2, 701, 128, F16, 5.0, False, True, False, "scores up to ~100")])
+
+
+def _backward_cases():
+    cases = []
+    for B, H, N, D, dtype, scale, strided, causal, with_scale, why in BACKWARD_SPECS:
+        shape = (B, N, H, D) if strided else (B, H, N, D)
+        q, k, v, dout = (torch.randn(*shape, device=DEVICE).to(dtype) for _ in range(4))
+        if strided:
+            q, k, v, dout = (t.transpose(1, 2) for t in (q, k, v, dout))
+        q, k = q * scale, k * scale
+        kwargs = {"causal": causal}
+        label = f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why}), {'causal' if causal else 'full'}"
+        if with_scale:
+            kwargs["sm_scale"] = _random_scale(D)
+            label += f", sm_scale={kwargs['sm_scale']}"
+        cases.append(Case(label, (q, k, v, *_saved(q, k, v, causal, kwargs.get("sm_scale")), dout), kwargs))
+    return cases
+
+
+def _run_backward(fn, *args, **kwargs):
+    """fn's (dq, dk, dv); all three exactly zero on more than one token is the stub as shipped (its step
+    returns dk, dv as given). (On one token dQ and dK are 0 and a wrong mask can zero dV too.)"""
+    grads = fn(*args, **kwargs)
+    if (isinstance(grads, (tuple, list)) and len(grads) == 3 and args[0].shape[-2] > 1
+            and all(isinstance(g, torch.Tensor) and g.device.type != "meta" and g.numel() for g in grads)
+            and not any(bool(g.any()) for g in grads)):
+        from helpers.check import NotDone  # here: helpers.check imports this module
+
+        raise NotDone("dq, dk and dv all came back 0: _attend_backward still returns dk and dv as given.")
+    return grads
+
+
+@contextlib.contextmanager
+def _atomics_marked():
+    """Inside the block, yield a set that collects (id(launch), index) of every touch in the interpreter's
+    record made by an atomic operation (the record itself files atomics with the stores)."""
+    from triton.runtime import interpreter as triton_interpreter
+
+    interpreter.install()
+    builder = triton_interpreter.InterpreterBuilder
+    counted = builder.create_atomic_rmw            # helpers.interpreter's: checks bounds and records
+    marked = set()
+
+    def create_atomic_rmw(self, *args, **kwargs):
+        launch = interpreter._State.launch
+        before = len(launch.touches) if launch is not None else 0
+        try:
+            return counted(self, *args, **kwargs)
+        finally:
+            if launch is not None:
+                marked.update((id(launch), i) for i in range(before, len(launch.touches)))
+
+    builder.create_atomic_rmw = create_atomic_rmw
+    try:
+        yield marked
+    finally:
+        builder.create_atomic_rmw = counted
+
+
+def _dq_by_atomics(fn):
+    """One launch writes dQ, dK and dV, and every write into dQ is an atomic add."""
+    B, H, N, D = 1, 2, pick(96, 300), 16          # several key blocks per query row on either device
+    q, k, v, dout = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(4))
+    out, lse = _saved(q, k, v, False, None)
+    with _atomics_marked() as atomic:
+        launches, problem = _recorded(fn, q, k, v, out, lse, dout, touches=True)
+    if problem:
+        return problem
+
+    def grad(name):
+        return next((g for g in ("dq", "dk", "dv") if name.startswith(g)), None)
+
+    writers = [launch for launch in launches
+               if any(kind == "store" and grad(name) for _pid, name, kind, _o in launch.touches)]
+    where = f"at N = {N}, D = {D} (full attention), your backward"
+    if len(writers) != 1:
+        return (f"{where} wrote its gradients from {len(writers)} launches "
+                f"({', '.join(launch.kernel for launch in writers) or 'none'}). The lesson's backward is one "
+                f"kernel: each key-block program computes dK and dV and adds its share of dQ.")
+    launch = writers[0]
+    written = {grad(name) for _pid, name, kind, _o in launch.touches if kind == "store" and grad(name)}
+    if written != {"dq", "dk", "dv"}:
+        return (f"{where} ran one kernel, {launch.kernel}, but it wrote only {sorted(written)}: it should "
+                f"write dK and dV and add into dQ.")
+    plain = sum(1 for i, (_pid, name, kind, _o) in enumerate(launch.touches)
+                if kind == "store" and grad(name) == "dq" and (id(launch), i) not in atomic)
+    if plain:
+        return (f"{where} wrote into dQ with {plain} plain store(s). On a GPU, programs of different key "
+                f"blocks run at the same time and add into the same rows: a load, an add and a store from "
+                f"two programs interleave, and one share is lost. The interpreter runs programs one after "
+                f"another, so the values came out right here; tl.atomic_add does the read, the add and "
+                f"the write as one step (in the L2 cache), and no share is lost on a GPU either.")
+    return None
+
+
+# float16 gradients: P and dS are rounded to float16 (2**-11) before the matrix products, and dQ, dK
+# sum N such products whose size grows with the scores: lesson 06's tolerance, measured against
+# PyTorch's own flash backward. float32 on the CPU: exact products, but on the large-score case dS
+# = P (dP - delta) subtracts nearly equal numbers (up to 3e-4 on gradients of size ~20). float32 on a
+# GPU: tl.dot takes float32 as TF32, the float16 tolerance.
+GRADS_TOL = {F32: pick(cpu=(1e-3, 1e-4), gpu=(3e-2, 1e-2)), F16: (3e-2, 1e-2)}
+BACKWARD_NAN = ("Rows past the sequence's end load lse = +inf, which makes their P exactly 0: a NaN "
+                "there means a row's lse was read unmasked, or inf - inf appeared somewhere.")
+
+
+# ---------------------------------------------------------------- 3. softmax_long
 
 
 def softmax_reference(x):
@@ -81,12 +486,39 @@ SOFTMAX_NAN_HINT = ("If this case's rows begin with whole tiles of -inf: the run
                     "such a tile, and -inf - (-inf) is NaN.")
 
 
-def _second_pass_backwards(fn):
-    """x read exactly twice, the output written once, and in every program the first load after the
-    first pass has covered a row includes that row's last element: the second pass starts at the end."""
+@contextlib.contextmanager
+def _exponentials_counted():
+    """Inside the block, count the interpreter's exponentials (tl.exp and tl.exp2): yields a list that
+    collects the number of values of each call."""
+    from triton.runtime import interpreter as triton_interpreter
+
+    builder = triton_interpreter.InterpreterBuilder
+    originals = {name: getattr(builder, name) for name in ("create_exp", "create_exp2")}
+    sizes = []
+
+    def counting(original):
+        def create(self, arg):
+            sizes.append(int(np.asarray(arg.data).size))
+            return original(self, arg)
+        return create
+
+    for name, original in originals.items():
+        setattr(builder, name, counting(original))
+    try:
+        yield sizes
+    finally:
+        for name, original in originals.items():
+            setattr(builder, name, original)
+
+
+def _two_reads_one_exp(fn):
+    """x read exactly twice and the output written once; one exponential per element in each pass (as
+    many tile-wide exponentials as tiles loaded); and in every program, the second pass over a row
+    visits its tiles from the last to the first, in that order."""
     M, n = pick((3, _odd(2001, 3071)), (2, _odd(20_001, 30_001)))
     x = torch.randn(M, n, device=DEVICE)
-    launches, problem = _recorded(fn, x, touches=True)
+    with _exponentials_counted() as exps:
+        launches, problem = _recorded(fn, x, touches=True)
     if problem:
         return problem
     loaded = sum(launch.bytes_loaded for launch in launches)
@@ -111,28 +543,46 @@ def _second_pass_backwards(fn):
     for _pid, arg, offs in loads:
         totals[arg] = totals.get(arg, 0) + len(offs)
     x_arg = max(totals, key=totals.get)
-    covered, judged = {}, set()
+    tiles_loaded = sum(1 for _pid, arg, _offs in loads if arg == x_arg)
+    tile_wide = sum(1 for size in exps if size > 1)
+    if tile_wide > 1.25 * tiles_loaded:
+        return (f"{where} loaded {tiles_loaded} tiles of x and computed {tile_wide} tile-wide exponentials: "
+                f"{tile_wide / tiles_loaded:.2f} per value loaded, where one is enough. A running max and "
+                f"sum kept per lane rescale the sum at every value: two exponentials per element in pass "
+                f"1. Take the tile's max first (a reduction), then rescale the row's single running sum "
+                f"once per tile.")
+    covered, passes = {}, {}
     for pid, arg, offs in loads:
         if arg != x_arg:
             continue
         seen = covered.setdefault(pid, np.zeros((M, n), dtype=bool))
         rows, cols = np.divmod(np.asarray(offs), n)
         for row in np.unique(rows):
-            if (pid, row) in judged or not seen[row].all():
-                continue
-            judged.add((pid, row))
-            tile = cols[rows == row]
-            if n - 1 not in tile:
-                return (f"{where} began its second pass over row {row} (program {pid[0]}) with columns "
-                        f"{tile.min()}..{tile.max()} of {n}. Walk the second pass from the row's last tile "
-                        f"back to its first: those are the tiles the first pass read last, still in the "
-                        f"L2 cache when the second pass starts, where the row's head has long left it.")
+            if seen[row].all():               # pass 1 has covered the row: this load is pass 2's
+                tile = cols[rows == row]
+                passes.setdefault((pid, int(row)), []).append((int(tile.min()), int(tile.max())))
         seen[rows, cols] = True
+    for (pid, row), tiles in passes.items():
+        order = ", ".join(f"{lo}..{hi}" for lo, hi in tiles[:6]) + (" ..." if len(tiles) > 6 else "")
+        backwards = tiles[0][1] == n - 1 and all(b[1] < a[0] for a, b in zip(tiles, tiles[1:]))
+        if not backwards:
+            return (f"{where} read row {row} a second time (program {pid[0]}) in this order of columns: "
+                    f"{order} (of {n}). Walk the whole second pass from the row's last tile back to its "
+                    f"first, each tile before the one read just before it: the tiles pass 1 read last are "
+                    f"the likeliest still in the L2 cache, and the further back, the likelier they have "
+                    f"left it.")
     return None
 
 
 EXERCISES = [
+    Exercise("10", "causal_attention", "causal attention on the projection's layout",
+             causal_attention_reference, _causal_cases, run=_heads_side_by_side, tol=CAUSAL_TOL,
+             kernel=True, nan_hint=CAUSAL_NAN, structure=_causal_structure),
+    Exercise("10", "atomic_backward", "the one-kernel backward: dQ by atomic adds", attention_gradients,
+             _backward_cases, run=_run_backward, tol=GRADS_TOL, kernel=True, nan_hint=BACKWARD_NAN,
+             structure=_dq_by_atomics, timeout_s=300.0 if ON_GPU else 120.0),
     Exercise("10", "softmax_long", "softmax of long rows, the second pass backwards", softmax_reference,
              _softmax_cases, tol=SOFTMAX_LONG_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT,
-             structure=_second_pass_backwards),
+             structure=_two_reads_one_exp),
 ]
+

@@ -1,21 +1,163 @@
-"""Lesson 10: softmax_long. Each mutant is a one-line edit of the solution."""
+"""Lesson 10: causal_attention, atomic_backward, softmax_long. Most mutants are one-line edits of the
+solution."""
 
 import torch
+import torch.nn.functional as F
 
 from mutants import Right, Wrong, edit
 
-# ---------------------------------------------------------------- 1. softmax_long
+# ---------------------------------------------------------------- 1. causal_attention
 
+FIRST_CALL = ("    acc, l_i, m_i = attention_tiles(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, start_m, qk_scale,\n"
+              "                                    BLOCK_N, False)\n")
+DIAGONAL_CALL = ("    acc, l_i, m_i = attention_tiles(acc, l_i, m_i, q, k_desc, v_desc, offs_m, start_m, "
+                 "start_m + BLOCK_M,\n                                    qk_scale, BLOCK_N, True)\n")
+EVERY_KEY_MASKED = ("    acc, l_i, m_i = attention_tiles(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, "
+                    "tl.cdiv(n_ctx, BLOCK_N) * BLOCK_N,\n                                    qk_scale, BLOCK_N, True)\n")
+ASSERT = '    tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal: the key tiles must end where a query block starts")\n'
+CPU_TILES = 'cpu=[triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]'
+CONTIGUOUS = "n_heads * n_ctx * HEAD_DIM, n_ctx * HEAD_DIM, HEAD_DIM"
+
+
+def _sdpa_heads_side_by_side(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous()
+
+
+CAUSAL_WRONG = [
+    Wrong("causal_attention", "pure PyTorch, no kernel", _sdpa_heads_side_by_side),
+    Wrong("causal_attention", "the running max starts at 0, not -inf", edit(
+        "10", "causal_attention", ('    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)\n',
+                                   "    m_i = tl.zeros([BLOCK_M], tl.float32)\n"))),
+    Wrong("causal_attention", "the causal mask keeps keys after the query: > instead of >=", edit(
+        "10", "causal_attention", ("s = tl.where(offs_m[:, None] >= offs_n[None, :], s,",
+                                   "s = tl.where(offs_m[:, None] > offs_n[None, :], s,"))),
+    Wrong("causal_attention", "the diagonal block unmasked", edit(
+        "10", "causal_attention", (DIAGONAL_CALL, DIAGONAL_CALL.replace("BLOCK_N, True)", "BLOCK_N, False)")))),
+    Wrong("causal_attention", "every key tile loaded, the future ones masked instead of skipped", edit(
+        "10", "causal_attention", (FIRST_CALL + DIAGONAL_CALL, EVERY_KEY_MASKED))),
+    Wrong("causal_attention", "V read with Q's strides", edit(
+        "10", "causal_attention", ("head_descriptor(v_ptr, b, h, sv_b, sv_h, sv_n,",
+                                   "head_descriptor(v_ptr, b, h, sq_b, sq_h, sq_n,"))),
+    Wrong("causal_attention", "V taken to be a contiguous (B, H, N, D) tensor", edit(
+        "10", "causal_attention", ("head_descriptor(v_ptr, b, h, sv_b, sv_h, sv_n,",
+                                   f"head_descriptor(v_ptr, b, h, {CONTIGUOUS},"))),
+    Wrong("causal_attention", "the output written as a contiguous (B, H, N, D) tensor", edit(
+        "10", "causal_attention", ("head_descriptor(o_ptr, b, h, so_b, so_h, so_n,",
+                                   f"head_descriptor(o_ptr, b, h, {CONTIGUOUS},"))),
+    Wrong("causal_attention", "a (B, H, N, D) output returned through a transpose: not contiguous", edit(
+        "10", "causal_attention",
+        ("    out = torch.empty((B, N, H, D), device=q.device, dtype=q.dtype)\n",
+         "    out = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)\n"),
+        ("    o = out.transpose(1, 2)                                # the (B, H, N, D) view the kernel writes "
+         "through\n", "    o, out = out, out.transpose(1, 2)\n"))),
+    Wrong("causal_attention", "the scale applied twice: q scaled, and qk_scale in the loop", edit(
+        "10", "causal_attention", ("    q = q_desc.load([start_m, 0])\n",
+                                   "    q = (q_desc.load([start_m, 0]) * qk_scale).to(q_desc.dtype)\n"))),
+    Wrong("causal_attention", "exp2 without LOG2E in the scale", edit(
+        "10", "causal_attention", ("N, H, D ** -0.5 * lesson06.LOG2E.value,", "N, H, D ** -0.5,"))),
+    Wrong("causal_attention", "no static_assert: tiles of 32 keys run on blocks of 16 rows", edit(
+        "10", "causal_attention", (ASSERT, ""))),
+    Wrong("causal_attention", "no static_assert, and key tiles longer than the query blocks", edit(
+        "10", "causal_attention", (ASSERT, ""),
+        (CPU_TILES, CPU_TILES.replace('"BLOCK_M": 32, "BLOCK_N": 16', '"BLOCK_M": 16, "BLOCK_N": 32')))),
+    Wrong("causal_attention", "Q loaded through pointers, not a descriptor", edit(
+        "10", "causal_attention", ("    q = q_desc.load([start_m, 0])\n",
+                                   "    offs_d = tl.arange(0, HEAD_DIM)\n"
+                                   "    q = tl.load(q_ptr + b * sq_b + h * sq_h + offs_m[:, None] * sq_n + "
+                                   "offs_d[None, :],\n                mask=offs_m[:, None] < n_ctx, other=0.0)\n"))),
+    Wrong("causal_attention", "V copied into a contiguous tensor first", edit(
+        "10", "causal_attention", ("    out = torch.empty((B, N, H, D), device=q.device, dtype=q.dtype)\n",
+                                   "    v = v.contiguous()\n"
+                                   "    out = torch.empty((B, N, H, D), device=q.device, dtype=q.dtype)\n"))),
+]
+
+CAUSAL_RIGHT = [
+    Right("causal_attention", "blocks of 16 rows, tiles of 16 keys", edit(
+        "10", "causal_attention", (CPU_TILES, CPU_TILES.replace('"BLOCK_M": 32', '"BLOCK_M": 16')))),
+    Right("causal_attention", "query blocks in their plain order", edit(
+        "10", "causal_attention", ("    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M      # the",
+                                   "    start_m = tl.program_id(0) * BLOCK_M  # not"))),
+]
+
+# ---------------------------------------------------------------- 2. atomic_backward
+
+ADD = '            tl.atomic_add(dq_ptrs, dq, sem="relaxed")\n'
+ADD_MASKED = '            tl.atomic_add(dq_ptrs, dq, mask=offs_m[:, None] < n_ctx, sem="relaxed")\n'
+SHARE = "        dq = tl.dot(dsT.T, k) * sm_scale                # these keys' share of dQ = dS K\n"
+
+
+def _autograd_gradients(q, k, v, out, lse, dout, causal=False, sm_scale=None):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    with torch.enable_grad():
+        o = F.scaled_dot_product_attention(*leaves, is_causal=causal, scale=sm_scale)
+    return torch.autograd.grad(o, leaves, dout)
+
+
+BACKWARD_WRONG = [
+    Wrong("atomic_backward", "pure PyTorch: autograd, no kernel", _autograd_gradients),
+    Wrong("atomic_backward", "dQ's share stored, not added: the other key blocks' shares are lost", edit(
+        "10", "attention_backward", (ADD, "            tl.store(dq_ptrs, dq)\n"),
+        (ADD_MASKED, "            tl.store(dq_ptrs, dq, mask=offs_m[:, None] < n_ctx)\n"))),
+    Wrong("atomic_backward", "load, add, store: right in the interpreter, a race on a GPU", edit(
+        "10", "attention_backward", (ADD, "            tl.store(dq_ptrs, tl.load(dq_ptrs) + dq)\n"),
+        (ADD_MASKED, "            row_ok = offs_m[:, None] < n_ctx\n"
+                     "            tl.store(dq_ptrs, tl.load(dq_ptrs, mask=row_ok) + dq, mask=row_ok)\n"))),
+    Wrong("atomic_backward", "dQ's share not scaled by sm_scale", edit(
+        "10", "attention_backward", (SHARE, "        dq = tl.dot(dsT.T, k)\n"))),
+    Wrong("atomic_backward", "dQ's share scaled by qk_scale (log2(e) too many)", edit(
+        "10", "attention_backward", (SHARE, "        dq = tl.dot(dsT.T, k) * qk_scale\n"))),
+    Wrong("atomic_backward", "dS = P * dP: delta not subtracted", edit(
+        "10", "attention_backward", ("        dsT = (pT * (dpT - delta[None, :])).to(q.dtype)",
+                                     "        dsT = (pT * dpT).to(q.dtype)"))),
+    Wrong("atomic_backward", "P from the natural-log lse in base 2 (no LOG2E)", edit(
+        "10", "attention_backward", ("            lse2 = tl.load(lse_ptr + offs_m) * lesson06.LOG2E\n",
+                                     "            lse2 = tl.load(lse_ptr + offs_m)\n"))),
+    Wrong("atomic_backward", "the causal mask keeps keys after the query: > instead of >=", edit(
+        "10", "attention_backward", ("sT = tl.where(offs_m[None, :] >= offs_n[:, None], sT,",
+                                     "sT = tl.where(offs_m[None, :] > offs_n[:, None], sT,"))),
+    Wrong("atomic_backward", "dV not accumulated over the query blocks", edit(
+        "10", "attention_backward", ("        dv = tl.dot(pT.to(do.dtype), do, dv)",
+                                     "        dv = tl.dot(pT.to(do.dtype), do)"))),
+    Wrong("atomic_backward", "the adds of the last query block not masked at the rows past the end", edit(
+        "10", "attention_backward", (ADD_MASKED, ADD))),
+    Wrong("atomic_backward", "dQ from lesson 06's separate dQ kernel", edit(
+        "10", "attention_backward", ("    return dq.to(q.dtype), dk, dv\n",
+                                     "    return lesson06.flash_backward_dq(q, k, v, out, lse, dout, causal, "
+                                     "sm_scale), dk, dv\n"))),
+]
+
+BACKWARD_RIGHT = [
+    Right("atomic_backward", "32 queries per step", edit(
+        "10", "attention_backward", ("cpu=[_backward_config(16, 32, 4, 1)]", "cpu=[_backward_config(32, 32, 4, 1)]"))),
+    Right("atomic_backward", "tl.trans, and atomics with their default ordering", edit(
+        "10", "attention_backward", (SHARE, "        dq = tl.dot(tl.trans(dsT), k) * sm_scale\n"),
+        (ADD, "            tl.atomic_add(dq_ptrs, dq)\n"),
+        (ADD_MASKED, "            tl.atomic_add(dq_ptrs, dq, mask=offs_m[:, None] < n_ctx)\n"))),
+]
+
+# ---------------------------------------------------------------- 3. softmax_long
+
+INIT = ('    m = tl.full((1,), -float("inf"), tl.float32)       # the row\'s running max\n'
+        "    l = tl.zeros((1,), tl.float32)                      # the running sum of exp(x - m)\n")
 SHIFT = '        shift = tl.where(m_new == -float("inf"), 0.0, m_new)   # nothing finite yet: add zeros, not NaNs\n'
 SUM = "        l = l * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), axis=0)\n"
-PASS_1 = ("    for start in range(0, n_cols, BLOCK):\n"
-          '        x = tl.load(x_row + start + offs, mask=start + offs < n_cols, other=-float("inf")).to(tl.float32)\n'
+LOAD_1 = ('        x = tl.load(x_row + start + offs, mask=start + offs < n_cols, other=-float("inf"))'
+          ".to(tl.float32)\n")
+PASS_1 = ("    for start in range(0, n_cols, BLOCK):\n" + LOAD_1 +
           "        m_new = tl.maximum(m, tl.max(x, axis=0))\n" + SHIFT + SUM + "        m = m_new\n")
-THREE_PASSES = ("    for start in range(0, n_cols, BLOCK):\n"
-                '        x = tl.load(x_row + start + offs, mask=start + offs < n_cols, other=-float("inf")).to(tl.float32)\n'
+PER_LANE = ('    m = tl.full((BLOCK,), -float("inf"), tl.float32)\n'
+            "    l = tl.zeros((BLOCK,), tl.float32)\n"
+            "    for start in range(0, n_cols, BLOCK):\n" + LOAD_1 +
+            "        m_new = tl.maximum(m, x)\n"
+            '        shift = tl.where(m_new == -float("inf"), 0.0, m_new)\n'
+            "        l = l * tl.exp(m - shift) + tl.exp(x - shift)\n"
+            "        m = m_new\n"
+            "    m_row = tl.max(m, axis=0)\n"
+            "    l = tl.sum(l * tl.exp(m - m_row), axis=0)\n"
+            "    m = m_row\n")
+THREE_PASSES = ("    for start in range(0, n_cols, BLOCK):\n" + LOAD_1 +
                 "        m = tl.maximum(m, tl.max(x, axis=0))\n"
-                "    for start in range(0, n_cols, BLOCK):\n"
-                '        x = tl.load(x_row + start + offs, mask=start + offs < n_cols, other=-float("inf")).to(tl.float32)\n'
+                "    for start in range(0, n_cols, BLOCK):\n" + LOAD_1 +
                 "        l += tl.sum(tl.exp(x - m), axis=0)\n")
 BACKWARDS = "        cols = (n_tiles - 1 - i) * BLOCK + offs         # the last tile first\n"
 PASS_2 = (BACKWARDS +
@@ -26,10 +168,14 @@ END_ALIGNED = ("        cols = n_cols - (i + 1) * BLOCK + offs        # tiles th
                "        tl.store(out_row + cols, (tl.exp(x - m) / l).to(out_ptr.dtype.element_ty),\n"
                "                 mask=(cols >= 0) & (cols < n_cols))\n")
 
-WRONG = [
+SOFTMAX_WRONG = [
     Wrong("softmax_long", "pure PyTorch, no kernel", lambda x: torch.softmax(x, dim=-1)),
     Wrong("softmax_long", "the second pass walks forwards", edit(
         "10", "softmax_long", (BACKWARDS, "        cols = i * BLOCK + offs\n"))),
+    Wrong("softmax_long", "the second pass: the last tile, then 0, 1, 2, ...", edit(
+        "10", "softmax_long", (BACKWARDS, "        cols = ((i + n_tiles - 1) % n_tiles) * BLOCK + offs\n"))),
+    Wrong("softmax_long", "lesson 05's pass 1: a running max and sum per lane, two exps per element", edit(
+        "10", "softmax_long", (INIT + PASS_1, PER_LANE))),
     Wrong("softmax_long", "three passes: the max, then the sum, then the output", edit(
         "10", "softmax_long", (PASS_1, THREE_PASSES))),
     Wrong("softmax_long", "exp(m - m_new) while both are -inf: NaN after a tile of -inf", edit(
@@ -46,10 +192,13 @@ WRONG = [
                                "    out = torch.empty(x.shape, dtype=torch.float32, device=x.device)\n"))),
 ]
 
-RIGHT = [
+SOFTMAX_RIGHT = [
     Right("softmax_long", "tiles of 64 values", edit(
         "10", "softmax_long", ('cpu=[triton.Config({"BLOCK": 256}, num_warps=4)]',
                                'cpu=[triton.Config({"BLOCK": 64}, num_warps=4)]'))),
     Right("softmax_long", "the second pass in tiles that end at the row's end", edit(
         "10", "softmax_long", (PASS_2, END_ALIGNED))),
 ]
+
+WRONG = CAUSAL_WRONG + BACKWARD_WRONG + SOFTMAX_WRONG
+RIGHT = CAUSAL_RIGHT + BACKWARD_RIGHT + SOFTMAX_RIGHT
