@@ -287,12 +287,16 @@ def _rel_error(out, ref):
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def run(module, ceiling, groups=None):
-    """Time every Bench of one solutions module (or only those of `groups`); return the rows."""
+def run(module, ceiling, groups=None, saved=None):
+    """Time every Bench of one solutions module (or only those of `groups`); return the rows.
+    saved(rows): called with the rows so far each time a group is complete, so that a run stopped
+    part-way keeps the groups it finished."""
     results = []
     for b in module.benchmarks():
         if groups and b.group not in groups:
             continue
+        if saved and results and results[-1]["group"] != b.group:
+            saved(results)
         rows = time_bench(b, ceiling)
         results += rows
         for row in rows:
@@ -304,7 +308,7 @@ def run(module, ceiling, groups=None):
     return results
 
 
-def save(ceiling, results):
+def save(ceiling, results, plots=True):
     """Write this GPU's rows into its own file, replacing the groups measured now; then the plots.
 
     Rows of other groups stay (a partial run, `make bench LESSON=06`), each still naming the
@@ -323,7 +327,8 @@ def save(ceiling, results):
     path = device_file(device)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
-    plot_all(data)
+    if plots:
+        plot_all(data)
     return path
 
 
@@ -380,8 +385,9 @@ def main(argv=None):
     results = []
     for module in solution_modules(lessons):
         if hasattr(module, "benchmarks"):
-            results += run(module, ceiling, groups)
-        # saved after each lesson, so an interrupted run keeps what it measured
+            done = list(results)     # saved after each group (plots at the end), so a run stopped part-way
+            results += run(module, ceiling, groups,          # keeps what it measured
+                           saved=lambda rows: save(ceiling, done + rows, plots=False))
         path = save(ceiling, results)
         # what the notebook shows of a GPU besides timings (compiled code, profiles)
         if hasattr(module, "record_artifacts") and not args.no_artifacts:
