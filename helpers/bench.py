@@ -50,16 +50,17 @@ class Bench:
     label: str = ""                 # how to name this size in a table ("4096x4096")
     metric: str = "GB/s"            # "GB/s" (memory-bound) or "TFLOP/s" (compute-bound)
     tol: float = 1e-2               # largest relative error accepted against the first impl
-    graph: bool = False             # time CUDA-graph replays: the GPU's time, without the launch from
-                                    # Python (tens of µs, and jittery), for kernels of a few µs
+    graph: bool = False             # time CUDA-graph replays: the GPU's time without the kernels' own
+                                    # launches from Python (one short graph.replay() call instead)
 
 
 def measure(fn: Callable, warmup_ms=25, rep_ms=100, graph=False, quantiles=None):
     """Median milliseconds of `fn()` on the GPU (do_bench: events, warm-up, L2 flushed).
 
     graph=True captures one call of `fn` in a CUDA graph and times the graph's replays instead: the
-    same kernels, launched without Python. A kernel of ten microseconds then reads its own time, not
-    the time the CPU took to launch it, which varies from process to process.
+    same kernels, launched by one short graph.replay() call (behind do_bench's L2 flush, like any
+    call) instead of by each launcher's Python. A short kernel then reads its own time, not the time
+    the CPU took to launch it, which varies from process to process.
     quantiles: return those quantiles of the times instead of the median (as the autotuner asks)."""
     import triton.testing
 

@@ -4,7 +4,15 @@ A compiled kernel (what `kernel[grid](...)` returns on a GPU) carries its code a
 `kernel.asm`: `ttir` (Triton's IR), `ttgir` (the same with GPU layouts), `llir`, `ptx` and the
 binary. `compiled_excerpt` prints the kernel's registers, spills and shared memory, and for each
 stage the first line holding each thing in `LOOK_FOR`, with how many lines hold it.
+
+A thing to look for is a name, matched where a name starts: `red.global` is found in
+`red.global.add.f32` and in `@%p1 red.global.add.f32`, but not inside `cp.async.ca.shared.global`
+(where `red` is the end of `shared`); an IR op keeps its dialect prefix (`ttng.warp_group_dot` holds
+`warp_group_dot`), and `ttg.warp_specialize` (the op) is not `tt.warp_specialize` (the attribute).
 """
+
+import functools
+import re
 
 # What to look for in each stage: the loads and the matmul, then shared memory and asynchronous
 # copies, then the instructions themselves (wgmma is Hopper's tensor-core matmul, mma.sync the
@@ -12,6 +20,17 @@ stage the first line holding each thing in `LOOK_FOR`, with how many lines hold 
 LOOK_FOR = {"ttir": ("tt.load", "tt.dot"),
             "ttgir": ("local_alloc", "async_copy", "warp_group_dot", "tt.dot"),
             "ptx": ("cp.async", "wgmma.mma_async", "mma.sync", "ld.global")}
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern(needle):
+    """`needle` where a name starts: not preceded by a letter, digit or underscore."""
+    return re.compile(r"(?<!\w)" + re.escape(needle))
+
+
+def holds(line, needle):
+    """Whether `line` holds `needle` as a name (or the start of one), not inside another word."""
+    return _pattern(needle).search(line) is not None
 
 
 def compiled_excerpt(kernel, look_for=LOOK_FOR):
@@ -22,6 +41,6 @@ def compiled_excerpt(kernel, look_for=LOOK_FOR):
         code = kernel.asm[stage].splitlines()
         lines.append(f"--- {stage}: the first line of each, [how many lines hold it]")
         for needle in needles:
-            found = [ln.strip() for ln in code if needle in ln]
+            found = [ln.strip() for ln in code if holds(ln, needle)]
             lines.append(f"{needle} [{len(found)}]: {found[0][:130] if found else '(none)'}")
     return "\n".join(lines)

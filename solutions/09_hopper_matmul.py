@@ -2,8 +2,11 @@
 adds and Triton reaches: tensor descriptors (TMA), persistent programs, software pipelining across
 tiles, warp specialisation where it compiles, and an autotuner that times its candidates honestly.
 
-Exercise 1: tma_matmul_kernel         one program per tile, every tile moved by a tensor descriptor
+Exercise 1: tma_matmul_kernel         one program per tile (lesson 04's grouped order), every tile moved
+                                      by a tensor descriptor
 Exercise 2: persistent_matmul_kernel  one program per SM, walking the tiles a tile scheduler hands out
+Exercise 3: linear_kernel             the persistent, flattened tile loop over linear_tile, with a row
+                                      scale and a residual add in its epilogue
 
 and, built from them:
 
@@ -55,11 +58,21 @@ triton.set_allocator(_descriptor_scratch)
 
 
 @triton.jit
-def tma_matmul_kernel(a_desc, b_desc, c_desc, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr):
-    """C = A @ B for the tile (program_id(0), program_id(1)): every tile loaded and stored by descriptor."""
-    off_m = tl.program_id(0) * BLOCK_M
-    off_n = tl.program_id(1) * BLOCK_N
+def tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of output tile number `tile` in lesson 04's grouped order: GROUP_M rows of tiles
+    at a time, column by column, so that tiles computed together share rows of A and columns of B."""
+    per_group = GROUP_M * num_pid_n
+    first_m = (tile // per_group) * GROUP_M
+    rows = min(num_pid_m - first_m, GROUP_M)
+    return first_m + (tile % per_group) % rows, (tile % per_group) // rows
+
+
+@triton.jit
+def tma_matmul_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """C = A @ B for output tile number program_id(0), placed by tile_coords; every tile by descriptor."""
+    pid_m, pid_n = tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    off_m, off_n = pid_m * BLOCK_M, pid_n * BLOCK_N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
         a = a_desc.load([off_m, k])            # (BLOCK_M, BLOCK_K): zeros past A's edges
@@ -78,23 +91,13 @@ def tma_matmul(a, b):
     (M, K), N = a.shape, b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     BM, BN, BK = TMA_TILE
-    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
-    tma_matmul_kernel[grid](descriptor(a, [BM, BK]), descriptor(b, [BK, BN]), descriptor(c, [BM, BN]), K,
-                            BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
+    grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)
+    tma_matmul_kernel[grid](descriptor(a, [BM, BK]), descriptor(b, [BK, BN]), descriptor(c, [BM, BN]),
+                            M, N, K, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8)
     return c
 
 
 # ---------------------------------------------------------------- exercise 2: persistent programs
-
-
-@triton.jit
-def tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of output tile number `tile` in lesson 04's grouped order: GROUP_M rows of tiles
-    at a time, column by column, so that tiles computed together share rows of A and columns of B."""
-    per_group = GROUP_M * num_pid_n
-    first_m = (tile // per_group) * GROUP_M
-    rows = min(num_pid_m - first_m, GROUP_M)
-    return first_m + (tile % per_group) % rows, (tile % per_group) // rows
 
 
 @triton.jit
@@ -133,8 +136,9 @@ def persistent_matmul(a, b, programs=None):
 # The persistent kernel above, plus what the autotuner may switch on:
 #   FLATTEN          tl.range(..., flatten=True): the tile loop and the K loop become one loop, so the
 #                    pipeline runs on across tiles (the next tile's loads in flight during the epilogue)
-#   WARP_SPECIALIZE  some warps only issue TMA loads, the others only run the matmul (Triton's
-#                    tl.range option; on Hopper only some tile shapes compile with it)
+#   WARP_SPECIALIZE  asks the compiler to let some warps only issue TMA loads and the others only run
+#                    the matmul (Triton's tl.range option). Its docstring says it is supported on
+#                    Blackwell only; whether sm_90's compiled code is specialised, record_artifacts checks
 #   num_stages       how many K steps of A and B tiles are in flight in shared memory
 # B_NK: b is given as (N, K), nn.Linear's layout, and the kernel multiplies by its transpose.
 # HAS_SCALE: each row of the product is multiplied by s[row] (RMSNorm's 1 / rms) before the store.
@@ -172,8 +176,10 @@ def _tiles_for_the_shape(configs, named_args, **kwargs):
 
 def _graph_timed(kernel_call, quantiles):
     """How the autotuner times each candidate: as `make bench` times kernels, CUDA-graph replays with the
-    L2 cache flushed before each. A 10 µs kernel launched from Python reads mostly the launch, and the
-    choice flipped from run to run (lesson 10 shows it)."""
+    L2 cache flushed before each. do_bench still calls graph.replay() from Python, but that is one short
+    host call where a candidate's own launch (pre-hook, argument binding, launch) is a long one; host
+    time that outlasts do_bench's flush shows in the timing. Launched from Python, the choice at 1024^3
+    changed from process to process (record_artifacts records it; lesson 09 prints it)."""
     return measure(kernel_call, graph=True, quantiles=quantiles)
 
 
@@ -276,10 +282,11 @@ LINEAR_TILES = pick(cpu=[(64, 64, 4, 1)],
 LINEAR_CONFIGS = [_linear_config(*tile) for tile in LINEAR_TILES]
 # linear_kernel's epilogue may read a residual tile, and that tile needs shared memory too. With
 # flatten=True (the next tile's loads in flight during the epilogue) a 128 x 256 tile and its
-# residual no longer fit an H100's 227 KB, and the autotuner fell back to 128 x 128 tiles, about 10%
-# slower. Two more configurations for it, without flatten: 256 x 128, and 128 x 256 with warp
-# specialisation (some warps only issue the loads, the others only compute; Triton's tl.range
-# option), which on an H100 recovered what flatten's overlap bought.
+# residual did not fit the shared memory one program may claim on an H100
+# (helpers.roofline.CHIPS[...].shared_kb_per_program), and the autotuner fell back to 128 x 128
+# tiles, about 10% slower. Two more configurations for it, without flatten: 256 x 128, and 128 x 256
+# with WARP_SPECIALIZE=True (Triton's tl.range option; whether sm_90's compiled code is actually
+# warp-specialised is what record_artifacts checks), which on an H100 recovered that loss.
 EPILOGUE_CONFIGS = ([_linear_config(*tile, FLATTEN=True, WARP_SPECIALIZE=False) for tile in LINEAR_TILES]
                     + pick(cpu=[], gpu=[_linear_config(256, 128, 8, 3, FLATTEN=False, WARP_SPECIALIZE=False),
                                         _linear_config(128, 256, 8, 3, FLATTEN=False, WARP_SPECIALIZE=True)]))
@@ -324,7 +331,8 @@ def linear_kernel(h_ptr, w_ptr, s_ptr, r_ptr, out_ptr, M, N, K, stride_h, stride
                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                   FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """out = s[:, None] * (h @ w.T) + r, the scale and the residual optional; h (M, K), w (N, K), r and
-    out (M, N), out contiguous; the stride_ arguments are the others' row strides."""
+    out (M, N), out contiguous; the stride_ arguments are the others' row strides. Each program walks
+    tiles p, p + P, ... (the flattened loop: the next tile's loads overlap this tile's epilogue)."""
     h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],
                                        block_shape=[BLOCK_M, BLOCK_K])
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_w, 1],
@@ -378,6 +386,105 @@ def linear(h, w, scale=None, residual=None):
 
 
 
+# ---------------------------------------------------------------- the notebook's measuring cells
+
+
+def _square_problem(n, config):
+    """(one launch of matmul_kernel at n^3, float16, with `config`, as the autotuner runs a candidate:
+    its pre-hook, then the launch), for a (n, n) @ (n, n) product on fresh random inputs."""
+    a = torch.randn(n, n, device=DEVICE, dtype=torch.float16)
+    b = torch.randn(n, n, device=DEVICE, dtype=torch.float16)
+    c = torch.empty_like(a)
+    args = dict(a_desc=descriptor(a, [16, 16]), b_desc=descriptor(b, [16, 16]),
+                c_desc=descriptor(c, [16, 16]), s_ptr=None, M=n, N=n, K=n, B_NK=False, HAS_SCALE=False)
+    grid = (min(SMS, triton.cdiv(n, config.kwargs["BLOCK_M"]) * triton.cdiv(n, config.kwargs["BLOCK_N"])),)
+
+    def candidate():
+        config.pre_hook({**args, **config.all_kwargs()})
+        matmul_kernel.fn[grid](**args, **config.all_kwargs())
+
+    return candidate
+
+
+def time_matmul_config(config, n):
+    """TFLOP/s of the fast matmul at n^3 (float16) with one configuration, or the compiler's refusal."""
+    try:
+        ms = measure(_square_problem(n, config), graph=True)
+    except Exception as e:  # noqa: BLE001  (a configuration this Triton does not compile for this GPU)
+        return f"does not compile: {str(e).splitlines()[0][:80]}"
+    return f"{2 * n**3 / ms / 1e9:6.0f} TFLOP/s"
+
+
+def ladder(by_gpu, steps):
+    """Per GPU and shape: each step's TFLOP/s, what it bought over the step before (in brackets), and
+    the last but one step's share of the last. `steps`: words naming each step's implementation."""
+    from helpers.bench import impl_named
+
+    if not by_gpu:
+        print("nothing measured or recorded for this group yet")
+    for gpu, rows in by_gpu.items():
+        names = [name for name in (impl_named(rows, step) for step in steps) if name]
+        print(f"{gpu}: {' -> '.join(names)}")
+        for label in dict.fromkeys(r["label"] for r in rows):
+            speed = {r["impl"]: r["tflops"] for r in rows if r["label"] == label}
+            line, before = [], None
+            for name in (name for name in names if name in speed):
+                bought = f" (x{speed[name] / speed[before]:.2f})" if before else ""
+                line.append(f"{speed[name]:5.0f}{bought}")
+                before = name
+            tail = ""
+            if len(names) > 1 and names[-2] in speed and names[-1] in speed:
+                tail = f" | {names[-2]} at {speed[names[-2]] / speed[names[-1]]:.0%} of {names[-1]}"
+            print(f"  {label:>10}: " + " -> ".join(line) + f" TFLOP/s{tail}")
+
+
+def tiles_in_order(fn, a, b, *args, arg="c_desc.base"):
+    """{program: [(tile row, tile column), ...]} in the order each program of fn(a, b, *args) stored its
+    tiles of C (tiles of TMA_TILE), from the interpreter's record of every store."""
+    from helpers import interpreter
+
+    BM, BN, _ = TMA_TILE
+    with interpreter.record(touches=True) as rec:
+        fn(a, b, *args)
+    order = {}
+    for pid, name, kind, offs in rec.launches[-1].touches:
+        if name == arg and kind == "store":
+            first = int(offs.min())
+            order.setdefault(pid[0], []).append((first // b.shape[1] // BM, first % b.shape[1] // BN))
+    return order
+
+
+def print_autotune_runs(rows):
+    """One GPU's autotune_stability record: per shape and way of timing the candidates, how many
+    different configurations three fresh processes chose, the speeds they reached, and each choice."""
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        for timing in dict.fromkeys(r["timing"] for r in rows):
+            runs = sorted((r for r in rows if r["shape"] == shape and r["timing"] == timing),
+                          key=lambda r: r["process"])
+            if not runs:
+                continue
+            tflops, cublas = [r["tflops"] for r in runs], [r["cublas_tflops"] for r in runs]
+            print(f"  {shape}, candidates {timing}: {len({r['config'] for r in runs})} different choice(s) "
+                  f"in {len(runs)} processes; {min(tflops):.0f} to {max(tflops):.0f} TFLOP/s "
+                  f"(cuBLAS {min(cublas):.0f} to {max(cublas):.0f})")
+            for r in runs:
+                print(f"      process {r['process']}: {r['config']}")
+
+
+def print_launch_against_flush(record):
+    """One GPU's launch_against_flush record (see _launch_against_flush), or that it is missing."""
+    if not record:
+        print("  the fast matmul's own figures: not recorded yet (`make bench LESSON=09` on a GPU)")
+        return
+    host = ", ".join(f"{what} {us:.1f} µs" for what, us in record["host_us"].items())
+    print(f"  the fast matmul at {record['shape']} ({record['config']}): do_bench's flush measured "
+          f"{record['flush_us']:.1f} µs on the GPU; host time per call: {host}")
+    timed_us = record["timed_us"]
+    both = ", ".join(f"{how} {us:.1f} µs" for how, us in timed_us.items())
+    leak = timed_us["launched from Python"] - timed_us["graph replays"]
+    print(f"  one candidate timed by do_bench: {both}: {leak:+.1f} µs more launched from Python")
+
+
 # ---------------------------------------------------------------- make bench (GPU)
 
 
@@ -396,7 +503,7 @@ def benchmarks():
         yield Bench("hopper_matmul_fp16", n, bytes=3 * 2 * n * n, flops=2 * n**3, label=f"{n}^3",
                     metric="TFLOP/s", graph=True,
                     impls={"lesson 09: matmul": lambda a=a, b=b: matmul(a, b),
-                           "exercise 1: tma_matmul": lambda a=a, b=b: tma_matmul(a, b),
+                           "exercise 1: tma_matmul (grouped order)": lambda a=a, b=b: tma_matmul(a, b),
                            "exercise 2: persistent_matmul": lambda a=a, b=b: persistent_matmul(a, b),
                            "lesson 04: matmul": lambda a=a, b=b: lesson04.matmul(a, b),
                            "cuBLAS": lambda a=a, b=b: a @ b})
@@ -409,12 +516,16 @@ def benchmarks():
                              "down": (d, f)}.items():
             a = torch.randn(T, K, device="cuda", dtype=torch.float16)
             wt = torch.randn(N, K, device="cuda", dtype=torch.float16) / K**0.5
+            w_kn = wt.T.contiguous()   # (K, N) row-major: the layout lesson 04's loads were written for;
+                                       # copied once, here, outside the timing
             yield Bench("block_matmuls_fp16", T * N * K, bytes=2 * (T * K + N * K + T * N),
                         flops=2 * T * N * K, label=f"{name} T{T}", metric="TFLOP/s", graph=True,
                         impls={"persistent, TMA (lesson 09)": lambda a=a, wt=wt: linear(a, wt),
                                "lesson 04's mainloop": lambda a=a, wt=wt: lesson04.matmul(a, wt.T),
+                               "lesson 04's mainloop, W row-major (K, N)":
+                                   lambda a=a, w_kn=w_kn: lesson04.matmul(a, w_kn),
                                "cuBLAS": lambda a=a, wt=wt: a @ wt.T})
-            del a, wt
+            del a, wt, w_kn
 
     pair = lambda x, g, w: F.linear(F.rms_norm(x, (x.shape[1],), g, 1e-6), w)  # noqa: E731
     compiled_pair = torch.compile(pair, dynamic=False)
@@ -424,8 +535,8 @@ def benchmarks():
         w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
         wf = fold_gamma(w, g)                               # once, when the weights are loaded
         # Timed as graph replays: each call of rmsnorm_linear builds three descriptors and makes two
-        # launches from Python, and launched from Python that host work (which varies from process to
-        # process) showed in the timing of a 0.1 ms pair of kernels.
+        # launches from Python, and whatever of that host work outlasts do_bench's L2 flush (it varies
+        # from process to process) would be timed as the GPU's.
         yield Bench("hopper_rmsnorm_linear_bf16", N, bytes=2 * (M * K + N * K + M * N), flops=2 * M * N * K,
                     label=f"M{M} K{K} N{N}", metric="TFLOP/s", graph=True,
                     impls={"lesson 09: rmsnorm_linear": lambda x=x, wf=wf: rmsnorm_linear(x, wf),
@@ -439,42 +550,114 @@ def benchmarks():
 # ---------------------------------------------------------------- recorded for the notebook (GPU)
 
 # What to look for in Hopper code: TMA copies, wgmma, and the barriers that pace the pipeline.
-LOOK_FOR_HOPPER = {"ttgir": ("async_tma_copy_global_to_local", "warp_group_dot", "warp_specialize"),
+# ttg.warp_specialize is the op of a loop the compiler split into partitions; the request alone is an
+# attribute, tt.warp_specialize, which compiled_excerpt does not count as the op.
+LOOK_FOR_HOPPER = {"ttgir": ("async_tma_copy_global_to_local", "warp_group_dot", "ttg.warp_specialize"),
                    "ptx": ("cp.async.bulk.tensor", "wgmma.mma_async", "mbarrier.try_wait", "ld.global")}
 RECORDED = "09_hopper_matmul"      # helpers/recorded/09_hopper_matmul/<gpu>.json
 
 
 def describe_config(config):
+    """A configuration in a few words; warp_specialize=True says it was asked for (try_compile: granted?)."""
     kw = config.kwargs
-    extra = ", warp-specialised" if kw.get("WARP_SPECIALIZE") else ""
+    extra = ", warp_specialize=True" if kw.get("WARP_SPECIALIZE") else ""
     extra += ", flattened" if kw.get("FLATTEN") else ""
     return f"{kw['BLOCK_M']}x{kw['BLOCK_N']}, {config.num_warps} warps, {config.num_stages} stages{extra}"
 
 
+def _ws_ops(compiled):
+    """How many lines of a compiled kernel's ttgir hold the op of a warp-specialised loop."""
+    from helpers.compiled import holds
+
+    return sum(holds(line, "ttg.warp_specialize") for line in compiled.asm["ttgir"].splitlines())
+
+
 def try_compile(kernel, args, config, **what):
-    """Compile `kernel` (an autotuner's JITFunction) for one configuration: whether it compiles, and
-    the first line of the compiler's error if not."""
-    config.pre_hook({**args, **config.all_kwargs()})    # the descriptors' boxes for this configuration
+    """Compile `kernel` (an autotuner's JITFunction) for one configuration: whether it compiles, the
+    first line of the compiler's error if not, and whether its ttgir holds `ttg.warp_specialize` (the
+    loop split into producer and consumer partitions: asking for it does not mean it happened)."""
+    if config.pre_hook:
+        config.pre_hook({**args, **config.all_kwargs()})    # the descriptors' boxes for this configuration
     try:
-        kernel.fn.warmup(**args, **config.all_kwargs(), grid=(1,))
-        ok, error = True, ""
+        compiled = kernel.fn.warmup(**args, **config.all_kwargs(), grid=(1,))
+        ok, error, specialised = True, "", _ws_ops(compiled) > 0
     except RuntimeError as e:
-        ok, error = False, str(e).splitlines()[0][:200]
+        ok, error, specialised = False, str(e).splitlines()[0][:200], None
     return {"kernel": kernel.fn.__name__, **what, "config": describe_config(config), "compiles": ok,
-            "error": error}
+            "error": error, "specialised": specialised}
 
 
 def _warp_specialize_survey():
-    """Which warp-specialised configurations of `matmul_kernel` this Triton compiles on this GPU."""
+    """Which warp-specialised configurations of `matmul_kernel` and `linear_kernel` this Triton compiles
+    on this GPU, and whether what it compiled is warp-specialised."""
     rows = []
     a = torch.empty(1024, 1024, device="cuda", dtype=torch.float16)
+    row_scale = torch.empty(1024, device="cuda", dtype=torch.float32)
     for config in (c for c in MATMUL_CONFIGS if c.kwargs["WARP_SPECIALIZE"]):
         for scale in (False, True):
             args = dict(a_desc=descriptor(a, [16, 16]), b_desc=descriptor(a, [16, 16]),
-                        c_desc=descriptor(a, [16, 16]), s_ptr=a, M=1024, N=1024, K=1024, B_NK=False,
-                        HAS_SCALE=scale)
-            rows.append(try_compile(matmul_kernel, args, config, head_dim=None, causal=None))
+                        c_desc=descriptor(a, [16, 16]), s_ptr=row_scale, M=1024, N=1024, K=1024,
+                        B_NK=False, HAS_SCALE=scale)
+            rows.append(try_compile(matmul_kernel, args, config, head_dim=None, causal=None,
+                                    epilogue="row scale" if scale else "none"))
+    for config in (c for c in EPILOGUE_CONFIGS if c.kwargs["WARP_SPECIALIZE"]):
+        for residual in (False, True):
+            args = dict(h_ptr=a, w_ptr=a, s_ptr=row_scale, r_ptr=a, out_ptr=a, M=1024, N=1024, K=1024,
+                        stride_h=1024, stride_w=1024, stride_r=1024, HAS_SCALE=True, HAS_RESIDUAL=residual)
+            rows.append(try_compile(linear_kernel, args, config, head_dim=None, causal=None,
+                                    epilogue="row scale and residual" if residual else "row scale"))
     return rows
+
+
+def _host_us(fn, calls=200):
+    """Median host time of one call of fn, in µs: from the call to its return (the work enqueued)."""
+    import statistics
+    import time
+
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return 1e6 * statistics.median(times)
+
+
+def _launch_against_flush(n=1024):
+    """What the default autotuner's timing of a candidate is made of, at n^3 float16: do_bench's L2 flush
+    (zeroing a 256 MiB buffer) on the GPU, the host time of one candidate's launch from Python and of one
+    graph replay, and the candidate timed both ways. Host time beyond the flush shows in the events."""
+    import statistics
+
+    from triton.runtime import driver
+
+    cache = driver.active.get_empty_cache_for_benchmark()   # what do_bench zeroes before every call
+    flush_us = []
+    for _ in range(20):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        driver.active.clear_cache(cache)
+        end.record()
+        torch.cuda.synchronize()
+        flush_us.append(1000 * start.elapsed_time(end))
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    matmul(a, b)                                   # the autotuner's choice at this shape
+    config = matmul_kernel.best_config
+    candidate = _square_problem(n, config)         # what the autotuner times for one configuration
+    candidate()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        candidate()
+    return {"shape": f"{n}^3", "config": describe_config(config),
+            "flush_us": statistics.median(flush_us),
+            "host_us": {"matmul(a, b)": _host_us(lambda: matmul(a, b)),
+                        "one candidate": _host_us(candidate),
+                        "graph.replay()": _host_us(graph.replay)},
+            "timed_us": {"launched from Python": 1000 * measure(candidate),
+                         "graph replays": 1000 * measure(candidate, graph=True)}}
 
 
 # How the autotuner may time its candidates: the lesson's way last.
@@ -509,8 +692,9 @@ def _stability_probe(timing):
 
 def record_artifacts(folder):
     """On a GPU (called by `make bench`): the fast matmul's compiled-code excerpt, which warp-specialised
-    configurations compile, and the autotuner's choice in three fresh processes per way of timing,
-    into folder/09_hopper_matmul/<gpu>.json."""
+    configurations compile and whether their ttgir is specialised, the autotuner's choice in three
+    fresh processes per way of timing, and host time per launch against do_bench's flush, into
+    folder/09_hopper_matmul/<gpu>.json."""
     import json
     import subprocess
     import sys
@@ -538,7 +722,7 @@ def record_artifacts(folder):
                                  check=True).stdout
             stability += [{**row, "process": process} for row in json.loads(out.strip().splitlines()[-1])]
     record = {**profile.stamp(), "compiled": compiled, "warp_specialize": _warp_specialize_survey(),
-              "autotune_stability": stability}
+              "autotune_stability": stability, "launch_against_flush": _launch_against_flush()}
     out = folder / RECORDED / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))

@@ -61,6 +61,31 @@ def test_the_matmuls_say_what_a_tensor_descriptor_needs(launcher):
         launcher(randn(5, 48), randn(40, 8))
 
 
+def grouped(tile, tiles_m, tiles_n, group=8):
+    """(row, column) of tile number `tile` in lesson 04's grouped order, in plain Python."""
+    per_group = group * tiles_n
+    first = tile // per_group * group
+    rows = min(tiles_m - first, group)
+    return first + tile % per_group % rows, tile % per_group // rows
+
+
+def test_tma_matmul_runs_one_program_per_tile_in_grouped_order():
+    from helpers import interpreter
+
+    BM, BN, _ = lesson09.TMA_TILE
+    M, K, N = 9 * BM + 3, 40, 3 * BN + 8         # 10 x 4 tiles: a full group of 8 rows and a partial one
+    a, b = operands(M, K, N, torch.float32)
+    with interpreter.record(touches=True) as rec:
+        lesson09.tma_matmul(a, b)
+    (launch,) = rec.launches
+    tiles_m, tiles_n = triton.cdiv(M, BM), triton.cdiv(N, BN)
+    assert launch.grid == (tiles_m * tiles_n,)
+    for pid, _name, kind, offs in launch.touches:
+        if kind == "store":
+            first = int(offs.min())
+            assert (first // N // BM, first % N // BN) == grouped(pid[0], tiles_m, tiles_n)
+
+
 def test_a_persistent_launch_has_the_programs_it_is_given_and_stores_each_tile_once():
     a, b = operands(150, 40, 136, torch.float32)    # 5 x 5 tiles of 32 on the CPU
     traffic = triton_traffic(lesson09.persistent_matmul, a, b, 3)
@@ -162,7 +187,7 @@ def test_linear_says_what_a_tensor_descriptor_needs():
 
 
 
-@pytest.mark.parametrize("name", ["tma_matmul", "persistent_matmul"])
+@pytest.mark.parametrize("name", ["tma_matmul", "persistent_matmul", "linear"])
 def test_the_solutions_pass_their_exercise_checks(name):
     from helpers import check
 
@@ -172,9 +197,76 @@ def test_the_solutions_pass_their_exercise_checks(name):
 def test_the_exercise_cases_keep_rows_aligned():
     from helpers.exercises import lesson09 as spec
 
-    for case in spec._tma_cases() + spec._persistent_cases():
-        for t in case.args[:2]:
-            assert t.stride(0) * t.element_size() % 16 == 0, case.label
+    for case in spec._tma_cases() + spec._persistent_cases() + spec._linear_cases():
+        for t in (case.args[i] for i in (0, 1, 3) if i < len(case.args)):
+            if isinstance(t, torch.Tensor) and t.dim() == 2:
+                assert t.stride(0) * t.element_size() % 16 == 0, case.label
+                assert t.data_ptr() % 16 == 0, case.label
+
+
+def test_the_linear_cases_reach_the_edges():
+    from helpers.exercises import lesson09 as spec
+
+    cases = spec._linear_cases()
+    epilogues = {(case.args[2] is not None, case.args[3] is not None) for case in cases}
+    assert {(True, False), (False, True), (True, True)} <= epilogues
+    assert any(case.args[3] is not None and case.args[3].stride(0) != case.args[3].shape[1]
+               and case.args[0].stride(0) != case.args[0].shape[1] for case in cases)   # views
+    assert any(case.args[2] is not None and (case.args[2] < 0).any() for case in cases)  # both signs
+    assert {case.args[0].dtype for case in cases} == {torch.float32, torch.float16}
+    big = [case for case in cases if "large magnitude" in case.label]
+    (h, w, s, r), = (case.args for case in big)
+    product = s.double()[:, None] * (h.double() @ w.double().T)
+    assert product.abs().max() > 65504 and (product + r.double()).abs().max() < 65504
+
+
+# ---------------------------------------------------------------- helpers.compiled
+
+
+class _Compiled:
+    """What compiled_excerpt reads of a compiled kernel."""
+
+    n_regs, n_spills = 40, 0
+
+    class metadata:
+        shared = 1024
+
+    asm = {"ttgir": "%1 = ttng.warp_group_dot %a, %b\nscf.for %i = ... {tt.warp_specialize}",
+           "ptx": "@%p17 cp.async.ca.shared.global [%r1], [%rd2], 16;\n"
+                  "@%p3 red.global.add.f32 [%rd4], %f1;\nld.global.nc.v4.u32 {%r1}, [%rd5];"}
+
+
+def test_compiled_excerpt_matches_whole_names_not_substrings():
+    from helpers.compiled import compiled_excerpt
+
+    text = compiled_excerpt(_Compiled(), {"ttgir": ("warp_group_dot", "ttg.warp_specialize"),
+                                          "ptx": ("red.global", "ld.global", "cp.async")})
+    lines = dict(line.split(" [", 1) for line in text.splitlines()[1:] if not line.startswith("---"))
+    assert lines["red.global"].startswith("1]: @%p3 red.global.add.f32")   # not cp.async.ca.shared.global
+    assert lines["ld.global"].startswith("1]: ld.global.nc")                # a name's qualifiers may follow
+    assert lines["cp.async"].startswith("1]: @%p17 cp.async.ca")
+    assert lines["warp_group_dot"].startswith("1]: %1 = ttng.warp_group_dot")   # after a dialect prefix
+    assert lines["ttg.warp_specialize"].startswith("0]")     # the attribute tt.warp_specialize is not the op
+
+
+class _Kernel:
+    """An autotuner's stand-in: .fn.warmup(...) returns a compiled kernel whose ttgir is `ttgir`."""
+
+    def __init__(self, ttgir):
+        compiled = type("Compiled", (), {"asm": {"ttgir": ttgir}})()
+        self.fn = type("Fn", (), {"__name__": "fake_kernel", "warmup": lambda *a, **k: compiled})()
+
+
+@pytest.mark.parametrize("ttgir, specialised", [
+    ("ttg.warp_specialize(%a) default {\n} partition0(%b) num_warps(1) {\n}", True),
+    ("scf.for %i = %c0 to %n step %c1 {\n} {tt.warp_specialize}", False),   # asked for, not granted
+])
+def test_try_compile_tells_a_granted_warp_specialisation_from_a_request(ttgir, specialised):
+    config = triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "FLATTEN": False, "WARP_SPECIALIZE": True},
+                           num_warps=8, num_stages=3)
+    row = lesson09.try_compile(_Kernel(ttgir), {}, config, epilogue="none")
+    assert row["compiles"] and row["specialised"] is specialised
+    assert "warp_specialize=True" in row["config"]
 
 
 # ---------------------------------------------------------------- what make bench recorded on GPUs
@@ -190,5 +282,8 @@ def test_recordings_exist():
 def test_each_gpu_recorded_the_compiled_code_the_survey_and_the_autotuner(gpu):
     record = RECORDED[gpu]
     assert set(record["compiled"]) == {"matmul_kernel"}
-    assert all(r["kernel"] == "matmul_kernel" for r in record["warp_specialize"])
+    assert {r["kernel"] for r in record["warp_specialize"]} <= {"matmul_kernel", "linear_kernel"}
     assert {r["timing"] for r in record["autotune_stability"]} == set(lesson09.STABILITY_TIMINGS)
+    if "launch_against_flush" in record:     # recorded since the lesson weighs host time against the flush
+        flush = record["launch_against_flush"]
+        assert flush["flush_us"] > 0 and set(flush["timed_us"]) == {"launched from Python", "graph replays"}

@@ -6,10 +6,15 @@
    the last K step is partial and the last column of tiles is cut by C's edge. M is odd.
 2. `persistent_matmul`: the same product with exactly `programs` programs, each walking the tiles
    a scheduler hands it; more tiles than programs, fewer, and counts that do not divide.
+3. `linear`: scale[:, None] * (h @ w.T) + residual from the persistent, flattened tile loop, the
+   scale and the residual in its epilogue: each alone and both; h, w and the residual as column
+   slices of wider matrices; odd M (the scale's load must be masked past M); random scales of both
+   signs; more tiles than programs; float32 and float16, with a residual that brings back a product
+   too large for float16 (the epilogue's arithmetic must stay in float32 until the one store).
 
 Beyond the values, each check measures what the lesson teaches, with the interpreter's record of
 every load and store (on a GPU too, on small inputs): the bytes a tensor descriptor moved, the
-programs a launch ran and which elements each stored.
+programs a launch ran, which elements each stored, and how often each residual element was read.
 """
 
 import math
@@ -228,4 +233,131 @@ EXERCISES = [
              tol=MATMUL_TOL, kernel=True, structure=_through_descriptors),
     Exercise("09", "persistent_matmul", "a persistent matmul: a fixed grid walking the tiles",
              matmul_reference, _persistent_cases, tol=MATMUL_TOL, kernel=True, structure=_each_tile_once),
+]
+
+
+# ---------------------------------------------------------------- 3. linear: the epilogues
+
+
+def linear_reference(h, w, scale=None, residual=None):
+    """scale[:, None] * (h @ w.T) + residual, in float32 at least, returned in h's dtype."""
+    wide = torch.promote_types(h.dtype, F32)
+    out = h.to(wide) @ w.to(wide).T                              # read MK + NK
+    if scale is not None:
+        out = scale.to(wide)[:, None] * out                       # read M
+    if residual is not None:
+        out = out + residual.to(wide)                             # read MN
+    return out.to(h.dtype)                                        # write MN
+
+
+def _column_slice(rows, cols, dtype, scale=1.0):
+    """A (rows, cols) view of a wider matrix: rows cols + 16 values apart, the first 16 bytes skipped,
+    so that the view's start and rows stay 16-byte aligned while its row stride is not its width."""
+    unit = 16 // torch.empty((), dtype=dtype).element_size()
+    return (torch.randn(rows, cols + 16, device=DEVICE) * scale).to(dtype)[:, unit:unit + cols]
+
+
+def _linear_operands(M, K, N, dtype, scale, residual, views):
+    """(h, w, scale or None, residual or None): w scaled by 1 / sqrt(K), so that h @ w.T is of order one;
+    the scale of both signs."""
+    make = (lambda r, c, sc=1.0: _column_slice(r, c, dtype, sc)) if views else \
+        (lambda r, c, sc=1.0: (torch.randn(r, c, device=DEVICE) * sc).to(dtype))
+    h, w = make(M, K), make(N, K, K**-0.5)
+    s = torch.randn(M, device=DEVICE) if scale else None
+    r = make(M, N) if residual else None
+    return h, w, s, r
+
+
+def _large_residual_case(M, K, N):
+    """float16: in every row, scale * (h @ w.T) reaches 75,000 to 90,000, past float16's largest value
+    (65504), and the residual, -p / 2 -+ 10,000, brings each value p back to p / 2 +- 10,000: at least
+    10,000 from zero (a sum that small would be decided by float32's rounding of the large terms),
+    at most 55,000. Rounded to float16 before the residual is added, p would be infinite."""
+    h, w, _, _ = _linear_operands(M, K, N, F16, False, False, True)
+    product = h.double() @ w.double().T
+    sign = torch.where(torch.rand(M, device=DEVICE) < 0.5, -1.0, 1.0).double()
+    s = sign * (75_000 + 15_000 * torch.rand(M, device=DEVICE).double()) / product.abs().amax(dim=1)
+    p = s[:, None] * product
+    r = _column_slice(M, N, F16)
+    r.copy_(-0.5 * p + 10_000 * torch.sign(p))
+    return Case(f"M={M} K={K} N={N} float16, scale and residual (a residual of large magnitude: "
+                f"scale * (h @ w.T) passes float16's largest value before the residual brings it back)",
+                (h, w, s.float(), r))
+
+
+def _linear_cases():
+    small = pick(((33, 95), (40, 100), (40, 100)), ((129, 383), (200, 300), (200, 400)))
+    many = pick(((_odd(129, 191), (40, 72), (136, 200))), ((_odd(2305, 2559), (40, 72), (2300, 2600))))
+
+    def sizes(m_range, k_range, n_range, dtype):
+        M = m_range if isinstance(m_range, int) else _odd(*m_range)
+        return M, _aligned(*k_range, dtype), _aligned(*n_range, dtype)
+
+    specs = [(sizes(*small, F32), F32, True, False, False, "the row scale alone; odd M, so the last "
+              "tiles' rows past M must not load a scale"),
+             (sizes(*small, F32), F32, False, True, False, "the residual alone"),
+             (sizes(*small, F32), F32, True, True, True, "scale and residual; h, w and the residual are "
+              "column slices of wider matrices: row strides differ from the widths"),
+             (sizes(*small, F16), F16, True, True, True, "float16: scale and residual on the float32 "
+              "accumulator, one rounding at the store"),
+             (sizes(1, small[1], small[2], F16), F16, False, False, False, "a single row, no epilogue"),
+             (sizes(*many, F32), F32, True, True, False, "more tiles than programs: each program walks "
+              "several")]
+    cases = []
+    for (M, K, N), dtype, scale, residual, views, why in specs:
+        cases.append(Case(f"M={M} K={K} N={N} {_name(dtype)} ({why})",
+                          _linear_operands(M, K, N, dtype, scale, residual, views)))
+    return cases + [_large_residual_case(*sizes(*small, F16))]
+
+
+def _epilogue_structure(fn):
+    """One launch stores the output, with min(SMS, tiles) programs; each element of the output is
+    stored once; each element of the residual is loaded once (its loads are found by the elements they
+    cover, whatever the kernel names its argument)."""
+    M, K, N = _odd(129, 191), _aligned(40, 72, F32), _aligned(136, 200, F32)
+    h, w, s, r = _linear_operands(M, K, N, F32, True, True, True)
+    launches, problem = _recorded(fn, h, w, s, r, touches=True)
+    if problem:
+        return problem
+    where = f"for h ({M}, {K}), w ({N}, {K}), a scale and a residual, your code"
+    storing = [launch for launch in launches if launch.bytes_stored]
+    if len(storing) > 1:
+        return (f"{where} ran {len(storing)} launches that store ({', '.join(l.kernel for l in storing)}). "
+                f"The epilogue is the end of the kernel that computed the tile: the scale and the "
+                f"residual go onto the accumulator before the tile's one store, in one kernel.")
+    (main,) = storing
+    stores = [offs for _pid, _name, kind, offs in main.touches if kind == "store"]
+    ran, tiles = math.prod(main.grid), len(stores)     # one store per output tile
+    if ran != min(SMS, tiles):
+        return (f"{where} launched a grid of {ran} programs {main.grid} for {tiles} output tiles, with "
+                f"SMS = {SMS} (one program per SM on a GPU, two under the interpreter). A persistent "
+                f"kernel runs min(SMS, tiles) programs, and each walks its share of the tiles in a loop.")
+    elements, counts = np.unique(np.concatenate(stores), return_counts=True)
+    if counts.max() > 1:
+        row, col = divmod(int(elements[np.argmax(counts)]), N)
+        return (f"{where} stored {int((counts > 1).sum()):,} elements of the output more than once "
+                f"(out[{row}, {col}] {int(counts.max())} times): each output tile belongs to one "
+                f"program, which stores it once.")
+    wanted = (np.arange(M)[:, None] * r.stride(0) + np.arange(N)[None, :]).reshape(-1)
+    reads = {}
+    for _pid, name, kind, offs in main.touches:
+        if kind == "load":
+            reads.setdefault(name, []).append(offs)
+    for parts in reads.values():
+        found, times = np.unique(np.concatenate(parts), return_counts=True)
+        if np.array_equal(found, wanted):
+            if times.max() > 1:
+                row, col = divmod(int(found[np.argmax(times)]), r.stride(0))
+                return (f"{where} read {int((times > 1).sum()):,} elements of the residual more than "
+                        f"once (residual[{row}, {col}] {int(times.max())} times). Each residual tile "
+                        f"belongs to one output tile: read it once, in that tile's epilogue, after "
+                        f"the K loop.")
+            return None
+    return (f"{where} never read the residual's {M} x {N} elements (row stride {r.stride(0)}) as a "
+            f"whole: read each of its tiles, with the residual's own row stride, in the epilogue.")
+
+
+EXERCISES += [
+    Exercise("09", "linear", "the flattened persistent matmul with its epilogues", linear_reference,
+             _linear_cases, tol=MATMUL_TOL, kernel=True, structure=_epilogue_structure),
 ]

@@ -1,4 +1,4 @@
-"""Lesson 09: tma_matmul and persistent_matmul.
+"""Lesson 09: tma_matmul, persistent_matmul and linear.
 
 Most mutants are one-line edits of the solution. The descriptor mutants share one kernel written out
 here, which builds its descriptors in the kernel (tl.make_tensor_descriptor) and can move each
@@ -67,7 +67,7 @@ def device_side(a, b, a_desc=True, b_desc=True, c_desc=True, b_row_stride=None):
 
 TMA_K_LOOP = ("    for k in range(0, K, BLOCK_K):\n"
               "        a = a_desc.load([off_m, k])            # (BLOCK_M, BLOCK_K)")
-TMA_GRID = "    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))"
+TMA_GRID = "    grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)"
 TMA_OUT = "    c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n    BM, BN, BK = TMA_TILE\n    grid ="
 
 WRONG = [
@@ -81,7 +81,7 @@ WRONG = [
         "09", "tma_matmul", (TMA_K_LOOP, TMA_K_LOOP.replace("range(0, K, BLOCK_K)", "range(0, K - BLOCK_K, BLOCK_K)")))),
     Wrong("tma_matmul", "the K loop over whole tiles only: the partial last step skipped", edit(
         "09", "tma_matmul", (TMA_K_LOOP, TMA_K_LOOP.replace("range(0, K, BLOCK_K)", "range(0, K // BLOCK_K * BLOCK_K, BLOCK_K)")))),
-    Wrong("tma_matmul", "N // BLOCK_N columns of tiles: the cut last one missing", edit(
+    Wrong("tma_matmul", "the grid counts N // BLOCK_N columns of tiles: some tiles never computed", edit(
         "09", "tma_matmul", (TMA_GRID, TMA_GRID.replace("triton.cdiv(N, BN)", "N // BN")))),
     Wrong("tma_matmul", "C allocated in float32, whatever the inputs' dtype", edit(
         "09", "tma_matmul", (TMA_OUT, TMA_OUT.replace("dtype=a.dtype", "dtype=torch.float32")))),
@@ -146,4 +146,80 @@ RIGHT += [
     Right("persistent_matmul", "tiles in row-major order, not grouped", edit(
         "09", "persistent_matmul", (COORDS, COORDS.replace("tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)",
                                                            "tile // num_pid_n, tile % num_pid_n")))),
+]
+
+# ---------------------------------------------------------------- 3. linear
+
+SCALE = ("        if HAS_SCALE:                                   # one float32 per row: RMSNorm's 1 / rms\n"
+         "            rows = off_m + tl.arange(0, BLOCK_M)\n"
+         "            acc = acc * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]\n")
+RESIDUAL = "            acc = acc + r_desc.load([off_m, off_n]).to(tl.float32)\n"
+EPILOGUE = (SCALE + "        if HAS_RESIDUAL:                                # read once, added in float32\n" + RESIDUAL)
+STORE = "        out_desc.store([off_m, off_n], acc.to(out_desc.dtype))\n"
+LINEAR_LOOP = "    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=FLATTEN,"
+R_DESC = "        r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_r, 1],"
+LINEAR_OUT = "    out = torch.empty((M, N), device=h.device, dtype=h.dtype)\n    _check_tma("
+LINEAR_LAUNCH = "    linear_kernel[_persistent_grid(M, N)]("
+
+
+@triton.jit
+def add_into_kernel(out_ptr, r_ptr, M, N, stride_r, BLOCK: tl.constexpr):
+    """out (M, N), contiguous, += r (M, N) with row stride stride_r: one row per program."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    for start in range(0, N, BLOCK):
+        c = start + cols
+        r = tl.load(r_ptr + row * stride_r + c, mask=c < N, other=0.0).to(tl.float32)
+        o = tl.load(out_ptr + row * N + c, mask=c < N, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * N + c, (o + r).to(out_ptr.dtype.element_ty), mask=c < N)
+
+
+def residual_in_a_second_kernel(h, w, scale=None, residual=None):
+    """The lesson's linear without the residual, then a second kernel adding it into the output."""
+    out = course.linear(h, w, scale)
+    if residual is not None:
+        add_into_kernel[(out.shape[0],)](out, residual, *out.shape, residual.stride(0), BLOCK=64)
+    return out
+
+
+WRONG += [
+    Wrong("linear", "pure PyTorch, no kernel",
+          lambda h, w, s=None, r=None: ((h.float() @ w.float().T) * (1 if s is None else s[:, None])
+                                        + (0 if r is None else r.float())).to(h.dtype)),
+    Wrong("linear", "the residual added before the scale: scale * (h @ w.T + residual)", edit(
+        "09", "linear", (EPILOGUE, "        if HAS_RESIDUAL:\n" + RESIDUAL + SCALE))),
+    Wrong("linear", "the scale's load not masked past M", edit(
+        "09", "linear", (SCALE, SCALE.replace(", mask=rows < M, other=0.0", "")))),
+    Wrong("linear", "the scale applied per column (s[None, :]), not per row", edit(
+        "09", "linear", (SCALE, "        if HAS_SCALE:\n            cols = off_n + tl.arange(0, BLOCK_N)\n"
+                                "            acc = acc * tl.load(s_ptr + cols, mask=cols < N, other=0.0)[None, :]\n"))),
+    Wrong("linear", "the residual's descriptor given h's row stride", edit(
+        "09", "linear", (R_DESC, R_DESC.replace("strides=[stride_r, 1]", "strides=[stride_h, 1]")))),
+    Wrong("linear", "each program computes only its first tile", edit(
+        "09", "linear", (LINEAR_LOOP, LINEAR_LOOP.replace("n_tiles, tl.num_programs(0)",
+                                                          "tl.program_id(0) + 1, tl.num_programs(0)")))),
+    Wrong("linear", "the output allocated in float32, whatever h's dtype", edit(
+        "09", "linear", (LINEAR_OUT, LINEAR_OUT.replace("dtype=h.dtype", "dtype=torch.float32")))),
+    Wrong("linear", "the residual added in float16, after the product is rounded to the output's dtype", edit(
+        "09", "linear", (RESIDUAL + STORE,
+                         "            out_desc.store([off_m, off_n], acc.to(out_desc.dtype) + r_desc.load([off_m, off_n]))\n"
+                         "        else:\n" + "    " + STORE))),
+    Wrong("linear", "one program per tile: the kernel not persistent", edit(
+        "09", "linear", (LINEAR_LAUNCH, "    linear_kernel[lambda meta: (triton.cdiv(M, meta['BLOCK_M']) "
+                                        "* triton.cdiv(N, meta['BLOCK_N']),)]("))),
+    Wrong("linear", "the residual tile read twice, half of it added each time", edit(
+        "09", "linear", (RESIDUAL, "            acc = acc + 0.5 * r_desc.load([off_m, off_n]).to(tl.float32)\n"
+                                   "            acc = acc + 0.5 * r_desc.load([off_m, off_n]).to(tl.float32)\n"))),
+    Wrong("linear", "the residual added by a second kernel, the output stored twice", residual_in_a_second_kernel),
+]
+
+RIGHT += [
+    Right("linear", "the tile loop not flattened (FLATTEN forced off)", edit(
+        "09", "linear", (LINEAR_LOOP, LINEAR_LOOP.replace("flatten=FLATTEN", "flatten=False")))),
+    Right("linear", "the residual read through pointers, with masks", edit(
+        "09", "linear", (RESIDUAL,
+                         "            rr = off_m + tl.arange(0, BLOCK_M)\n"
+                         "            rc = off_n + tl.arange(0, BLOCK_N)\n"
+                         "            acc = acc + tl.load(r_ptr + rr[:, None] * stride_r + rc[None, :],\n"
+                         "                                mask=(rr[:, None] < M) & (rc[None, :] < N), other=0.0).to(tl.float32)\n"))),
 ]
