@@ -221,6 +221,10 @@ def _causal_structure(fn):
     """K's bytes against the causal count, no N x N tensor, V read in its own storage, the block rule."""
     B, H, N, D = 1, 2, 256, 16                    # N: a multiple of every block, so blocks = N / BLOCK_M
     q, k, v = projection_views(B, H, N, D, F32)
+    if ON_GPU:   # an autotuner times its configurations at a new size (do_bench allocates a 256 MiB
+        _, problem = _calling(fn, q, k, v)      # flush buffer): the first call stays outside the meter
+        if problem:
+            return problem
     with _LargestNew((q, k, v)) as largest:
         launches, problem = _recorded(fn, q, k, v, touches=True)
     if problem:
