@@ -1,5 +1,6 @@
-"""What the matmul tests of lessons 09 and 10 share: inputs on the device, and the comparison with a
-float64 reference within a tolerance per dtype."""
+"""What the kernel tests of lessons 05 and 09 to 11 share: inputs on the device (aligned column-slice
+views included), float64 copies, and the comparison with a float64 reference within a tolerance per
+dtype."""
 
 import torch
 
@@ -16,6 +17,17 @@ MATMUL_TOL = {torch.float32: pick(cpu=TOLERANCES[torch.float32], gpu=(1e-2, 1e-2
 
 def randn(*shape, dtype=torch.float32, scale=1.0):
     return (torch.randn(*shape, device=DEVICE) * scale).to(dtype)
+
+
+def double(*tensors):
+    """float64 copies, for references."""
+    return [t.double() for t in tensors]
+
+
+def aligned_view(M, K, dtype, scale=1.0):
+    """An (M, K) column slice of a wider matrix: row stride K + 16, contiguous rows, 16-byte aligned
+    (tensor descriptors need that), the stride not the width."""
+    return randn(M, K + 16, dtype=dtype, scale=scale)[:, 8:8 + K]
 
 
 def assert_matches(got, want, tol, dtype):

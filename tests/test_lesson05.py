@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from matmul_testing import assert_matches, randn
+from matmul_testing import assert_matches, double, randn
 from mutants import edit
 
 from helpers import DEVICE, check
@@ -195,10 +195,6 @@ def test_rmsnorm_linear_mistakes_fail():
         check("rmsnorm_linear", no_eps)
     with pytest.raises(CheckFailed, match="failed on case '[^']*overflows"):  # x*x overflows float16
         check("rmsnorm_linear", squares_in_float16)
-
-
-def double(*tensors):
-    return [t.double() for t in tensors]
 
 
 # ---------------------------------------------------------------- groupnorm_mish

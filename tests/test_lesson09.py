@@ -6,7 +6,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from matmul_testing import MATMUL_TOL, assert_matches, randn
+from matmul_testing import MATMUL_TOL, aligned_view, assert_matches, double, randn
 
 from helpers import DEVICE
 from helpers.solutions import load_solution
@@ -147,15 +147,6 @@ def test_the_meter_tells_descriptor_bytes_from_pointer_bytes_in_one_launch():
 # ---------------------------------------------------------------- linear: the epilogues
 # Tensor descriptors need 16-byte aligned rows: K and N are multiples of 8 (float16) here, and the
 # strided cases are column slices of wider, aligned matrices.
-
-
-def double(*tensors):
-    return [t.double() for t in tensors]
-
-
-def aligned_view(M, K, dtype, scale=1.0):
-    """An (M, K) column slice of a wider matrix: row stride K + 16, contiguous rows, aligned."""
-    return randn(M, K + 16, dtype=dtype, scale=scale)[:, 8:8 + K]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -5,7 +5,7 @@ their checks rely on."""
 import pytest
 import torch
 import triton
-from matmul_testing import MATMUL_TOL, assert_matches, randn
+from matmul_testing import MATMUL_TOL, assert_matches, double, randn
 
 from helpers import DEVICE, ON_GPU
 from helpers.exercises.lesson05 import SOFTMAX_TOL
@@ -14,10 +14,6 @@ from helpers.solutions import load_solution
 lesson10 = load_solution("10")
 
 DTYPES = [torch.float32, torch.float16]
-
-
-def double(*tensors):
-    return [t.double() for t in tensors]
 
 
 # ---------------------------------------------------------------- softmax_long

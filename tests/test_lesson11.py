@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from matmul_testing import MATMUL_TOL, assert_matches, randn
+from matmul_testing import MATMUL_TOL, aligned_view, assert_matches, double, randn
 
 from helpers import DEVICE, ON_GPU, pick
 from helpers.block import SMALL, block_input, block_weights, decoder_block
@@ -20,18 +20,9 @@ DTYPES = [torch.float32, torch.float16]
 # place of the output dtype, against a float64 reference). Matmuls: MATMUL_TOL (TF32 on a GPU).
 
 
-def double(*tensors):
-    return [t.double() for t in tensors]
-
-
 # ---------------------------------------------------------------- swiglu_linear
 # Tensor descriptors need 16-byte aligned rows: K and f are multiples of 8 (float16) here, and the
 # strided cases are column slices of wider, aligned matrices.
-
-
-def aligned_view(M, K, dtype, scale=1.0):
-    """An (M, K) column slice of a wider matrix: row stride K + 16, contiguous rows, aligned."""
-    return randn(M, K + 16, dtype=dtype, scale=scale)[:, 8:8 + K]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
