@@ -30,33 +30,28 @@
 # - what the often-quoted "two to four times faster" means, tested against what this course measures.
 #
 # Exercises: tiled attention in PyTorch, the Triton forward kernel, its causal version, the backward
-# in PyTorch, its two kernels (dK/dV, then dQ), and the autograd wrapper.
-#
-# This lesson is two sittings, longer than the others because the backward belongs with the forward
-# it recomputes: the forward (exercises 1 to 3, up to "How fast is it?"), then the backward
-# (exercises 4 to 7).
+# in PyTorch, its two kernels (dK/dV, then dQ), and the autograd wrapper. This lesson is two sittings,
+# longer than the others because the backward belongs with the forward it recomputes: the forward
+# (exercises 1 to 3, up to "How fast is it?"), then the backward (exercises 4 to 7).
 
 # %% [markdown]
 # ## Setting up
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe, pick
-from helpers.bench import Bench, compare
+from helpers.bench import compare
 from helpers.cards import flashcards, self_check
+from helpers.solutions import load_solution
 from helpers.traffic import eager_traffic, triton_traffic
 
 import math
-import weakref
 
-import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
+course = load_solution("06")  # solutions/06_flash_attention.py: the memory meter, plots, benchmarks
 print(describe())
 
 # %% [markdown]
@@ -155,56 +150,14 @@ print(f"at N = 4096, D = 128 its N^2 terms are {per_n2 * 4096 / (4 * 128):.0f} t
 # ### What it holds
 #
 # Memory is the other problem. The scores and the probabilities are each $B \cdot H \cdot N^2$
-# numbers, alive at the same time. To watch memory without a GPU, the cell below defines a small
-# meter: it sees every tensor PyTorch allocates inside a block and adds up those alive at once
-# (views and in-place results share memory and are not counted twice).
+# numbers, alive at the same time. To watch memory without a GPU, `course.peak_memory` runs a
+# function under a small meter, `PeakMemory` (in `solutions/`): it sees every tensor PyTorch allocates
+# and adds up those alive at once (views and in-place results share memory and are not counted
+# twice). On a GPU it reads PyTorch's own peak instead. Double $N$ and the naive version's memory
+# goes up four times: the scores dominate everything else.
 
 # %%
-class PeakMemory(TorchDispatchMode):
-    """Inside `with PeakMemory() as meter:`, meter.peak is the most bytes of new tensors alive at once."""
-
-    def __init__(self):
-        super().__init__()
-        self.live = self.peak = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func.is_view:
-            return out
-        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
-                  if isinstance(t, torch.Tensor)}
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
-                nbytes = t.untyped_storage().nbytes()
-                self.live += nbytes
-                self.peak = max(self.peak, self.live)
-                weakref.finalize(t, self._free, nbytes)  # when the tensor dies, its memory is free
-        return out
-
-    def _free(self, nbytes):
-        self.live -= nbytes
-
-
-def peak_memory(fn, *args, **kwargs):
-    """Peak bytes of the tensors fn allocates (counted on the CPU, measured by PyTorch on a GPU)."""
-    if ON_GPU:
-        fn(*args, **kwargs)  # compile and autotune first: the autotuner's timing buffers are not fn's
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        out = fn(*args, **kwargs)
-        torch.cuda.synchronize()
-        del out
-        return torch.cuda.max_memory_allocated() - before
-    with PeakMemory() as meter:
-        fn(*args, **kwargs)
-    return meter.peak
-
-
-# %% [markdown]
-# Double $N$ and the naive version's memory goes up four times: the scores dominate everything else.
-
-# %%
+peak_memory = course.peak_memory
 D = 64
 sizes = pick(cpu=[256, 512, 1024, 2048], gpu=[1024, 2048, 4096, 8192, 16384])
 heads = pick(cpu=1, gpu=16)
@@ -242,8 +195,7 @@ for n in sizes:
 # not). After the last tile, $O = \mathrm{acc} / l$ is the exact softmax output, and
 # $\mathrm{lse} = m + \log l$, one number per row, is saved for the backward pass. Per query block,
 # the program holds $B_M \times D$ outputs and $B_M \times B_N$ scores at any time, whatever $N$ is.
-#
-# The same arithmetic is done as in the naive version; what changes is where the intermediates live.
+# The arithmetic is the naive version's; what changes is where the intermediates live.
 
 # %% [markdown]
 # ## Exercise 1 · The algorithm in plain PyTorch
@@ -295,17 +247,14 @@ for n in sizes:
           f"(the output alone: {q.nbytes / 2**20:.2f} MiB)")
 
 # %% [markdown]
-# Doubling $N$ doubles the tiled version's memory: it is $O(N)$, the output plus one number per row,
-# and the $N \times N$ matrix is never stored. The cell measures `attention_tiled`, your PyTorch
-# version, with heads of dimension 64 (16 heads in float16 on a GPU, up to $N = 16{,}384$, where one
-# copy of the scores is 8.6 GB; on the CPU, one head in float32 at small $N$). On a GPU the difference
-# decides what runs at all: the naive peak is the printed multiple of the scores matrix, and sizes
-# whose matrices would not fit are not run. Your Triton kernels' memory is measured further down,
-# forward and backward.
+# Doubling $N$ doubles the tiled version's memory: $O(N)$, the output plus one number per row; the
+# $N \times N$ matrix is never stored. (Heads of dimension 64: on a GPU, 16 heads in float16 up to
+# $N = 16{,}384$, where one copy of the scores is 8.6 GB, and sizes whose matrices would not fit are not
+# run; on the CPU, one head in float32.) On a GPU that decides what runs at all. Your Triton kernels'
+# memory is measured further down, forward and backward.
 #
-# Some summaries say FlashAttention needs $O(\sqrt{N})$ memory. It does not: the output itself is
-# already $N \times D$. What the FlashAttention paper analyses is HBM *traffic*, which depends on the
-# size of on-chip memory; the extra memory is $O(N)$.
+# Some summaries say FlashAttention needs $O(\sqrt{N})$ memory. It does not: the output alone is
+# $N \times D$. The paper analyses HBM *traffic*, which depends on the size of on-chip memory.
 #
 # ## The Triton kernel
 #
@@ -458,12 +407,11 @@ print(f"by the counts at N = {n_long}, D = {d_long}, BLOCK_M = {bm_long}: "
 
 # %% [markdown]
 # The re-reads of $K$ and $V$ grow with $N / B_M$, so the count still grows as $N^2$, but with
-# $2D/B_M$ in place of the naive coefficient of $N^2$: the last line above works it out at a size a
-# model uses, for one kernel instead of more than a dozen. On a GPU it is better still: the programs
-# of one head run at about the same time and share $K$ and $V$ through the L2 cache, so HBM sees
-# little more than one read of each.
-# What remains is arithmetic: $4N^2D$ FLOPs per head, on the tensor cores. FlashAttention turns a
-# memory-bound chain into a compute-bound kernel.
+# $2D/B_M$ in place of the naive coefficient (the last line above, at a size a model uses), in one
+# kernel instead of more than a dozen. On a GPU it is better still: the programs of one head run at
+# about the same time and share $K$ and $V$ through the L2 cache, so HBM sees little more than one
+# read of each. What remains is arithmetic, $4N^2D$ FLOPs per head on the tensor cores: a
+# memory-bound chain has become a compute-bound kernel.
 #
 # ## Causal attention
 #
@@ -478,27 +426,7 @@ print(f"by the counts at N = {n_long}, D = {d_long}, BLOCK_M = {bm_long}: "
 # Drawn for a short sequence:
 
 # %%
-def tile_kinds(n, block_m, block_n):
-    """0 = skipped, 1 = on the diagonal (masked), 2 = full, for each (query block, key tile)."""
-    kinds = torch.zeros(math.ceil(n / block_m), math.ceil(n / block_n), dtype=torch.int64)
-    for i in range(kinds.shape[0]):
-        for j in range(kinds.shape[1]):
-            first_q, last_q = i * block_m, min(n, (i + 1) * block_m) - 1
-            first_k, last_k = j * block_n, min(n, (j + 1) * block_n) - 1
-            kinds[i, j] = 2 if last_k <= first_q else (1 if first_k <= last_q else 0)
-    return kinds
-
-
-kinds = tile_kinds(1024, 128, 64)
-fig, ax = plt.subplots(figsize=(6, 3.6))
-ax.imshow(kinds, cmap=plt.matplotlib.colors.ListedColormap(["#eeeeee", "#f4a261", "#2a9d8f"]),
-          aspect="auto", interpolation="nearest")
-ax.set_xlabel("key tile (64 keys each)")
-ax.set_ylabel("query block (128 queries each)")
-ax.set_title("causal attention, N = 1024: green full, orange masked, grey skipped", fontsize=9)
-fig.tight_layout()
-counts = torch.bincount(kinds.flatten(), minlength=3).tolist()
-print(f"tiles computed: {counts[1] + counts[2]} of {kinds.numel()} ({counts[1]} of them masked)")
+kinds = course.plot_tile_kinds(1024, 128, 64)
 
 # %% [markdown]
 # Skipping the grey half halves the work: at long $N$ causal attention runs about twice as fast as
@@ -569,7 +497,7 @@ if not ON_GPU:
 else:
     flash_forward_causal(q, k, v)
     meta = flash_fwd_causal_kernel.best_config.kwargs
-    kinds = tile_kinds(N, meta["BLOCK_M"], meta["BLOCK_N"])
+    kinds = course.tile_kinds(N, meta["BLOCK_M"], meta["BLOCK_N"])
     print(f"causal: {int((kinds > 0).sum())} of {kinds.numel()} K/V tiles loaded (the meter counts on a CPU)")
 
 
@@ -581,99 +509,30 @@ else:
 # FlashAttention-2, in CUDA), `cuDNN` (NVIDIA's fused attention, which on Hopper uses the newest
 # instructions), `mem-efficient` (another tiled kernel), and the naive version where it fits.
 # TFLOP/s count $4BHN^2D$ FLOPs, halved when causal. On a GPU the cell measures your kernels now;
-# without one, it shows the figures `make bench` recorded with the course's solutions.
+# without one, it shows the figures `make bench` recorded with the course's solutions. Under the two
+# tables, a summary of each: every implementation's TFLOP/s over the sizes (lowest to highest), and its
+# time divided by your kernel's at the same size (above 1: slower than yours).
 
 # %%
-def sdpa(backend):
-    """SDPA restricted to one backend (raises if that backend cannot run here)."""
-    def run(q, k, v, causal):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return run
-
-
-def runs_here(fn):
-    try:
-        fn()
-        return True
-    except RuntimeError:
-        return False
-
-
-def attention_benches(causal):
-    """Bench items at the course's sizes, for compare(): your kernel first, then the baselines."""
-    H, D = 16, 128
-    ours = flash_forward_causal if causal else flash_forward
-    impls = {"your kernel": lambda q, k, v: ours(q, k, v)[0],
-             "SDPA flash": lambda q, k, v: sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v, causal),
-             "SDPA cuDNN": lambda q, k, v: sdpa(SDPBackend.CUDNN_ATTENTION)(q, k, v, causal),
-             "SDPA mem-efficient": lambda q, k, v: sdpa(SDPBackend.EFFICIENT_ATTENTION)(q, k, v, causal),
-             "naive (materialized S)": lambda q, k, v: naive_attention(q, k, v, causal)[0]}
-    benches = []
-    for B, N in ((16, 1024), (4, 4096), (1, 16384)):
-        q, k, v = (torch.randn(B, H, N, D, device=DEVICE, dtype=torch.float16) for _ in range(3))
-        fits = 3 * B * H * N * N * 2 < torch.cuda.mem_get_info()[0] / 2
-        calls = {name: (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v)) for name, fn in impls.items()
-                 if fits or not name.startswith("naive")}
-        calls = {name: fn for name, fn in calls.items() if name == "your kernel" or runs_here(fn)}
-        benches.append(Bench("attention_fwd_causal" if causal else "attention_fwd", N,
-                             bytes=4 * B * H * N * D * 2, flops=4 * B * H * N * N * D // (2 if causal else 1),
-                             impls=calls, label=f"B{B} N{N}", metric="TFLOP/s"))
-    return benches
-
-
-full_rows = compare("attention_fwd", lambda: attention_benches(causal=False))
-
-# %%
-causal_rows = compare("attention_fwd_causal", lambda: attention_benches(causal=True))
-
-# %% [markdown]
-# Two tables are a lot to read. The cell below sums each up: every implementation's TFLOP/s over the
-# sizes (lowest to highest), and its time divided by your kernel's at the same size (above 1: slower
-# than yours).
-
-# %%
-OURS = ("your kernel", "your kernels", "triton (ours)")  # live runs, then make bench's label
-
-
-def device_of(rows):
-    """The GPU that measured these rows: recorded rows name it; live rows were measured here."""
-    return rows[0].get("device") or torch.cuda.get_device_name()
-
-
-def summarise(title, rows):
-    """Per implementation: lowest-highest TFLOP/s, and lowest-highest time relative to ours."""
-    if not rows:
-        print(f"{title}: no figures yet (run `make bench` on a GPU, or this notebook on one)")
-        return
-    ours = {r["label"]: r["ms"] for r in rows if r["impl"] in OURS}
-    print(f"{title}, on {device_of(rows)}:")
-    for impl in dict.fromkeys(r["impl"] for r in rows):
-        mine = [r for r in rows if r["impl"] == impl]
-        tflops = [r["tflops"] for r in mine]
-        line = f"  {impl:>24}: {min(tflops):4.0f} to {max(tflops):4.0f} TFLOP/s"
-        relative = [r["ms"] / ours[r["label"]] for r in mine if r["label"] in ours]
-        if impl not in OURS and relative:
-            line += f"; time / yours {min(relative):5.2f} to {max(relative):5.2f}"
-        print(line)
-
-
-summarise("forward, full", full_rows)
-summarise("forward, causal", causal_rows)
+full_rows = compare("attention_fwd", lambda: course.forward_benches(flash_forward, causal=False))
+causal_rows = compare("attention_fwd_causal",
+                      lambda: course.forward_benches(flash_forward_causal, causal=True))
+course.summarise("forward, full", full_rows)
+course.summarise("forward, causal", causal_rows)
 
 # %% [markdown]
 # What to look for (the recorded rows call the course's solution "triton (ours)": what exercises 2
 # and 3 ask you to write):
 #
 # - your kernel against SDPA's flash backend, the goal of this lesson. On the H200 recorded, SDPA
-#   flash's time / yours is above 1 at every size. That is not because the course's kernel is cleverer
-#   than FlashAttention-2: FlashAttention-2 was written for the A100, and on a Hopper GPU it still
-#   issues the A100's matrix instructions (FlashAttention-3 is the Hopper rewrite). Triton compiles
-#   `tl.dot` to Hopper's own warpgroup instructions (`wgmma`);
-# - cuDNN, faster still (its ratio is below 1): besides `wgmma` it uses Hopper's Tensor Memory
-#   Accelerator (TMA), a unit that copies whole tiles between global and shared memory while the
-#   threads compute, and warp specialisation, some warps loading the next tiles while others compute.
-#   This lesson's kernel leaves the overlap to the compiler's software pipelining (`num_stages`);
+#   flash's time / yours is above 1 at every size. Not because the course's kernel is cleverer:
+#   FlashAttention-2 was written for the A100 and issues the A100's matrix instructions on Hopper too
+#   (FlashAttention-3 is the Hopper rewrite), while Triton compiles `tl.dot` to Hopper's own
+#   warpgroup instructions (`wgmma`);
+# - cuDNN, faster still (ratio below 1): besides `wgmma` it uses Hopper's Tensor Memory Accelerator
+#   (TMA), a unit that copies whole tiles between global and shared memory while the threads compute,
+#   and warp specialisation, some warps loading tiles while others compute. This lesson's kernel
+#   leaves the overlap to the compiler's software pipelining (`num_stages`);
 # - causal against full: about the same TFLOP/s at long $N$ means about half the time, because half
 #   the tiles are skipped; at $N = 1024$ the diagonal tiles make causal relatively slower;
 # - naive: far below every fused kernel, lower still when causal (it computes every masked score, then
@@ -1029,8 +888,7 @@ def forward_backward(fn, q, k, v, dout):
     return torch.autograd.grad(fn(q, k, v, causal=True), (q, k, v), dout)
 
 
-def naive_out(q, k, v, causal):
-    return naive_attention(q, k, v, causal)[0]
+naive_out = lambda q, k, v, causal: naive_attention(q, k, v, causal)[0]  # noqa: E731
 
 
 for n in pick(cpu=[128, 256], gpu=[1024, 4096, 16384]):
@@ -1048,27 +906,8 @@ for n in pick(cpu=[128, 256], gpu=[1024, 4096, 16384]):
 # matrix work), so they compare directly with SDPA's even though the two-kernel backward does more.
 
 # %%
-def training_benches():
-    H, D = 16, 128
-    fwd_bwd = lambda fn, q, k, v, dout: torch.autograd.grad(fn(q, k, v), (q, k, v), dout)  # noqa: E731
-    impls = {"your kernels": lambda q, k, v: attention(q, k, v, causal=True),
-             "SDPA flash": lambda q, k, v: sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v, True),
-             "SDPA cuDNN": lambda q, k, v: sdpa(SDPBackend.CUDNN_ATTENTION)(q, k, v, True)}
-    benches = []
-    for B, N in ((16, 1024), (4, 4096), (1, 16384)):
-        q, k, v, dout = (torch.randn(B, H, N, D, device=DEVICE, dtype=torch.float16) for _ in range(4))
-        q, k, v = (t.requires_grad_() for t in (q, k, v))
-        calls = {name: (lambda fn=fn, q=q, k=k, v=v, dout=dout: fwd_bwd(fn, q, k, v, dout))
-                 for name, fn in impls.items()}
-        calls = {name: fn for name, fn in calls.items() if name == "your kernels" or runs_here(fn)}
-        benches.append(Bench("attention_fwd_bwd_causal", N, bytes=8 * B * H * N * D * 2,
-                             flops=int(3.5 * 2 * B * H * N * N * D), impls=calls, label=f"B{B} N{N}",
-                             metric="TFLOP/s"))
-    return benches
-
-
-training_rows = compare("attention_fwd_bwd_causal", training_benches)
-summarise("forward + backward, causal", training_rows)
+training_rows = compare("attention_fwd_bwd_causal", lambda: course.training_benches(attention))
+course.summarise("forward + backward, causal", training_rows)
 
 # %% [markdown]
 # Read your kernels' ratio to SDPA flash and to cuDNN. On the H200 recorded, the two-kernel backward,
@@ -1111,23 +950,20 @@ for kv_heads, name in ((32, "multi-head (32 K/V heads)"), (8, "GQA, groups of 4 
 #
 # Summaries of FlashAttention often say it is "two to four times faster in the forward pass" and "needs
 # $O(\sqrt{N})$ memory". The second is wrong, as measured above: the extra memory is $O(N)$. The
-# first depends entirely on what it is compared with. The summaries printed under each benchmark above
-# hold the answer (measured now on a GPU, or as recorded by `make bench`). Each ratio there is an
-# implementation's time divided by the course's kernel's, over the sizes measured:
+# first depends on the baseline. The summaries under each benchmark above (measured now on a GPU, or
+# recorded by `make bench`) give each implementation's time divided by the course's kernel's:
 #
 # - against the naive version, the forward speed-up is the naive row's ratio: far more than two to
-#   four times, and larger still when causal, where the naive version computes every masked score.
-#   Any tiled kernel gets most of it: SDPA flash's own speed-up over naive is the naive ratio divided
-#   by flash's;
+#   four times, larger still when causal, where the naive version computes every masked score. Any
+#   tiled kernel gets most of it: SDPA flash's speed-up over naive is the naive ratio divided by flash's;
 # - against the best fused kernels (SDPA flash, cuDNN) the ratio is close to 1, on either side, and
-#   SDPA's mem-efficient kernel, also tiled, sits in between: the big gain comes from not
-#   materialising $S$, and every tiled kernel gets it; the rest is how well a kernel uses the chip.
+#   SDPA's mem-efficient kernel, also tiled, sits in between: the big gain is not materialising $S$,
+#   which every tiled kernel gets; the rest is how well a kernel uses the chip.
 #
-# The "two to four times" of the original FlashAttention paper was measured on an A100 against the
-# attention implementations of 2022 (PyTorch and Megatron, with dropout and masking kernels of their
-# own): quote a speed-up only with its baseline, its dtype and its sequence lengths. The longer
-# contexts are real: the naive version runs out of memory where a tiled kernel needs only its output
-# and lse.
+# The paper's "two to four times" was measured on an A100 against the attention implementations of
+# 2022 (PyTorch and Megatron, with dropout and masking kernels of their own): quote a speed-up only
+# with its baseline, its dtype and its sequence lengths. The longer contexts are real: the naive
+# version runs out of memory where a tiled kernel needs only its output and lse.
 #
 # ## Takeaways
 # - Naive attention materialises $S$ and $P$: $S$ crosses memory many times (`torch.logsumexp` alone

@@ -15,13 +15,18 @@ Exercise 6: bwd_dq_loop, bwd_dq_kernel, flash_backward_dq
 Exercise 7: FlashAttention (with flash_backward and attention)
 """
 
+import math
+import weakref
+
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 import helpers  # noqa: F401  (first: picks the GPU or the interpreter)
 import triton
 import triton.language as tl
 
-from helpers import pick
+from helpers import ON_GPU, pick
 from helpers.bench import Bench
 
 # Constants a kernel may read must be tl.constexpr; on the host, LOG2E.value is the float.
@@ -572,3 +577,155 @@ def benchmarks():
         flops = int(3.5 * 4 * B * H * N * N * D // 2)  # forward 1x + backward 2.5x, causal halves both
         yield Bench("attention_fwd_bwd_causal", N, bytes=8 * B * H * N * D * 2, flops=flops, impls=impls,
                     label=f"B{B} N{N}", metric="TFLOP/s")
+
+
+# ---------------------------------------------------------------- helpers the lesson's notebook calls
+
+
+class PeakMemory(TorchDispatchMode):
+    """Inside `with PeakMemory() as meter:`, meter.peak is the most bytes of new tensors alive at once.
+
+    It sees every tensor PyTorch allocates inside the block; views and in-place results share memory
+    with an input and are not counted twice; a tensor's bytes are freed when it dies.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.is_view:
+            return out
+        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+                  if isinstance(t, torch.Tensor)}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                nbytes = t.untyped_storage().nbytes()
+                self.live += nbytes
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(t, self._free, nbytes)  # when the tensor dies, its memory is free
+        return out
+
+    def _free(self, nbytes):
+        self.live -= nbytes
+
+
+def peak_memory(fn, *args, **kwargs):
+    """Peak bytes of the tensors fn allocates (PeakMemory on the CPU, PyTorch's own count on a GPU)."""
+    if ON_GPU:
+        fn(*args, **kwargs)  # compile and autotune first: the autotuner's timing buffers are not fn's
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        out = fn(*args, **kwargs)
+        torch.cuda.synchronize()
+        del out
+        return torch.cuda.max_memory_allocated() - before
+    with PeakMemory() as meter:
+        fn(*args, **kwargs)
+    return meter.peak
+
+
+def tile_kinds(n, block_m, block_n):
+    """Causal attention's (query block, key tile) grid: 0 skipped, 1 on the diagonal (masked), 2 full."""
+    kinds = torch.zeros(math.ceil(n / block_m), math.ceil(n / block_n), dtype=torch.int64)
+    for i in range(kinds.shape[0]):
+        for j in range(kinds.shape[1]):
+            first_q, last_q = i * block_m, min(n, (i + 1) * block_m) - 1
+            first_k, last_k = j * block_n, min(n, (j + 1) * block_n) - 1
+            kinds[i, j] = 2 if last_k <= first_q else (1 if first_k <= last_q else 0)
+    return kinds
+
+
+def plot_tile_kinds(n, block_m, block_n):
+    """Draw tile_kinds(n, block_m, block_n) and print how many tiles are computed; return the kinds."""
+    import matplotlib.pyplot as plt
+
+    kinds = tile_kinds(n, block_m, block_n)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.imshow(kinds, cmap=plt.matplotlib.colors.ListedColormap(["#eeeeee", "#f4a261", "#2a9d8f"]),
+              aspect="auto", interpolation="nearest")
+    ax.set_xlabel(f"key tile ({block_n} keys each)")
+    ax.set_ylabel(f"query block ({block_m} queries each)")
+    ax.set_title(f"causal attention, N = {n}: green full, orange masked, grey skipped", fontsize=9)
+    fig.tight_layout()
+    counts = torch.bincount(kinds.flatten(), minlength=3).tolist()
+    print(f"tiles computed: {counts[1] + counts[2]} of {kinds.numel()} ({counts[1]} of them masked)")
+    return kinds
+
+
+def _runs_here(fn):
+    try:
+        fn()
+        return True
+    except RuntimeError:
+        return False
+
+
+def forward_benches(ours, causal):
+    """Bench items at the notebook's sizes, for compare(): `ours(q, k, v) -> (out, lse)` first, then
+    SDPA's flash, cuDNN and mem-efficient backends and the naive version (where it fits)."""
+    from torch.nn.attention import SDPBackend
+
+    H, D = 16, 128
+    impls = {"your kernel": lambda q, k, v: ours(q, k, v)[0],
+             "SDPA flash": lambda q, k, v: _sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v, causal),
+             "SDPA cuDNN": lambda q, k, v: _sdpa(SDPBackend.CUDNN_ATTENTION)(q, k, v, causal),
+             "SDPA mem-efficient": lambda q, k, v: _sdpa(SDPBackend.EFFICIENT_ATTENTION)(q, k, v, causal),
+             "naive (materialized S)": lambda q, k, v: _naive(q, k, v, causal)}
+    benches = []
+    for B, N in ((16, 1024), (4, 4096), (1, 16384)):
+        q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        fits = 3 * B * H * N * N * 2 < torch.cuda.mem_get_info()[0] / 2
+        calls = {name: (lambda fn=fn, q=q, k=k, v=v: fn(q, k, v)) for name, fn in impls.items()
+                 if fits or not name.startswith("naive")}
+        calls = {name: fn for name, fn in calls.items() if name == "your kernel" or _runs_here(fn)}
+        benches.append(Bench("attention_fwd_causal" if causal else "attention_fwd", N,
+                             bytes=4 * B * H * N * D * 2, flops=4 * B * H * N * N * D // (2 if causal else 1),
+                             impls=calls, label=f"B{B} N{N}", metric="TFLOP/s"))
+    return benches
+
+
+def training_benches(attention):
+    """Bench items of a causal forward + backward: `attention(q, k, v, causal=True)` (differentiable)
+    against SDPA flash and cuDNN. FLOPs: the forward's times 3.5 (the backward does 2.5x its matrix work)."""
+    from torch.nn.attention import SDPBackend
+
+    H, D = 16, 128
+    fwd_bwd = lambda fn, q, k, v, dout: torch.autograd.grad(fn(q, k, v), (q, k, v), dout)  # noqa: E731
+    impls = {"your kernels": lambda q, k, v: attention(q, k, v, causal=True),
+             "SDPA flash": lambda q, k, v: _sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v, True),
+             "SDPA cuDNN": lambda q, k, v: _sdpa(SDPBackend.CUDNN_ATTENTION)(q, k, v, True)}
+    benches = []
+    for B, N in ((16, 1024), (4, 4096), (1, 16384)):
+        q, k, v, dout = (torch.randn(B, H, N, D, device="cuda", dtype=torch.float16) for _ in range(4))
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        calls = {name: (lambda fn=fn, q=q, k=k, v=v, dout=dout: fwd_bwd(fn, q, k, v, dout))
+                 for name, fn in impls.items()}
+        calls = {name: fn for name, fn in calls.items() if name == "your kernels" or _runs_here(fn)}
+        benches.append(Bench("attention_fwd_bwd_causal", N, bytes=8 * B * H * N * D * 2,
+                             flops=int(3.5 * 2 * B * H * N * N * D), impls=calls, label=f"B{B} N{N}",
+                             metric="TFLOP/s"))
+    return benches
+
+
+OURS = ("your kernel", "your kernels", "triton (ours)")  # live runs in the notebook, then make bench's label
+
+
+def summarise(title, rows):
+    """Per implementation: lowest-highest TFLOP/s over the sizes, and lowest-highest time relative to ours."""
+    if not rows:
+        print(f"{title}: no figures yet (run `make bench` on a GPU, or this notebook on one)")
+        return
+    ours = {r["label"]: r["ms"] for r in rows if r["impl"] in OURS}
+    device = rows[0].get("device") or torch.cuda.get_device_name()  # recorded rows name it; live: here
+    print(f"{title}, on {device}:")
+    for impl in dict.fromkeys(r["impl"] for r in rows):
+        mine = [r for r in rows if r["impl"] == impl]
+        tflops = [r["tflops"] for r in mine]
+        line = f"  {impl:>24}: {min(tflops):4.0f} to {max(tflops):4.0f} TFLOP/s"
+        relative = [r["ms"] / ours[r["label"]] for r in mine if r["label"] in ours]
+        if impl not in OURS and relative:
+            line += f"; time / yours {min(relative):5.2f} to {max(relative):5.2f}"
+        print(line)
