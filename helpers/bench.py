@@ -250,6 +250,8 @@ def verdicts(by_gpu, ours, others):
 def ratios(by_gpu, ours, others):
     """Per GPU and shape: the TFLOP/s of the implementation named `ours` over each other's (found by
     words of their names, as impl_named), so above 1 means ours is faster."""
+    if not by_gpu:
+        print("  nothing measured or recorded for this group yet")
     for gpu, rows in by_gpu.items():
         mine = impl_named(rows, ours)
         theirs = [name for name in (impl_named(rows, other) for other in others) if name]

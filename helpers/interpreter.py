@@ -62,6 +62,8 @@ class Launch:
     descriptor_bytes_stored: int = 0
     # (program id, argument name, "load" or "store", element offsets), when recording touches
     touches: list = dataclasses.field(default_factory=list)
+    # the indices in `touches` of those made by atomic operations (filed as stores: they write)
+    atomic_touches: set = dataclasses.field(default_factory=set)
 
     @property
     def bytes(self):
@@ -135,7 +137,7 @@ def _untagged(ptrs):
     return type(ptrs)(np.asarray(ptrs.data, dtype=np.uint64) & _ADDRESS, ptrs.dtype)
 
 
-def _check_and_count(ptrs, mask, verb, arg_store):
+def _check_and_count(ptrs, mask, verb, arg_store, atomic=False):
     """Check each masked-in lane against the tensor its pointer came from; count the bytes."""
     tagged = _active(ptrs, mask)
     tags = (tagged >> _TAG_SHIFT).astype(np.int64)
@@ -174,6 +176,8 @@ def _check_and_count(ptrs, mask, verb, arg_store):
             for i in np.unique(owner[owner >= 0]):
                 s = spans[i]
                 offs = (addresses[owner == i] - s.lo) // s.itemsize
+                if atomic:
+                    launch.atomic_touches.add(len(launch.touches))
                 launch.touches.append((pid, s.name, "store" if arg_store else "load", offs))
 
 
@@ -191,11 +195,11 @@ def _wrap_builder(builder_cls):
         return store(self, _untagged(ptrs), value, mask, *args, **kwargs)
 
     def create_atomic_cas(self, ptr, *args, **kwargs):
-        _check_and_count(ptr, None, "updated (atomic_cas)", arg_store=True)
+        _check_and_count(ptr, None, "updated (atomic_cas)", arg_store=True, atomic=True)
         return cas(self, _untagged(ptr), *args, **kwargs)
 
     def create_atomic_rmw(self, op, ptr, val, mask, *args, **kwargs):
-        _check_and_count(ptr, mask, "updated (atomic)", arg_store=True)
+        _check_and_count(ptr, mask, "updated (atomic)", arg_store=True, atomic=True)
         return rmw(self, op, _untagged(ptr), val, mask, *args, **kwargs)
 
     def set_grid_idx(self, *idx):

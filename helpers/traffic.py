@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from helpers import interpreter
 
 # ops that allocate or relabel memory without reading or writing tensor data
-_FREE = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
+NO_DATA_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
          "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_unsafe_view"}
 
 
@@ -125,7 +125,7 @@ class _Counter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__
-        if func.is_view or name in _FREE:
+        if func.is_view or name in NO_DATA_OPS:
             return out
         read = sum(_distinct_bytes(t) for t in _tensors((args, kwargs)))
         written = sum(_distinct_bytes(t) for t in _tensors(out))

@@ -253,8 +253,6 @@ attention_rows = {group: timed(course, group) for group in attention_groups}
 # %%
 for group, by_gpu in attention_rows.items():
     print(group)
-    if not by_gpu:
-        print("  nothing measured or recorded for this group yet")
     ratios(by_gpu, "lesson 10", ["cudnn", "flashattention-2", "lesson 06"])
 for group, by_gpu in attention_rows.items():      # the first column again, along N
     for gpu, rows in by_gpu.items():
@@ -539,8 +537,6 @@ training_groups = ["hopper_attention_fwd_bwd_causal_d128", "hopper_attention_fwd
 training_rows = {group: timed(course, group) for group in training_groups}
 for group, by_gpu in training_rows.items():
     print(group)
-    if not by_gpu:
-        print("  nothing measured or recorded for this group yet")
     ratios(by_gpu, "lesson 10", ["cudnn", "flashattention-2", "lesson 06"])
 
 # %% [markdown]

@@ -163,18 +163,17 @@ def test_trainable_attention_runs_the_backward_through_autograd():
 
 def test_attention_backward_adds_dq_with_atomics_in_one_kernel():
     """One launch computes all three gradients; dQ's shares arrive by atomic adds into float32 (the
-    exercise spec marks the interpreter's atomic touches)."""
+    interpreter's record marks which touches were atomic)."""
     from helpers import interpreter
-    from helpers.exercises import lesson10 as spec
 
     q, k, v, dout = attention_inputs(64, 16)
     out, lse = lesson10.attention(q, k, v, causal=False)
-    with spec._atomics_marked() as atomic, interpreter.record(touches=True) as rec:
+    with interpreter.record(touches=True) as rec:
         lesson10.attention_backward(q, k, v, out, lse, dout)
     launches = [launch for launch in rec.launches if launch.kernel == "attention_backward_kernel"]
     assert len(launches) == 1, [launch.kernel for launch in rec.launches]
     dq = [i for i, (pid, name, kind, offs) in enumerate(launches[0].touches) if name == "dq_ptr"]
-    assert dq and all((id(launches[0]), i) in atomic for i in dq)
+    assert dq and all(i in launches[0].atomic_touches for i in dq)
 
 
 def test_the_causal_kernel_refuses_key_tiles_longer_than_its_query_blocks():

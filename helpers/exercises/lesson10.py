@@ -356,40 +356,12 @@ def _run_backward(fn, *args, **kwargs):
     return grads
 
 
-@contextlib.contextmanager
-def _atomics_marked():
-    """Inside the block, yield a set that collects (id(launch), index) of every touch in the interpreter's
-    record made by an atomic operation (the record itself files atomics with the stores)."""
-    from triton.runtime import interpreter as triton_interpreter
-
-    interpreter.install()
-    builder = triton_interpreter.InterpreterBuilder
-    counted = builder.create_atomic_rmw            # helpers.interpreter's: checks bounds and records
-    marked = set()
-
-    def create_atomic_rmw(self, *args, **kwargs):
-        launch = interpreter._State.launch
-        before = len(launch.touches) if launch is not None else 0
-        try:
-            return counted(self, *args, **kwargs)
-        finally:
-            if launch is not None:
-                marked.update((id(launch), i) for i in range(before, len(launch.touches)))
-
-    builder.create_atomic_rmw = create_atomic_rmw
-    try:
-        yield marked
-    finally:
-        builder.create_atomic_rmw = counted
-
-
 def _dq_by_atomics(fn):
     """One launch writes dQ, dK and dV, and every write into dQ is an atomic add."""
     B, H, N, D = 1, 2, pick(96, 300), 16          # several key blocks per query row on either device
     q, k, v, dout = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(4))
     out, lse = _saved(q, k, v, False, None)
-    with _atomics_marked() as atomic:
-        launches, problem = _recorded(fn, q, k, v, out, lse, dout, touches=True)
+    launches, problem = _recorded(fn, q, k, v, out, lse, dout, touches=True)
     if problem:
         return problem
 
@@ -409,7 +381,7 @@ def _dq_by_atomics(fn):
         return (f"{where} ran one kernel, {launch.kernel}, but it wrote only {sorted(written)}: it should "
                 f"write dK and dV and add into dQ.")
     plain = sum(1 for i, (_pid, name, kind, _o) in enumerate(launch.touches)
-                if kind == "store" and grad(name) == "dq" and (id(launch), i) not in atomic)
+                if kind == "store" and grad(name) == "dq" and i not in launch.atomic_touches)
     if plain:
         return (f"{where} wrote into dQ with {plain} plain store(s). On a GPU, programs of different key "
                 f"blocks run at the same time and add into the same rows: a load, an add and a store from "
