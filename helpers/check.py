@@ -32,7 +32,7 @@ import traceback
 
 import torch
 
-from helpers import exercises, interpreter, records
+from helpers import exercises, interpreter, records, worker
 from helpers.device import DEVICE, ON_GPU
 from helpers.interpreter import OutOfBounds
 
@@ -235,9 +235,10 @@ def wait_for_gpu(seconds, what):
     deadline = time.monotonic() + seconds
     while not done.query():
         if time.monotonic() > deadline:
+            then = ("the check stops the process it ran in, which frees the GPU" if worker.isolating()
+                    else "restart the Python kernel to free the GPU")
             raise KernelTimeout(f"{what}: the GPU kernel had not finished after {seconds:g} s. "
-                                f"It is probably looping forever; restart the Python kernel "
-                                f"to free the GPU, then fix the loop bound.")
+                                f"It is probably looping forever: {then}. Then fix the loop bound.")
         time.sleep(0.001)
 
 
@@ -461,9 +462,7 @@ class GPUCrashed(CheckFailed):
 
 
 def _gpu_crash(e):
-    text = str(e)
-    return ON_GPU and ("illegal memory access" in text or "illegal address" in text
-                       or "unspecified launch failure" in text)
+    return ON_GPU and worker.crash_kind(str(e)) is not None
 
 
 def _explain_exception(e):
@@ -472,10 +471,7 @@ def _explain_exception(e):
     if known is not None:
         return str(known)
     if _gpu_crash(e):
-        return ("your kernel touched memory far outside its tensors, and the GPU stopped it (CUDA: "
-                "illegal memory access). The GPU context is now unusable: restart the notebook's kernel "
-                "before anything else. Then look for a missing mask or a wrong stride; with "
-                "COURSE_DEVICE=cpu the interpreter names the exact load or store.")
+        return worker.crash_text(str(e))
     inner = e
     while type(inner).__name__ == "InterpreterError" and (inner.__cause__ or inner.__context__):
         inner = inner.__cause__ or inner.__context__  # the error inside the kernel, not its wrapper
@@ -493,7 +489,7 @@ def check(name, fn):
     ex = exercises.get(name)
     status, message = "fail", ""
     try:
-        n_cases = _run_cases(ex, fn)
+        n_cases = worker.run_cases(ex, fn) if worker.isolating() else _run_cases(ex, fn)
         status, message = "pass", f"{n_cases} cases"
     except NotDone as e:
         status, message = "not done", str(e)
@@ -506,7 +502,9 @@ def check(name, fn):
     print(f"✓ {name}: all {n_cases} cases match the reference ({DEVICE.type}).")
 
 
-def _run_cases(ex, fn):
+def _run_cases(ex, fn, on_case=None):
+    """Run every case of `ex` on `fn`; return how many there were, or raise what check() reports.
+    `on_case(label)` is told each case as it starts (the worker process sends it to the notebook)."""
     if fn is None:
         raise NotDone("Pass your function to check(), not the result of calling it.")
     if not callable(fn):
@@ -519,13 +517,13 @@ def _run_cases(ex, fn):
         if failures and wrote_something and time.monotonic() - started > MORE_CASES_S:
             skipped += 1  # one failure is known: the rest only while they are quick
             continue
+        if on_case is not None:
+            on_case(case.label)
         try:
             problem, wrote = _run_case(ex, fn, case, tol_for)
-        except GPUCrashed as crash:
-            if not failures:
-                raise CheckFailed(f"failed on case '{case.label}':\n{crash}") from None
-            failures.append((case.label, "it crashed the GPU context: restart the notebook's kernel."))
-            break
+        except GPUCrashed as crash:  # nothing more can run in this CUDA context
+            earlier = "".join(f"\n(Earlier, case '{lbl}' failed too: {why})" for lbl, why in failures[:1])
+            raise GPUCrashed(f"failed on case '{case.label}':\n{crash}{earlier}") from None
         wrote_something = wrote_something or wrote
         if problem:
             failures.append((case.label, problem))
@@ -542,6 +540,8 @@ def _run_cases(ex, fn):
     if failures:
         raise NotDone("Nothing was written to the output in any case: the kernel body looks untouched.")
     if ex.structure is not None:
+        if on_case is not None:
+            on_case("its structure, measured on a small input")
         try:
             problem = ex.structure(fn)
         except Exception as e:  # noqa: BLE001  (the learner's code, run once more to measure it)

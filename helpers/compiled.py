@@ -9,10 +9,17 @@ A thing to look for is a name, matched where a name starts: `red.global` is foun
 `red.global.add.f32` and in `@%p1 red.global.add.f32`, but not inside `cp.async.ca.shared.global`
 (where `red` is the end of `shared`); an IR op keeps its dialect prefix (`ttng.warp_group_dot` holds
 `warp_group_dot`), and `ttg.warp_specialize` (the op) is not `tt.warp_specialize` (the attribute).
+
+`compiler_quiet()` keeps what the compiler prints on its own (an MLIR pass that fails prints the
+failing module, tens of kB, straight to file descriptor 2) out of the notebook.
 """
 
+import contextlib
 import functools
+import os
 import re
+import sys
+import tempfile
 
 # What to look for in each stage: the loads and the matmul, then shared memory and asynchronous
 # copies, then the instructions themselves (wgmma is Hopper's tensor-core matmul, mma.sync the
@@ -44,3 +51,20 @@ def compiled_excerpt(kernel, look_for=LOOK_FOR):
             found = [ln.strip() for ln in code if holds(ln, needle)]
             lines.append(f"{needle} [{len(found)}]: {found[0][:130] if found else '(none)'}")
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def compiler_quiet():
+    """Send file descriptor 2 (where MLIR and LLVM print, below Python) to a temporary file for the
+    block: trying a configuration that this Triton cannot compile for this GPU prints nothing. Yields
+    a function that returns what was printed so far."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as kept:
+        os.dup2(kept.fileno(), 2)
+        try:
+            yield lambda: (kept.seek(0), kept.read().decode(errors="replace"))[1]
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)

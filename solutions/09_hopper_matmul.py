@@ -26,6 +26,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from helpers.bench import measure
+from helpers.compiled import compiler_quiet
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.solutions import load_solution
 
@@ -579,7 +580,8 @@ def try_compile(kernel, args, config, **what):
     if config.pre_hook:
         config.pre_hook({**args, **config.all_kwargs()})    # the descriptors' boxes for this configuration
     try:
-        compiled = kernel.fn.warmup(**args, **config.all_kwargs(), grid=(1,))
+        with compiler_quiet():   # a failing pass prints its whole module to stderr
+            compiled = kernel.fn.warmup(**args, **config.all_kwargs(), grid=(1,))
         ok, error, specialised = True, "", _ws_ops(compiled) > 0
     except RuntimeError as e:
         ok, error, specialised = False, str(e).splitlines()[0][:200], None

@@ -27,6 +27,7 @@ import helpers  # noqa: F401  (first: picks the GPU or the interpreter)
 import triton
 import triton.language as tl
 
+from helpers.compiled import compiler_quiet
 from helpers.device import pick
 from helpers.solutions import load_solution
 
@@ -244,6 +245,9 @@ ATTENTION_CONFIGS = pick(cpu=[_attention_config(32, 16, 4, 1)],
                          gpu=[_attention_config(*c) for c in ATTENTION_SEARCH])
 
 
+SKIPPED_CONFIGS = []   # the warp-specialised configurations this Triton could not compile here (recorded)
+
+
 def _attention_search(configs, named_args, **kwargs):
     """Prune before timing: lesson 06's rule (below 1024 keys, the first configuration), and only the
     warp-specialised configurations that this Triton compiles for this GPU, head size and mask."""
@@ -255,8 +259,11 @@ def _attention_search(configs, named_args, **kwargs):
             args = {**named_args, **constexprs, **config.all_kwargs()}
             config.pre_hook(args)
             try:
-                attention_kernel.fn.warmup(**args, grid=(1,))
+                with compiler_quiet():   # a failing pass prints its whole module to stderr
+                    attention_kernel.fn.warmup(**args, grid=(1,))
             except RuntimeError:    # e.g. "PassManager::run failed" in Triton 3.6's warp specialisation
+                skipped = {"config": lesson09.describe_config(config), **constexprs}
+                SKIPPED_CONFIGS.extend([skipped] if skipped not in SKIPPED_CONFIGS else [])
                 continue
         kept.append(config)
     return kept
@@ -731,7 +738,8 @@ def record_artifacts(folder):
     with tempfile.TemporaryDirectory() as scratch:       # where ncu writes its report, then reads it
         ncu = profile.ncu_profile("10", pathlib.Path(scratch))[0]
     record = {**profile.stamp(), "compiled": compiled, "warp_specialize": _warp_specialize_survey(),
-              "registers": _register_survey(), "autotuned": _autotuner_choices(), "ncu": ncu}
+              "registers": _register_survey(), "autotuned": _autotuner_choices(),
+              "skipped_configs": SKIPPED_CONFIGS, "ncu": ncu}
     out = folder / RECORDED / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))
