@@ -214,8 +214,9 @@ def y_axis(rows):
     return "fraction_of_copy", "fraction of the copy ceiling"
 
 
-def plot(group, by_gpu):
-    """A matplotlib Figure of one group: a panel per GPU, side by side, a line per implementation."""
+def plot(group, by_gpu, roof=None):
+    """A matplotlib Figure of one group: a panel per GPU, side by side, a line per implementation.
+    roof: {GPU: {label: value}}, a bound to draw as a dashed line (in the unit plotted)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(4.6 * len(by_gpu) + 0.6, 4.2))
@@ -232,6 +233,10 @@ def plot(group, by_gpu):
             ax.plot(xs, [value[labels[i]] for i in xs], marker="o", label=impl)
         if key == "fraction_of_copy":
             ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="copy ceiling")
+        bound = (roof or {}).get(gpu, {})
+        if bound:
+            xs = [i for i, label in enumerate(labels) if label in bound]
+            ax.plot(xs, [bound[labels[i]] for i in xs], color="gray", linestyle="--", label="roof")
         if len(labels) == 1:
             ax.set_xticks([])
         else:
@@ -242,7 +247,8 @@ def plot(group, by_gpu):
         ax.set_title(f"{gpu}\n({when}{ceiling})", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(y_label)
-    highest = max(r[key] for rows in by_gpu.values() for r in rows)
+    highest = max([r[key] for rows in by_gpu.values() for r in rows]
+                  + [v for bound in (roof or {}).values() for v in bound.values()])
     axes[0].set_ylim(0, 1.1 * max(highest, 1.0 if key == "fraction_of_copy" else 0.0))
     handles, names = axes[0].get_legend_handles_labels()
     timing = " (timed as CUDA graph replays)" if rows[0].get("timing") == "CUDA graph replay" else ""
@@ -255,8 +261,8 @@ def plot(group, by_gpu):
 class Comparison:
     """A group's figures as a notebook shows them: the plot, and under it the tables, folded."""
 
-    def __init__(self, group, by_gpu, titles):
-        self.group, self.by_gpu, self.titles = group, by_gpu, titles
+    def __init__(self, group, by_gpu, titles, roof=None):
+        self.group, self.by_gpu, self.titles, self.roof = group, by_gpu, titles, roof
 
     def tables(self):
         return "\n\n".join(table(rows, self.titles[gpu]) for gpu, rows in self.by_gpu.items())
@@ -265,7 +271,7 @@ class Comparison:
         import io
 
         buffer = io.BytesIO()
-        plot(self.group, self.by_gpu).savefig(buffer, format="png", dpi=90)
+        plot(self.group, self.by_gpu, self.roof).savefig(buffer, format="png", dpi=90)
         return buffer.getvalue()
 
     def _repr_mimebundle_(self, include=None, exclude=None):
@@ -284,10 +290,11 @@ class Comparison:
         return self.tables()
 
 
-def show(group, by_gpu, titles):
+def show(group, by_gpu, titles, roof=None):
     """Show one group: in a notebook a plot (a panel per GPU) with the tables folded under it; elsewhere
-    the tables as text. by_gpu: {GPU: rows}; titles: {GPU: the line that says where the rows come from}."""
-    comparison = Comparison(group, by_gpu, titles)
+    the tables as text. by_gpu: {GPU: rows}; titles: {GPU: the line that says where the rows come from};
+    roof: {GPU: {label: bound}}, drawn as a dashed line (lesson 03's roofline)."""
+    comparison = Comparison(group, by_gpu, titles, roof)
     try:
         from IPython import get_ipython
         from IPython.display import display

@@ -139,6 +139,9 @@ def test_the_plot_names_the_gpus_and_what_its_axes_measure():
     copy = bench.plot("softmax", {"NVIDIA H200": _rows(["32768x1024 fp32"], ["ours", "torch"], "GB/s")})
     assert copy.axes[0].get_ylabel() == "fraction of the copy ceiling"
     assert bench.x_axis(["1024^3", "4096^3"]) == "matrix size (M = N = K)"
+    roofed = bench.plot("matmul", {"NVIDIA H200": _rows(["1024^3", "2048^3"], ["cuBLAS"])},
+                        roof={"NVIDIA H200": {"1024^3": 500, "2048^3": 900}})
+    assert "roof" in [line.get_label() for line in roofed.axes[0].get_lines()]
 
 
 def test_on_a_gpu_compare_times_now_and_shows_those_rows(monkeypatch):
