@@ -476,6 +476,27 @@ def _strided(case):
     return any(t.dim() and not t.is_contiguous() for t in _tensors(args))
 
 
+def _compile_error(e):
+    """On a GPU, Triton's compiler reports an error in a kernel with the kernel's source and the AST node
+    at fault (a CompilationError, wrapping the same error for each @triton.jit call it was inside). Say
+    what went wrong, innermost, and where, outermost: the line of the learner's kernel."""
+    chain, exc = [], e
+    while exc is not None:
+        if hasattr(exc, "src") and hasattr(exc, "node") and hasattr(exc, "error_message"):
+            chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    if not chain or not chain[0].src or not hasattr(chain[0].node, "lineno"):
+        return None
+    reason = next((c.error_message for c in reversed(chain) if c.error_message), None)
+    cause = chain[-1].__cause__
+    reason = reason or (f"{type(cause).__name__}: {cause}" if cause is not None else "(no message)")
+    lines = chain[0].src.splitlines()
+    kernel = lines[0].split("(")[0].removeprefix("def ").strip()  # Triton's src starts at the `def`
+    line = lines[chain[0].node.lineno - 1].strip() if chain[0].node.lineno <= len(lines) else ""
+    return (f"Triton could not compile {kernel}: {reason.strip()[:400]}\n"
+            f"  at line {chain[0].node.lineno} of {kernel} (counting its `def` as line 1): `{line}`")
+
+
 def _explain_exception(e, case=None):
     """What an exception raised by the learner's code (or inside their kernel) says, shortly, and where."""
     out_of_bounds = _find_cause(e, OutOfBounds)  # the interpreter wraps what a kernel raises
@@ -489,6 +510,9 @@ def _explain_exception(e, case=None):
                 "illegal memory access). The GPU context is now unusable: restart the notebook's kernel "
                 "before anything else. Then look for a missing mask or a wrong stride; with "
                 "COURSE_DEVICE=cpu the interpreter names the exact load or store.")
+    compiled = _compile_error(e)
+    if compiled is not None:
+        return compiled
     inner = e
     while type(inner).__name__ == "InterpreterError" and (inner.__cause__ or inner.__context__):
         inner = inner.__cause__ or inner.__context__  # the error inside the kernel, not its wrapper

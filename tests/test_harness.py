@@ -516,3 +516,24 @@ def test_interpreter_warnings_never_appear_during_a_check(recwarn):
     assert not numpy_warnings
     with pytest.warns(RuntimeWarning, match="overflow"):  # outside a check numpy still warns
         np.exp(np.float32(1000.0))
+
+
+def test_a_compile_error_on_a_gpu_names_the_kernel_line():
+    # What Triton's compiler raises for lesson 01's wrong tl.sum on a GPU: the kernel's call of tl.sum,
+    # wrapping the error raised inside tl.sum (the library's own source).
+    import ast
+
+    from triton.compiler.errors import CompilationError
+
+    kernel_src = "def add_kernel(x_ptr, out_ptr):\n    x = tl.load(x_ptr)\n    total = tl.sum(x, axis=1)\n"
+    library_src = "def sum(input, axis=None):\n    return reduce(input, axis, _sum_combine)\n"
+
+    def compile_fails(x, y):
+        try:
+            raise CompilationError(library_src, ast.parse(library_src).body[0].body[0],
+                                   "ValueError('axis 1 out of bounds for shape [256]')")
+        except CompilationError as inner:
+            raise CompilationError(kernel_src, ast.parse(kernel_src).body[0].body[1], None) from inner
+    text = _message(compile_fails)
+    assert "Triton could not compile add_kernel: ValueError('axis 1 out of bounds for shape [256]')" in text
+    assert "at line 3 of add_kernel (counting its `def` as line 1): `total = tl.sum(x, axis=1)`" in text
