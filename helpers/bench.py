@@ -3,7 +3,10 @@
 On a GPU, `measure(fn)` is Triton's `do_bench` (CUDA events, warm-up, the L2
 cache flushed before each run) reporting the median. Under the interpreter
 timings mean nothing, so the lessons show what `make bench` recorded on a GPU:
-`recorded()` reads that file.
+`recorded()` reads that file. `compare(group, ...)` shows a group either way as a
+plot (a panel per GPU: x what grows, y TFLOP/s or the fraction of the copy
+ceiling) with its tables folded under it; `show()` does the same for rows a
+lesson has picked itself.
 
 Each solutions module may define `benchmarks()`, yielding `Bench` items;
 `python -m helpers.bench` (what `make bench` runs) times them all in one run,
