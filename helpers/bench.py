@@ -3,7 +3,10 @@
 On a GPU, `measure(fn)` is Triton's `do_bench` (CUDA events, warm-up, the L2
 cache flushed before each run) reporting the median. Under the interpreter
 timings mean nothing, so the lessons show what `make bench` recorded on a GPU:
-`recorded()` reads that file.
+`recorded()` reads that file. `compare(group, ...)` shows a group either way as a
+plot (a panel per GPU: x what grows, y TFLOP/s or the fraction of the copy
+ceiling) with its tables folded under it; `show()` does the same for rows a
+lesson has picked itself.
 
 Each solutions module may define `benchmarks()`, yielding `Bench` items;
 `python -m helpers.bench` (what `make bench` runs) times them all in one run,
@@ -165,14 +168,145 @@ def time_bench(b, ceiling):
     return rows
 
 
-def print_rows(rows, title):
+# ---------------------------------------------------------------- showing a comparison
+
+
+def table(rows, title):
+    """The rows as plain text under `title`, each column as wide as its longest entry."""
     if rows and rows[0].get("timing") == "CUDA graph replay":
         title += "; timed as CUDA graph replays"
-    print(title)
-    print(f"{'size':>16} {'implementation':>26} {'ms':>9} {'GB/s':>8} {'TFLOP/s':>8} {'% copy':>7}")
-    for r in rows:
-        print(f"{r['label']:>16} {r['impl']:>26} {r['ms']:9.4f} {r['gbps']:8.0f} {r['tflops']:8.1f} "
-              f"{100 * r['fraction_of_copy']:6.0f}%")
+    header = ("size", "implementation", "ms", "GB/s", "TFLOP/s", "% copy")
+    cells = [(r["label"], r["impl"], f"{r['ms']:.4f}", f"{r['gbps']:.0f}", f"{r['tflops']:.1f}",
+              f"{100 * r['fraction_of_copy']:.0f}%") for r in rows]
+    widths = [max(len(values[i]) for values in [header, *cells]) for i in range(len(header))]
+
+    def line(values):  # names left-aligned, figures right-aligned
+        cells = [f"{v:<{w}}" if i < 2 else f"{v:>{w}}" for i, (v, w) in enumerate(zip(values, widths))]
+        return "  ".join(cells)
+
+    lines = [title, line(header)] + [line(values) for values in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+# What the x axis of a group measures, read from its row labels ("B4 N4096", "4096^3", ...).
+_AXES = [
+    (r"B\d+ N\d+", "sequence length N (batch B)"),
+    (r"\d+\^3", "matrix size (M = N = K)"),
+    (r"n=2\^\d+", "elements n"),
+    (r"T\d+ .*", "tokens T"),
+    (r".+ T\d+", "matmul of the block, tokens T"),
+    (r"(M,K,N=)?M?\d+[ ,]K?\d+[ ,]N?\d+.*", "matrix shape M, K, N"),
+    (r"\d+x\d+x\d+", "matrix shape M x N x K"),
+    (r"\d+x\d+ (fp\d+|bf16)", "rows x row length"),
+    (r"\d+x\d+.*", "shape"),
+]
+
+
+def x_axis(labels):
+    """What the row labels of a group count, for the x axis of its plot."""
+    for pattern, name in _AXES:
+        if all(re.fullmatch(pattern, label) for label in labels):
+            return name
+    return "problem (as labelled in the table)"
+
+
+def y_axis(rows):
+    """(row key, axis label) of what a plot shows: TFLOP/s, or the fraction of the copy ceiling."""
+    if rows[0]["metric"] == "TFLOP/s":
+        return "tflops", "TFLOP/s"
+    return "fraction_of_copy", "fraction of the copy ceiling"
+
+
+def plot(group, by_gpu, roof=None):
+    """A matplotlib Figure of one group: a panel per GPU, side by side, a line per implementation.
+    roof: {GPU: {label: value}}, a bound to draw as a dashed line (in the unit plotted)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.6 * len(by_gpu) + 0.6, 4.2))
+    axes = fig.subplots(1, len(by_gpu), sharey=True, squeeze=False)[0]
+    for ax, (gpu, rows) in zip(axes, by_gpu.items()):
+        key, y_label = y_axis(rows)
+        labels = list(dict.fromkeys(r["label"] for r in rows))
+        for k, impl in enumerate(dict.fromkeys(r["impl"] for r in rows)):
+            value = {r["label"]: r[key] for r in rows if r["impl"] == impl}
+            if len(labels) == 1:  # one size: a bar per implementation
+                ax.bar(k, value[labels[0]], color=f"C{k}", label=impl)
+                continue
+            xs = [i for i, label in enumerate(labels) if label in value]
+            ax.plot(xs, [value[labels[i]] for i in xs], marker="o", label=impl)
+        if key == "fraction_of_copy":
+            ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="copy ceiling")
+        bound = (roof or {}).get(gpu, {})
+        if bound:
+            xs = [i for i, label in enumerate(labels) if label in bound]
+            ax.plot(xs, [bound[labels[i]] for i in xs], color="gray", linestyle="--", label="roof")
+        if len(labels) == 1:
+            ax.set_xticks([])
+        else:
+            ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 3 else 0, fontsize=8)
+        ax.set_xlabel(x_axis(labels) + (f": {labels[0]}" if len(labels) == 1 else ""))
+        when = f"recorded {rows[0]['date']}" if "date" in rows[0] else "measured now"
+        ceiling = f", copy ceiling {rows[0]['copy_gbps']:.0f} GB/s" if "copy_gbps" in rows[0] else ""
+        ax.set_title(f"{gpu}\n({when}{ceiling})", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(y_label)
+    highest = max([r[key] for rows in by_gpu.values() for r in rows]
+                  + [v for bound in (roof or {}).values() for v in bound.values()])
+    axes[0].set_ylim(0, 1.1 * max(highest, 1.0 if key == "fraction_of_copy" else 0.0))
+    handles, names = axes[0].get_legend_handles_labels()
+    timing = " (timed as CUDA graph replays)" if rows[0].get("timing") == "CUDA graph replay" else ""
+    fig.suptitle(f"{group}{timing}", fontsize=10)
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 3), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.045 * ((len(names) + 2) // 3) + 0.01, 1, 1))
+    return fig
+
+
+class Comparison:
+    """A group's figures as a notebook shows them: the plot, and under it the tables, folded."""
+
+    def __init__(self, group, by_gpu, titles, roof=None):
+        self.group, self.by_gpu, self.titles, self.roof = group, by_gpu, titles, roof
+
+    def tables(self):
+        return "\n\n".join(table(rows, self.titles[gpu]) for gpu, rows in self.by_gpu.items())
+
+    def png(self):
+        import io
+
+        buffer = io.BytesIO()
+        plot(self.group, self.by_gpu, self.roof).savefig(buffer, format="png", dpi=90)
+        return buffer.getvalue()
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        import base64
+        import html
+
+        image = base64.b64encode(self.png()).decode()
+        gpus = " and ".join(self.by_gpu)
+        alt = html.escape(f"{self.group} on {gpus}")
+        folded = (f'<img src="data:image/png;base64,{image}" alt="{alt}">'
+                  f"<details><summary>{html.escape(self.group)}: the figures as a table</summary>"
+                  f"<pre>{html.escape(self.tables())}</pre></details>")
+        return {"text/html": folded, "text/plain": self.tables()}
+
+    def __repr__(self):
+        return self.tables()
+
+
+def show(group, by_gpu, titles, roof=None):
+    """Show one group: in a notebook a plot (a panel per GPU) with the tables folded under it; elsewhere
+    the tables as text. by_gpu: {GPU: rows}; titles: {GPU: the line that says where the rows come from};
+    roof: {GPU: {label: bound}}, drawn as a dashed line (lesson 03's roofline)."""
+    comparison = Comparison(group, by_gpu, titles, roof)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is None or get_ipython() is None:
+        print(comparison.tables())
+    else:
+        display(comparison)
 
 
 _ceiling = None
@@ -189,19 +323,21 @@ def compare(group, make_benches):
     if ON_GPU:
         _ceiling = _ceiling or copy_ceiling()
         rows = [row for b in make_benches() for row in time_bench(b, _ceiling)]
-        print_rows(rows, f"{group}: measured now on {torch.cuda.get_device_name()} "
-                         f"(copy ceiling {_ceiling:.0f} GB/s)")
+        gpu = torch.cuda.get_device_name()
+        if rows:
+            title = f"{group}: measured now on {gpu} (copy ceiling {_ceiling:.0f} GB/s)"
+            show(group, {gpu: [{**row, "copy_gbps": _ceiling} for row in rows]}, {gpu: title})
         return rows
-    shown = []
+    by_gpu, titles = {}, {}
     for device in recorded_devices():  # every GPU recorded, the preferred one first
         rows, where = recorded_rows(group, device)
         if rows:
-            print_rows(rows, f"{group}: no GPU here, so these are the figures {where}")
-            shown.append(rows)
-    if not shown:
+            by_gpu[device], titles[device] = rows, f"{group}: no GPU here, so these are the figures {where}"
+    if not by_gpu:
         print(f"{group}: no GPU here, and no figures recorded for it yet (run `make bench` on a GPU).")
         return []
-    return shown[0]  # the preferred GPU's rows, for the cells that read them
+    show(group, by_gpu, titles)
+    return next(iter(by_gpu.values()))  # the preferred GPU's rows, for the cells that read them
 
 
 def group_benches(module, group):
@@ -259,11 +395,13 @@ def ratios(by_gpu, ours, others):
             print(f"{gpu}: no row names {ours!r}")
             continue
         print(f"{gpu}: {mine} / " + ", / ".join(theirs))
-        for label in dict.fromkeys(r["label"] for r in rows):
+        labels = list(dict.fromkeys(r["label"] for r in rows))
+        width = max(len(label) for label in labels)  # the columns stay aligned however long the labels
+        for label in labels:
             speed = {r["impl"]: r["tflops"] for r in rows if r["label"] == label}
             cells = [f"{speed[mine] / speed[name]:5.2f}" if name in speed and mine in speed else "    -"
                      for name in theirs]
-            print(f"  {label:>12}: " + "  ".join(cells))
+            print(f"  {label:>{width}}: " + "  ".join(cells))
 
 
 # ---------------------------------------------------------------- make bench
@@ -274,7 +412,7 @@ def show_recorded():
     for device in recorded_devices():
         for group in dict.fromkeys(r["group"] for r in recorded(device)["results"]):
             rows, where = recorded_rows(group, device)
-            print_rows(rows, f"{group}: {where}")
+            print(table(rows, f"{group}: {where}"))
             print()
 
 

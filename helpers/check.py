@@ -444,17 +444,21 @@ _HARNESS = (str(pathlib.Path(__file__).resolve().parent), "site-packages", "<fro
 
 
 def _where(exc):
-    """' (at line N of <file>: `source`)' for the innermost frame of the learner's code, if any."""
+    """'  at line N of <file> (in fn): `source`' for the innermost frame of the learner's code, if any.
+
+    The frames of every exception in the chain are joined, outermost first: the interpreter wraps
+    what a kernel raises, and the kernel's own line is in the traceback of the wrapped exception.
+    """
     frames = []
     while exc is not None:
-        frames = traceback.extract_tb(exc.__traceback__) or frames
+        frames += traceback.extract_tb(exc.__traceback__)
         exc = exc.__cause__ or exc.__context__
     mine = [f for f in frames if not any(part in f.filename for part in _HARNESS)]
     if not mine:
         return ""
     f = mine[-1]
     place = "a notebook cell" if "ipykernel" in f.filename else pathlib.Path(f.filename).name
-    return f"\n  at line {f.lineno} of {place}: `{(f.line or '').strip()}`"
+    return f"\n  at line {f.lineno} of {place} (in {f.name}): `{(f.line or '').strip()}`"
 
 
 class GPUCrashed(CheckFailed):
@@ -465,13 +469,46 @@ def _gpu_crash(e):
     return ON_GPU and worker.crash_kind(str(e)) is not None
 
 
-def _explain_exception(e):
-    """What an exception raised by the learner's code (or inside their kernel) says, shortly."""
-    known = _find_cause(e, (OutOfBounds, CheckFailed))  # the interpreter wraps what a kernel raises
+def _strided(case):
+    """Whether a case passes a non-contiguous tensor."""
+    args = (case.args, case.kwargs) if case is not None else ()
+    return any(t.dim() and not t.is_contiguous() for t in _tensors(args))
+
+
+def _compile_error(e):
+    """On a GPU, Triton's compiler reports an error in a kernel with the kernel's source and the AST node
+    at fault (a CompilationError, wrapping the same error for each @triton.jit call it was inside). Say
+    what went wrong, innermost, and where, outermost: the line of the learner's kernel."""
+    chain, exc = [], e
+    while exc is not None:
+        if hasattr(exc, "src") and hasattr(exc, "node") and hasattr(exc, "error_message"):
+            chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    if not chain or not chain[0].src or not hasattr(chain[0].node, "lineno"):
+        return None
+    reason = next((c.error_message for c in reversed(chain) if c.error_message), None)
+    cause = chain[-1].__cause__
+    reason = reason or (f"{type(cause).__name__}: {cause}" if cause is not None else "(no message)")
+    lines = chain[0].src.splitlines()
+    kernel = lines[0].split("(")[0].removeprefix("def ").strip()  # Triton's src starts at the `def`
+    line = lines[chain[0].node.lineno - 1].strip() if chain[0].node.lineno <= len(lines) else ""
+    return (f"Triton could not compile {kernel}: {reason.strip()[:400]}\n"
+            f"  at line {chain[0].node.lineno} of {kernel} (counting its `def` as line 1): `{line}`")
+
+
+def _explain_exception(e, case=None):
+    """What an exception raised by the learner's code (or inside their kernel) says, shortly, and where."""
+    out_of_bounds = _find_cause(e, OutOfBounds)  # the interpreter wraps what a kernel raises
+    if out_of_bounds is not None:
+        return f"{out_of_bounds.facts} {out_of_bounds.advice(strided_case=_strided(case))}{_where(e)}"
+    known = _find_cause(e, CheckFailed)
     if known is not None:
         return str(known)
     if _gpu_crash(e):
         return worker.crash_text(str(e))
+    compiled = _compile_error(e)
+    if compiled is not None:
+        return compiled
     inner = e
     while type(inner).__name__ == "InterpreterError" and (inner.__cause__ or inner.__context__):
         inner = inner.__cause__ or inner.__context__  # the error inside the kernel, not its wrapper
@@ -543,7 +580,8 @@ def _run_cases(ex, fn, on_case=None):
         if on_case is not None:
             on_case("its structure, measured on a small input")
         try:
-            problem = ex.structure(fn)
+            with interpreter.quiet():
+                problem = ex.structure(fn)
         except Exception as e:  # noqa: BLE001  (the learner's code, run once more to measure it)
             problem = f"measuring its structure on a small input, {_explain_exception(e)}"
         if problem:
@@ -560,7 +598,7 @@ def _run_case(ex, fn, case, tol_for):
     what = "your function"
     launches = interpreter.launch_count()
     try:
-        with time_limit(ex.timeout_s, what), poisoned_allocations() as allocations:
+        with time_limit(ex.timeout_s, what), poisoned_allocations() as allocations, interpreter.quiet():
             out = ex.run(fn, *args, **case.kwargs)
             wait_for_gpu(ex.timeout_s, what)
     except NotImplementedError as e:
@@ -575,7 +613,7 @@ def _run_case(ex, fn, case, tol_for):
             raise KernelTimeout(f"on case '{case.label}': {timeout}") from None
         if _gpu_crash(e):  # nothing more can run on this GPU context
             raise GPUCrashed(_explain_exception(e)) from None
-        return _explain_exception(e), True
+        return _explain_exception(e, case), True
     launched = interpreter.launch_count() - launches
     if out is None:
         if launched == 0:

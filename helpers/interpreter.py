@@ -28,7 +28,37 @@ import numpy as np
 
 
 class OutOfBounds(IndexError):
-    """A kernel loaded or stored outside the tensors it was given."""
+    """A kernel loaded or stored outside the tensors it was given.
+
+    Besides its message it keeps what advice needs: the argument (`arg`, `numel` elements), the
+    lowest and highest bad element offsets, and the shape of the access (the block of lanes).
+    """
+
+    def __init__(self, facts, *, arg, numel, lowest, highest, block_shape):
+        self.facts, self.arg, self.numel = facts, arg, numel
+        self.lowest, self.highest, self.block_shape = lowest, highest, tuple(block_shape)
+        super().__init__(f"{facts} {self.advice()}")
+
+    def advice(self, strided_case=False):
+        """What to look at: the mask, or the strides and offsets feeding the pointer."""
+        lanes = int(np.prod(self.block_shape)) if self.block_shape else 1
+        pointer = f"the strides or offsets feeding `{self.arg}`"
+        if strided_case:
+            return (f"This case passes strided (non-contiguous) views, so the mask can be right and a "
+                    f"stride wrong: check {pointer}.")
+        if self.lowest < 0:
+            return f"Offsets below 0 come from the address arithmetic, not a missing mask: check {pointer}."
+        if self.highest - self.numel >= lanes:
+            return (f"The farthest lane is {self.highest - self.numel + 1} elements past the end, more than "
+                    f"one block ({lanes} lanes): a missing mask cannot reach that far, so check {pointer}.")
+        if len(self.block_shape) > 1:
+            return (f"The lanes are within one tile of the end: mask every dimension of the tile, or check "
+                    f"{pointer}.")
+        if self.numel % lanes:
+            return (f"The lanes are within one block of the end and {self.numel} is not a multiple of the "
+                    f"block ({lanes}): mask the lanes past the end (`mask=offs < n`).")
+        return (f"{self.numel} is a multiple of the block ({lanes}), so no block should spill past the end: "
+                f"check {pointer} and the size of the grid.")
 
 
 # A tensor argument's pointer enters the kernel as its address with the argument's number
@@ -108,15 +138,16 @@ def _tensor_span(name, t):
     return Span(name, base + lo * item, base + (hi + 1) * item, item, t.numel())
 
 
-def _describe(addresses, span, verb):
-    """A message naming the argument the bad lanes came from and the offsets they used."""
-    offsets = ((addresses.astype(np.int64) - span.lo) // span.itemsize)[:6].tolist()
+def _out_of_bounds(addresses, span, verb, block_shape):
+    """The error naming the argument the bad lanes came from and the offsets they used."""
+    offsets = (addresses.astype(np.int64) - span.lo) // span.itemsize
     more = " ..." if len(addresses) > 6 else ""
     prog = tuple(int(i) for i in _State.grid_idx) if _State.grid_idx is not None else "?"
-    return (f"{_State.kernel} {verb} out of bounds: program {prog} has {len(addresses)} masked-in "
-            f"lane(s) past the tensor it points into, e.g. {span.name} + {offsets}{more}, "
-            f"but {span.name} has {span.numel} element(s) (valid offsets 0..{span.numel - 1}). "
-            f"Mask the lanes past the end (`mask=offs < n`) or fix the offset arithmetic.")
+    facts = (f"{_State.kernel} {verb} out of bounds: program {prog} has {len(addresses)} masked-in "
+             f"lane(s) outside the tensor it points into, e.g. {span.name} + {offsets[:6].tolist()}{more}, "
+             f"but {span.name} has {span.numel} element(s) (valid offsets 0..{span.numel - 1}).")
+    return OutOfBounds(facts, arg=span.name, numel=span.numel, lowest=int(offsets.min()),
+                       highest=int(offsets.max()), block_shape=block_shape)
 
 
 def _nearest(address, spans):
@@ -152,7 +183,7 @@ def _check_and_count(ptrs, mask, verb, arg_store, atomic=False):
                 span = spans[tag - 1]
                 ok = (addresses[lanes] >= span.lo) & (addresses[lanes] + itemsize <= span.hi)
                 if not ok.all():
-                    raise OutOfBounds(_describe(addresses[lanes][~ok], span, verb))
+                    raise _out_of_bounds(addresses[lanes][~ok], span, verb, np.shape(ptrs.data))
                 owner[lanes] = tag - 1
             else:  # a pointer the tags do not know (built from an integer): any tensor will do
                 for i, span in enumerate(spans):
@@ -160,8 +191,8 @@ def _check_and_count(ptrs, mask, verb, arg_store, atomic=False):
                     owner[inside] = i
                 stray = lanes & (owner < 0)
                 if stray.any():
-                    raise OutOfBounds(_describe(addresses[stray], _nearest(int(addresses[stray][0]), spans),
-                                                verb))
+                    raise _out_of_bounds(addresses[stray], _nearest(int(addresses[stray][0]), spans), verb,
+                                         np.shape(ptrs.data))
     launch = _State.launch
     if launch is not None:
         nbytes = int(addresses.size) * itemsize
@@ -332,6 +363,15 @@ def _fix_index_for_new_numpy(interpreter):
         scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
 
     interpreter._patch_lang_tensor = _patch_lang_tensor
+
+
+def quiet():
+    """NumPy's floating-point warnings (overflow, invalid value) off inside the block.
+
+    Under the interpreter a kernel's inf or NaN is NumPy arithmetic, which warns; `check` runs the
+    learner's code inside this and reports NaNs in its own words. Elsewhere the warnings stay on.
+    """
+    return np.errstate(all="ignore")
 
 
 class Recorder:

@@ -25,7 +25,7 @@
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe
-from helpers.bench import Bench, compare, measure, recorded, recorded_devices, recorded_rows
+from helpers.bench import Bench, compare, measure, recorded, recorded_devices, recorded_rows, show
 from helpers.cards import flashcards, self_check
 from helpers.exercises.lesson03 import OPERATIONS, SimulatedGPU
 from helpers.roofline import CHIPS, chip_for, chip_table, plot, timed_point
@@ -238,16 +238,23 @@ for tile in (64, 128):
 # smaller of the datasheet peak and the intensity times the measured copy bandwidth.
 
 # %%
+by_gpu, titles, roofs = {}, {}, {}
 for device in recorded_devices():
     by_size, where = recorded_rows("matmul_by_size_fp16", device)
     chip_rec = chip_for(device)
     if not by_size or not chip_rec:
         continue
-    print(f"cuBLAS float16 matmul, {where}")
+    by_gpu[device], titles[device], roofs[device] = by_size, f"cuBLAS float16 matmul, {where}", {}
     for r in by_size:
         memory_roof = (r["size"] / 3) * r["copy_gbps"] / 1000  # intensity n/3 times TB/s: TFLOP/s
-        roof = min(chip_rec.tflops["fp16"], memory_roof)
-        side = "memory" if memory_roof < chip_rec.tflops["fp16"] else "compute"
+        roofs[device][r["label"]] = min(chip_rec.tflops["fp16"], memory_roof)
+if by_gpu:
+    show("cuBLAS float16 matmul and its roof", by_gpu, titles, roof=roofs)
+for device, by_size in by_gpu.items():
+    print(f"{device}:")
+    for r in by_size:
+        roof = roofs[device][r["label"]]
+        side = "compute" if roof == chip_for(device).tflops["fp16"] else "memory"
         print(f"  {r['label']:>7}: {1000 * r['ms']:7.1f} µs, {r['tflops']:6.1f} TFLOP/s, "
               f"roof {roof:4.0f} TFLOP/s ({side}): {100 * r['tflops'] / roof:4.1f}% of its roof")
 

@@ -90,3 +90,72 @@ def test_an_implementation_that_disagrees_is_refused_before_any_timing(monkeypat
     with pytest.raises(AssertionError, match="differs from fast"):
         bench.time_bench(bench.Bench("g", 1, bytes=1, flops=1, impls=impls), ceiling=1.0)
     assert order == []
+
+
+# ---------------------------------------------------------------- how a comparison is shown
+
+
+def _rows(labels, impls, metric="TFLOP/s"):
+    return [{"group": "g", "size": i, "label": label, "impl": impl, "ms": 1.0 + i, "gbps": 100.0,
+             "tflops": 10.0 * (i + 1), "metric": metric, "fraction_of_copy": 0.1 * (i + 1),
+             "date": "2026-11-25", "copy_gbps": 3000.0} for i, label in enumerate(labels) for impl in impls]
+
+
+def test_table_columns_stay_aligned_however_long_the_labels():
+    rows = _rows(["B1 N1024", "M,K,N=8192,4096,4096 bf16"], ["ours", "a much longer implementation name"])
+    lines = bench.table(rows, "title").splitlines()
+    assert lines[0] == "title"
+    header, first, last = lines[1], lines[2], lines[-1]
+    assert len({len(line) for line in lines[1:]}) == 1           # every row as wide as the header
+    assert header.index("ms") + 2 == first.index("1.0000") + 6    # figures right-aligned under their header
+    assert header.index("ms") + 2 == last.index("2.0000") + 6
+
+
+def test_in_a_notebook_compare_shows_a_plot_with_the_tables_folded(folder, monkeypatch):
+    _save_on(monkeypatch, "NVIDIA H200", ["a"], 4200.0)
+    _save_on(monkeypatch, "NVIDIA H100 80GB HBM3", ["a"], 3000.0)
+    monkeypatch.setattr("helpers.device.ON_GPU", False)
+    shown = []
+    monkeypatch.setattr("IPython.get_ipython", lambda: object())   # as inside a notebook's kernel
+    monkeypatch.setattr("IPython.display.display", shown.append)
+    bench.compare("a", lambda: [])
+    (comparison,) = shown
+    bundle = comparison._repr_mimebundle_()
+    html, text = bundle["text/html"], bundle["text/plain"]
+    assert html.startswith('<img src="data:image/png;base64,iVBOR')   # a PNG, drawn from the record
+    assert "<details>" in html and "recorded on NVIDIA H200" in html and "recorded on NVIDIA H100" in html
+    assert "recorded on NVIDIA H200" in text and "recorded on NVIDIA H100 80GB HBM3" in text
+
+
+def test_the_plot_names_the_gpus_and_what_its_axes_measure():
+    attention = {"NVIDIA H200": _rows(["B4 N4096", "B1 N16384"], ["ours", "cuDNN"]),
+                 "NVIDIA H100 80GB HBM3": _rows(["B4 N4096", "B1 N16384"], ["ours", "cuDNN"])}
+    fig = bench.plot("attention", attention)
+    left, right = fig.axes
+    assert left.get_title().startswith("NVIDIA H200")
+    assert right.get_title().startswith("NVIDIA H100 80GB HBM3")
+    assert left.get_ylabel() == "TFLOP/s" and left.get_xlabel() == "sequence length N (batch B)"
+    assert [t.get_text() for t in left.get_xticklabels()] == ["B4 N4096", "B1 N16384"]
+    copy = bench.plot("softmax", {"NVIDIA H200": _rows(["32768x1024 fp32"], ["ours", "torch"], "GB/s")})
+    assert copy.axes[0].get_ylabel() == "fraction of the copy ceiling"
+    assert bench.x_axis(["1024^3", "4096^3"]) == "matrix size (M = N = K)"
+    roofed = bench.plot("matmul", {"NVIDIA H200": _rows(["1024^3", "2048^3"], ["cuBLAS"])},
+                        roof={"NVIDIA H200": {"1024^3": 500, "2048^3": 900}})
+    assert "roof" in [line.get_label() for line in roofed.axes[0].get_lines()]
+
+
+def test_on_a_gpu_compare_times_now_and_shows_those_rows(monkeypatch):
+    monkeypatch.setattr("helpers.device.ON_GPU", True)
+    monkeypatch.setattr(bench, "_ceiling", None)
+    monkeypatch.setattr(bench, "copy_ceiling", lambda: 3000.0)
+    monkeypatch.setattr(bench.torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    measured = _rows(["1024^3"], ["ours", "cuBLAS"])
+    monkeypatch.setattr(bench, "time_bench", lambda b, ceiling: [r for r in measured if r["impl"] == b])
+    shown = []
+    monkeypatch.setattr(bench, "show", lambda group, by_gpu, titles: shown.append((group, by_gpu, titles)))
+    rows = bench.compare("g", lambda: ["ours", "cuBLAS"])
+    assert rows == measured
+    ((group, by_gpu, titles),) = shown
+    assert group == "g" and list(by_gpu) == ["NVIDIA H100 80GB HBM3"]
+    assert titles["NVIDIA H100 80GB HBM3"] == \
+        "g: measured now on NVIDIA H100 80GB HBM3 (copy ceiling 3000 GB/s)"

@@ -118,3 +118,19 @@ def test_the_pattern_finds_typed_figures(text, figures):
 ])
 def test_the_pattern_leaves_other_numbers_alone(text):
     assert not FIGURE.search(text)
+
+
+# A recorded group reaches the learner as a plot through helpers.bench: compare(), timed() or show().
+_SHOWN = re.compile(r"\b(?:compare|show)\(\s*\"(\w+)\"|\btimed\(\s*\w+,\s*\"(\w+)\"")
+_READ = re.compile(r"\brecorded_rows\(\s*\"(\w+)\"")
+
+
+def test_every_recorded_group_a_lesson_reads_is_also_shown_as_a_plot():
+    """A lesson that reads a group's rows to discuss them (recorded_rows("group")) shows that group as a
+    plot somewhere in the course, so that the learner sees the comparison, not only figures picked from it."""
+    sources = {path.name: path.read_text() for path in LESSONS}
+    shown = {a or b for text in sources.values() for a, b in _SHOWN.findall(text)}
+    read = {(name, group) for name, text in sources.items() for group in _READ.findall(text)}
+    assert shown and read
+    missing = sorted((name, group) for name, group in read if group not in shown)
+    assert not missing, f"read with recorded_rows but never shown by compare, timed or show: {missing}"

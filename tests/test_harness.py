@@ -268,7 +268,7 @@ def test_an_exception_names_the_case_and_the_line():
         check("vector_add", launcher_with_assert)
     text = str(caught.value)
     assert "case 'n=1 (a single element)'" in text and "AssertionError: only even lengths" in text
-    assert "test_harness.py: `assert x.numel() % 2 == 0" in text
+    assert "test_harness.py (in launcher_with_assert): `assert x.numel() % 2 == 0" in text
 
 
 @pytest.mark.skipif(not INTERPRET, reason="only the interpreter can stop a stray load before it happens")
@@ -365,3 +365,177 @@ def test_small_integer_allocations_are_poisoned_too(dtype):
     assert unwritten(t).all()
     t[:3] = 1
     assert unwritten(t).sum() == 61
+
+
+# ---------------------------------------------------------------- messages point at the learner's line
+# Kernels a learner plausibly writes wrong. Each message must name this file, the kernel and its line.
+
+
+@triton.jit
+def sum_on_a_1d_block_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    # a 1-D block has only axis 0
+    total = tl.sum(x, axis=1)
+    tl.store(out_ptr + offs, x + total, mask=mask)
+
+
+@triton.jit
+def dot_of_vectors_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x, y = tl.load(x_ptr + offs, mask=mask), tl.load(y_ptr + offs, mask=mask)
+    # tl.dot multiplies 2-D tiles
+    tl.store(out_ptr + offs, tl.dot(x, y), mask=mask)
+
+
+@triton.jit
+def outer_sum_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x, y = tl.load(x_ptr + offs, mask=mask), tl.load(y_ptr + offs, mask=mask)
+    # an outer sum (BLOCK x BLOCK) stored through BLOCK pointers
+    tl.store(out_ptr + offs, x[:, None] + y[None, :], mask=mask)
+
+
+@triton.jit
+def strided_kernel(x_ptr, y_ptr, out_ptr, n, stride_x, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs * stride_x, mask=mask)
+    tl.store(out_ptr + offs, x + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def shifted_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    # one element before the start
+    x = tl.load(x_ptr + offs - 1, mask=mask)
+    tl.store(out_ptr + offs, x + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def unmasked_atomic_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(y_ptr + offs, mask=mask), mask=mask)
+    tl.atomic_add(out_ptr + offs, tl.load(x_ptr + offs, mask=mask))
+
+
+@triton.jit
+def overflowing_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    # overflows to inf, and inf / inf is NaN
+    big = tl.exp(x * 1000.0)
+    tl.store(out_ptr + offs, x + tl.load(y_ptr + offs, mask=mask) + big / big - 1.0, mask=mask)
+
+
+def _message(fn, exercise="vector_add"):
+    with pytest.raises(CheckFailed) as caught:
+        check(exercise, fn)
+    return str(caught.value)
+
+
+def _with_stride(stride_of):
+    """A vector-add launcher passing `stride_of(x)` as the kernel's stride for x (after .contiguous())."""
+    def run(x, y):
+        stride = stride_of(x)
+        x, y = x.contiguous(), y.contiguous()
+        out = torch.empty_like(x)
+        strided_kernel[(triton.cdiv(out.numel(), 256),)](x, y, out, out.numel(), stride, BLOCK=256)
+        return out
+    return run
+
+
+@pytest.mark.parametrize("kernel, error, line", [
+    (sum_on_a_1d_block_kernel, "ValueError: axis 1 out of bounds", "total = tl.sum(x, axis=1)"),
+    (dot_of_vectors_kernel, "AssertionError", "tl.store(out_ptr + offs, tl.dot(x, y), mask=mask)"),
+    (outer_sum_kernel, "ValueError", "tl.store(out_ptr + offs, x[:, None] + y[None, :], mask=mask)"),
+], ids=["axis", "dot", "broadcast"])
+def test_an_error_inside_a_kernel_names_the_kernel_line(kernel, error, line):
+    text = _message(_add_with(kernel))
+    assert error in text
+    assert f"of test_harness.py (in {kernel.__name__}): `{line}`" in text, text
+
+
+@pytest.mark.skipif(not INTERPRET, reason="only the interpreter can see out-of-bounds accesses")
+def test_a_missing_mask_is_named_at_its_line_and_advised_to_mask():
+    text = _message(launcher(no_mask_kernel))
+    assert "within one block of the end and 1 is not a multiple of the block (256): mask the lanes" in text
+    assert "(in no_mask_kernel): `tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs))`" \
+        in text
+
+
+@pytest.mark.skipif(not INTERPRET, reason="only the interpreter can see out-of-bounds accesses")
+def test_a_wrong_stride_on_a_strided_case_is_advised_to_check_the_strides():
+    # The mask is right; the stride of the original view (2) is used on the contiguous copy.
+    text = _message(_with_stride(lambda x: x.stride(0)))
+    assert "case 'n=1501, strided views" in text and "mask the lanes" not in text
+    assert "strided (non-contiguous) views" in text and "check the strides or offsets feeding `x_ptr`" in text
+    assert "(in strided_kernel): `x = tl.load(x_ptr + offs * stride_x, mask=mask)`" in text
+
+
+@pytest.mark.skipif(not INTERPRET, reason="only the interpreter can see out-of-bounds accesses")
+def test_lanes_far_past_the_end_are_advised_to_check_the_strides():
+    text = _message(_with_stride(lambda x: 3))  # a stride of 3 on a contiguous vector
+    assert "case 'n=1001" in text and "more than one block (256 lanes)" in text
+    assert "check the strides or offsets feeding `x_ptr`" in text and "mask the lanes" not in text
+
+
+@pytest.mark.skipif(not INTERPRET, reason="only the interpreter can see out-of-bounds accesses")
+def test_an_offset_below_zero_is_advised_to_check_the_offsets():
+    text = _message(_add_with(shifted_kernel))
+    assert "x_ptr + [-1]" in text and "Offsets below 0" in text and "mask the lanes" not in text
+    assert "(in shifted_kernel): `x = tl.load(x_ptr + offs - 1, mask=mask)`" in text
+
+
+@pytest.mark.skipif(not INTERPRET, reason="only the interpreter can see out-of-bounds accesses")
+def test_an_unmasked_atomic_is_named_at_its_line():
+    text = _message(_add_with(unmasked_atomic_kernel))
+    assert "unmasked_atomic_kernel updated (atomic) out of bounds" in text
+    assert "`tl.atomic_add(out_ptr + offs, tl.load(x_ptr + offs, mask=mask))`" in text
+
+
+def test_out_of_bounds_advice_when_the_size_is_a_multiple_of_the_block():
+    from helpers.interpreter import OutOfBounds
+    spill = OutOfBounds("k loaded out of bounds.", arg="x_ptr", numel=1024, lowest=1024, highest=1100,
+                        block_shape=(256,))
+    assert "multiple of the block (256)" in spill.advice() and "size of the grid" in spill.advice()
+    tile = OutOfBounds("k loaded out of bounds.", arg="a_ptr", numel=1000, lowest=1000, highest=1010,
+                       block_shape=(16, 16))
+    assert "mask every dimension of the tile" in tile.advice()
+
+
+def test_interpreter_warnings_never_appear_during_a_check(recwarn):
+    import numpy as np
+    text = _message(_add_with(overflowing_kernel))
+    assert "NaN" in text
+    numpy_warnings = [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    assert not numpy_warnings
+    with pytest.warns(RuntimeWarning, match="overflow"):  # outside a check numpy still warns
+        np.exp(np.float32(1000.0))
+
+
+def test_a_compile_error_on_a_gpu_names_the_kernel_line():
+    # What Triton's compiler raises for lesson 01's wrong tl.sum on a GPU: the kernel's call of tl.sum,
+    # wrapping the error raised inside tl.sum (the library's own source).
+    import ast
+
+    from triton.compiler.errors import CompilationError
+
+    kernel_src = "def add_kernel(x_ptr, out_ptr):\n    x = tl.load(x_ptr)\n    total = tl.sum(x, axis=1)\n"
+    library_src = "def sum(input, axis=None):\n    return reduce(input, axis, _sum_combine)\n"
+
+    def compile_fails(x, y):
+        try:
+            raise CompilationError(library_src, ast.parse(library_src).body[0].body[0],
+                                   "ValueError('axis 1 out of bounds for shape [256]')")
+        except CompilationError as inner:
+            raise CompilationError(kernel_src, ast.parse(kernel_src).body[0].body[1], None) from inner
+    text = _message(compile_fails)
+    assert "Triton could not compile add_kernel: ValueError('axis 1 out of bounds for shape [256]')" in text
+    assert "at line 3 of add_kernel (counting its `def` as line 1): `total = tl.sum(x, axis=1)`" in text
