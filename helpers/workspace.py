@@ -4,8 +4,9 @@ You work in workspace/, the folder `make lab` opens (git ignores it). The course
 stay as the course ships them, so a course update never meets your work in git.
 
 1. `make lab` seeds the workspace first (`seed`): each course notebook you have no copy of is
-   copied from notebooks/; a copy you have is never overwritten. workspace/figures points at
-   notebooks/figures, so the pictures the lessons show are found from your copies too.
+   copied from notebooks/; a copy you have is never overwritten. The course's pictures are
+   copied to workspace/figures each time (JupyterLab, opened on workspace/, serves no file
+   outside it, so a link to notebooks/figures would show nothing).
 2. `make update` brings the course's update (`pull`: `git pull --ff-only`, refused while files
    of the course itself have changes of yours), then refreshes your copies (`refresh`). A
    refreshed copy holds the course's new cells, except:
@@ -26,7 +27,8 @@ stay as the course ships them, so a course update never meets your work in git.
 
 Each copy is written with the `language_info` of this Python's kernel in its metadata.
 JupyterLab writes that entry into a notebook when the kernel starts; a notebook without it
-opens marked as modified.
+opens marked as modified. The workspace has no paired .py files: jupytext pairs notebooks by
+the course's pyproject.toml, which a lab opened on workspace/ does not see.
 """
 
 import argparse
@@ -47,9 +49,6 @@ KEPT_TAG = "kept-by-update"  # the heading of the section of cells moved to the 
 KEPT_HEADING = ("## Your cells from before a course update\n\n"
                 "`make update` moved these cells here: the course cell each one followed is no longer in "
                 "the lesson. They are yours, as you left them: move them where you like, or delete them.")
-JUPYTEXT_CONFIG = ("# Your workspace holds notebooks only: no paired .py files here, unlike the course's\n"
-                   "# notebooks/ (see helpers/workspace.py).\n"
-                   'formats = "ipynb"\n')
 
 
 class Folders:
@@ -104,21 +103,10 @@ def seed(root=ROOT, say=print):
 
 
 def _prepare(f):
-    """The workspace folder, its jupytext settings (no .py twins) and its figures."""
+    """The workspace folder, with the course's figures copied in (the lessons show `figures/...`)."""
     f.workspace.mkdir(parents=True, exist_ok=True)
-    config = f.workspace / ".jupytext.toml"
-    if not config.exists():
-        config.write_text(JUPYTEXT_CONFIG)
-    figures, target = f.workspace / "figures", f.course / "figures"
-    if not target.is_dir() or figures.is_symlink():
-        return
-    if not figures.exists():
-        try:
-            figures.symlink_to(os.path.relpath(target, f.workspace), target_is_directory=True)
-            return
-        except OSError:  # no symbolic links here (some Windows set-ups): a copy, refreshed by updates
-            pass
-    shutil.copytree(target, figures, dirs_exist_ok=True)
+    if (f.course / "figures").is_dir():
+        shutil.copytree(f.course / "figures", f.workspace / "figures", dirs_exist_ok=True)
 
 
 # ---------------------------------------------------------------- make update: pull, then refresh
