@@ -40,6 +40,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import nbformat
 
@@ -89,16 +90,18 @@ def seed(root=ROOT, say=print):
         else:
             _save_base(f, course_nb.name, course_nb.read_bytes())
         copied.append(course_nb.name)
+    new = [name for name in copied if name not in moved]
     if first:
-        say(f"Your workspace is {_shown(f.workspace)}/: your own copies of the {len(copied)} notebooks, "
-            "which JupyterLab opens. The course's notebooks/ stay as the course ships them, so "
-            "`make update` can bring its updates and keep your answers.")
-    elif copied:
-        say(f"New in the course, copied into {_shown(f.workspace)}/: {', '.join(copied)}.")
+        say(_wrap(f"Your workspace is {_shown(f.workspace)}/: your own copies of the {len(copied)} "
+                  "notebooks, which JupyterLab opens. The course's notebooks/ stay as the course ships "
+                  "them, so `make update` can bring its updates and keep your answers."))
+    elif new:
+        say(_wrap(f"New in the course, copied into {_shown(f.workspace)}/: {', '.join(new)}."))
     if moved:
-        say(f"Your edits of notebooks/ ({', '.join(moved)}) were copied into {_shown(f.workspace)}/: work "
-            "there from now on. Once you have seen your answers there, return notebooks/ to the course's "
-            "version with `git checkout -- notebooks/` (README: \"If you worked in notebooks/ before\").")
+        say(_wrap(f"Your edits of notebooks/ ({', '.join(moved)}) were copied into {_shown(f.workspace)}/: "
+                  "work there from now on. Once you have seen your answers there, return notebooks/ to the "
+                  "course's version with `git checkout -- notebooks/` (README: \"If you worked in "
+                  "notebooks/ before\")."))
     return copied
 
 
@@ -114,6 +117,7 @@ def _prepare(f):
 
 def update(root=ROOT, say=print):
     """`make update`: pull the course's update, then refresh the workspace. Returns an exit status."""
+    seed(root, say)  # first, so that answers written in notebooks/ have a copy in workspace/
     if not pull(root, say):
         return 1
     # the refresh runs in a fresh process, so that it is the updated course's own code
@@ -130,34 +134,35 @@ def pull(root=ROOT, say=print):
             "your workspace is refreshed from notebooks/ as they are.")
         return True
     if changed:
-        say(_refusal(root, changed))
+        say(_refusal(changed))
         return False
     say("==> git pull --ff-only")
     if subprocess.run(["git", "pull", "--ff-only"], cwd=root).returncode != 0:
         say("\nmake update stopped: git could not bring the course's update (its message is above), and "
-            "nothing in workspace/ was changed.\nIf it says the branches have diverged, this clone has "
+            "your workspace was not refreshed.\nIf it says the branches have diverged, this clone has "
             "commits of your own: `git log @{u}..` lists them.")
         return False
     return True
 
 
-def _refusal(root, changed):
-    f = Folders(root)
-    in_workspace = [p for p in changed
-                    if p.startswith("notebooks/") and (f.workspace / pathlib.PurePosixPath(p).name).exists()]
-    lines = ["make update stopped before changing anything: these files of the course have changes of yours,",
-             "and `git pull` could not update them without touching those changes:",
+def _refusal(changed):
+    """What to do when files of the course have changes of the learner's (git's paths, in `changed`)."""
+    shown = changed if len(changed) <= 4 else sorted({p.split("/")[0] + "/" * ("/" in p) for p in changed})
+    lines = ["make update stopped, leaving the course and your workspace as they were: these files of the",
+             "course have changes of yours, which `git pull` would have to touch:",
              *[f"    {p}" for p in changed[:12]],
              *([f"    and {len(changed) - 12} more (`git status` lists them)"] if len(changed) > 12 else []),
              "Your own work belongs in workspace/, the folder `make lab` opens."]
-    if in_workspace:
-        lines.append("Your copies in workspace/ of the notebooks above were made from your edited ones by "
-                     "`make lab`: open them to check that your answers are there.")
-    lines += ["To go on, put these changes aside (git keeps them: `git stash pop` brings them back):",
+    if any(p.startswith("notebooks/") for p in changed):
+        lines.append(_wrap("Your edits in notebooks/ have copies in workspace/ (made by `make lab`, or just "
+                           "now): open them there and check that your answers are in them."))
+    lines += ["To go on, put these changes aside (git keeps them; `git stash pop` brings them back),",
+              "then update:",
               "    git stash",
               "    make update",
-              "or, if you do not need them, return the files to the course's version first:",
-              "    git checkout -- " + " ".join(changed[:3]) + (" ..." if len(changed) > 3 else "")]
+              "or, if you do not need them, return these files to the course's version, then update:",
+              "    git checkout -- " + " ".join(shown),
+              "    make update"]
     return "\n".join(lines)
 
 
@@ -407,6 +412,10 @@ def _committed(root, tracked):
 def _shown(path):
     path = pathlib.Path(path)
     return os.path.relpath(path) if path.is_relative_to(pathlib.Path.cwd()) else str(path)
+
+
+def _wrap(text):
+    return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
 
 
 def _plural(n, word):

@@ -107,12 +107,13 @@ def test_seed_copies_what_is_missing_and_never_overwrites(course):
     said.clear()
     assert seed(course, say=said.append) == ["02_more.ipynb"]
     assert (ws / "01_adding.ipynb").read_bytes() == mine
+    told = " ".join(said[0].split())
+    assert told.startswith("New in the course, copied into ") and told.endswith("/: 02_more.ipynb.")
 
     # a figure the course redrew (`make bench`) reaches the workspace at the next `make lab`
     (course / "notebooks" / "figures" / "plot.png").write_bytes(b"\x89PNG redrawn")
     seed(course, say=said.append)
     assert (ws / "figures" / "plot.png").read_bytes() == b"\x89PNG redrawn"
-    assert said[0].startswith("New in the course, copied into ") and said[0].endswith("/: 02_more.ipynb.")
 
 
 def test_course_update_keeps_the_answer_and_own_cells_and_brings_new_content(course):
@@ -246,17 +247,20 @@ def test_make_update_pulls_and_refreshes(course, clone, capfd):
 def test_make_update_refuses_while_course_files_have_changes(course, clone):
     edited = clone / "notebooks" / "01_adding.ipynb"
     edited.write_text(edited.read_text().replace("Add two tensors.", "Add two tensors. (my note)"))
-    mine = (clone / "workspace" / "01_adding.ipynb").read_bytes()
+    (clone / "workspace" / "01_adding.ipynb").unlink()  # edited in notebooks/, no copy in workspace/ yet
+    mine = (clone / "workspace" / "02_more.ipynb").read_bytes()
     _course_updates(course)
     _git(course, "commit", "-q", "-am", "update")
     said = []
     assert workspace.update(clone, say=said.append) == 1
     message = "\n".join(said)
-    assert "stopped before changing anything" in message and "notebooks/01_adding.ipynb" in message
+    print(message)
+    assert "leaving the course and your workspace as they were" in message
+    assert "    notebooks/01_adding.ipynb" in message
     assert "git stash" in message and "git checkout -- notebooks/01_adding.ipynb" in message
-    assert "(my note)" in edited.read_text()                                     # nothing touched
-    assert (clone / "workspace" / "01_adding.ipynb").read_bytes() == mine
-    assert "new prose" not in edited.read_text()
+    assert "(my note)" in edited.read_text() and "new prose" not in edited.read_text()  # nothing pulled
+    assert (clone / "workspace" / "02_more.ipynb").read_bytes() == mine
+    assert "(my note)" in (clone / "workspace" / "01_adding.ipynb").read_text()  # copied before refusing
 
 
 @needs_git
@@ -274,7 +278,9 @@ def test_first_lab_moves_answers_made_in_notebooks(course, tmp_path, monkeypatch
     said = []
     seed(course, say=said.append)
     assert ANSWER in _sources(course / "workspace" / "01_adding.ipynb")
-    assert any("git checkout -- notebooks/" in line and "01_adding.ipynb" in line for line in said)
+    told = " ".join(" ".join(said).split())
+    assert "Your edits of notebooks/ (01_adding.ipynb) were copied into" in told
+    assert "`git checkout -- notebooks/`" in told
     # the recorded base is the course's committed version, so the answer is not taken for a stub
     _git(course, "checkout", "--", "notebooks/")
     refresh(course, say=lambda _: None)
