@@ -5,13 +5,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LESSON ?=
 
-.PHONY: help install lab test test-oldest-triton install-browser-test grade bench profile review flashcards \
+.PHONY: help install lab update test test-oldest-triton install-browser-test grade bench profile review flashcards \
 	progress sync lint clean
 
 help:
-	@echo "make lab      install (first time) and open the course in JupyterLab"
+	@echo "make lab      install (first time), then open your lessons (workspace/) in JupyterLab"
+	@echo "make update   bring the course's latest version, keeping your answers in workspace/"
 	@echo "make test     install (first time) and run every test (no GPU needed)"
-	@echo "make grade    re-run your notebooks and print which exercises pass (LESSON=02 for one)"
+	@echo "make grade    re-run your notebooks (workspace/) and print which exercises pass (LESSON=02 for one)"
 	@echo "make bench    time every solution kernel beside its baselines (GPU); without one, print the recorded figures"
 	@echo "make profile  record lesson 08's profiles: torch.profiler, Nsight Compute, proton (GPU)"
 	@echo "make review   drill the flashcards that are due (LESSON=02 for one lesson)"
@@ -37,8 +38,16 @@ $(STAMP): requirements.txt constraints-cpu.txt
 	@touch $(STAMP)
 	@echo "==> Installed. $$($(BIN)/python -c 'import torch, triton; print("torch", torch.__version__, "| triton", triton.__version__, "| GPU:", torch.cuda.is_available())')"
 
+# You work in workspace/ (not tracked): your copies of notebooks/, made when missing, never overwritten.
 lab: $(STAMP)
-	$(BIN)/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/01_what_is_a_kernel.ipynb
+	@$(BIN)/python -m helpers.workspace seed
+	$(BIN)/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) --notebook-dir=workspace
+
+# git pull --ff-only, then refresh workspace/ from the new notebooks/ keeping your answers
+# (helpers/workspace.py); then install again if the requirements changed.
+update: $(STAMP)
+	@$(BIN)/python -m helpers.workspace update
+	@$(MAKE) --no-print-directory install
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest tests

@@ -33,7 +33,7 @@ import time
 import pytest
 
 from helpers import exercises, records
-from helpers.notebooks import NOTEBOOKS, ROOT, defined_names, lesson_notebooks
+from helpers.notebooks import NOTEBOOKS, ROOT, defined_names, learner_notebooks
 
 CELL_TIMEOUT_S = 300
 LOG = ROOT / "build" / "grade.log"
@@ -472,7 +472,7 @@ def main(argv=None):
     parser.add_argument("--log", default=str(LOG), help="where nbval's full output goes")
     args = parser.parse_args(argv)
     lesson = args.lesson.zfill(2) if args.lesson else None
-    paths = lesson_notebooks(lesson, args.notebooks)
+    paths = learner_notebooks(lesson, args.notebooks)
     if not paths:
         print(f"no notebooks found for lesson {lesson or '*'} in {args.notebooks}")
         return 2

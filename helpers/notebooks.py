@@ -1,4 +1,7 @@
-"""The lesson notebooks as files: finding exercise cells, and building solved copies.
+"""The lesson notebooks as files: finding them, finding exercise cells, and building solved copies.
+
+The course's notebooks are in notebooks/; a learner works in their own copies in workspace/
+(helpers/workspace.py makes and refreshes them), and `learner_notebooks()` finds those.
 
 An exercise cell carries the tag `exercise` (in the paired `.py`:
 `# %% tags=["exercise"]`). Its top-level definitions are the names the
@@ -9,11 +12,15 @@ solved copies to prove that every check passes with the reference solutions.
 
 import ast
 import pathlib
+import re
 
 import nbformat
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
+WORKSPACE = ROOT / "workspace"  # the learner's copies (helpers/workspace.py); git ignores it
+
+_CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\w+)["']""")
 
 
 def lesson_notebooks(lesson=None, folder=NOTEBOOKS):
@@ -22,8 +29,38 @@ def lesson_notebooks(lesson=None, folder=NOTEBOOKS):
     return [p for p in found if lesson is None or p.name.startswith(str(lesson))]
 
 
+def learner_notebooks(lesson=None, course=NOTEBOOKS):
+    """The notebooks a learner works in: each lesson's copy in the workspace/ beside the course's
+    notebooks/ folder, else (no copy yet) the course's own."""
+    workspace = pathlib.Path(course).parent / WORKSPACE.name
+    return [workspace / p.name if (workspace / p.name).exists() else p
+            for p in lesson_notebooks(lesson, course)]
+
+
 def is_exercise(cell):
     return cell.cell_type == "code" and "exercise" in cell.get("metadata", {}).get("tags", [])
+
+
+def checked_exercise(cells, index):
+    """The exercise that exercise cell `cells[index]` answers: the name in the first
+    `check("name", ...)` after it (before the next exercise cell), or None."""
+    for cell in cells[index + 1:]:
+        if is_exercise(cell):
+            return None
+        found = _CHECK_CALL.search(cell.source) if cell.cell_type == "code" else None
+        if found:
+            return found.group(1)
+    return None
+
+
+def names_in(source):
+    """defined_names(source), also for a cell that does not parse (a learner's typo): then the
+    names its top-level `def`, `class` and `name = ...` lines would bind."""
+    try:
+        return defined_names(source)
+    except SyntaxError:
+        bound = re.findall(r"^(?:async\s+)?(?:def|class)\s+(\w+)|^(\w+)\s*=[^=]", source, re.M)
+        return list(dict.fromkeys(a or b for a, b in bound))
 
 
 def defined_names(source):

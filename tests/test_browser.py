@@ -66,7 +66,15 @@ def _settings(folder):
 
 
 @pytest.fixture
-def lab(tmp_path):
+def lab_root(request, tmp_path):
+    """The folder JupyterLab serves: the course's root, or the folder a test's parameter makes in tmp_path
+    (`@pytest.mark.parametrize("lab_root", [make_folder], indirect=True)`)."""
+    make = getattr(request, "param", None)
+    return make(tmp_path) if make else ROOT
+
+
+@pytest.fixture
+def lab(tmp_path, lab_root):
     """A JupyterLab server of our own: (base url, token, env); stopped, with its kernels, at the end."""
     browser = _chromium()
     if browser is None:
@@ -84,13 +92,13 @@ def lab(tmp_path):
     jupyter = pathlib.Path(sys.executable).parent / "jupyter"
     cmd = [str(jupyter), "lab"] if jupyter.exists() else [sys.executable, "-m", "jupyterlab"]
     cmd += ["--no-browser", f"--port={port}", "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.token={token}", f"--ServerApp.root_dir={ROOT}",
+            f"--ServerApp.token={token}", f"--ServerApp.root_dir={lab_root}",
             "--LabApp.news_url=None",
             "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     log = open(tmp_path / "jupyter.log", "wb")
-    server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(cmd, cwd=lab_root, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -104,7 +112,8 @@ def lab(tmp_path):
                     tail = (tmp_path / "jupyter.log").read_text()[-3000:]
                     pytest.fail(f"JupyterLab did not start:\n{tail}")
                 time.sleep(0.5)
-        yield {"base": base, "token": token, "env": env, "browser": browser, "tmp": tmp_path}
+        yield {"base": base, "token": token, "env": env, "browser": browser, "tmp": tmp_path,
+               "root": lab_root}
     finally:
         server.send_signal(signal.SIGTERM)  # Jupyter shuts its kernels down, then exits
         try:
@@ -274,3 +283,54 @@ def test_a_recorded_comparison_is_shown_as_a_plot(lab):
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):
             folder.parent.rmdir()
+
+
+def _seeded_workspace(tmp_path):
+    """A learner's workspace as `make lab` seeds it, from this course's notebooks."""
+    from helpers import workspace
+
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "notebooks").symlink_to(ROOT / "notebooks", target_is_directory=True)
+    workspace.seed(course, say=lambda _: None)
+    return course / "workspace"
+
+
+@pytest.mark.parametrize("lab_root", [_seeded_workspace], indirect=True)
+def test_the_lab_opens_on_the_workspace_and_a_lesson_opens_unmodified(lab):
+    """`make lab`: the lab shows the workspace, each lesson once; a lesson opens not marked modified
+    once its kernel has started, saving it writes no .py twin, and the lessons' figures are served."""
+    from playwright.sync_api import sync_playwright
+
+    root = lab["root"]
+    lesson = root / "05_online_softmax.ipynb"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{lab['base']}/lab/tree/{lesson.name}?token={lab['token']}")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+            _wait(page, KERNEL_IDLE, "the kernel to start", 180)
+            time.sleep(2)  # what JupyterLab does on the kernel's first reply (language_info) is done
+            dirty = page.evaluate("Array.from(document.querySelectorAll('.lm-TabBar-tab.jp-mod-dirty'))"
+                                  ".map(e => e.textContent.trim())")
+            assert dirty == [], f"opened marked modified: {dirty}"
+
+            page.wait_for_selector(".jp-DirListing-itemText", timeout=30_000)
+            listed = page.evaluate("Array.from(document.querySelectorAll('.jp-DirListing-itemText'))"
+                                   ".map(e => e.textContent.trim())")
+            assert sorted(listed) == sorted(["figures", *(p.name for p in root.glob("*.ipynb"))]), listed
+
+            before = lesson.stat().st_mtime_ns
+            page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").first.click()
+            page.keyboard.press("Control+s")
+            deadline = time.monotonic() + 30
+            while lesson.stat().st_mtime_ns == before and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert lesson.stat().st_mtime_ns != before, "the lesson was not saved"
+            assert not list(root.glob("*.py")), "saving wrote a paired .py into the workspace"
+        finally:
+            browser.close()
+    figure = next((root / "figures").glob("*.png"))
+    with urllib.request.urlopen(f"{lab['base']}/files/figures/{figure.name}?token={lab['token']}") as reply:
+        assert reply.status == 200 and reply.read() == figure.read_bytes()
