@@ -436,6 +436,26 @@ def status(entry, today=None):
     return "learned" if wait_days(entry) >= LEARNED_DAYS else "learning"
 
 
+def spacing_example(answers=6, miss_at=3):
+    """How FSRS spaces one card, in two sentences: known every time it falls due, and missed once."""
+    def waits(misses):
+        entry, day, out = None, datetime.date(2025, 1, 1), []
+        for i in range(answers):
+            if i in misses:
+                entry = schedule(entry, False, day)
+            entry = schedule(entry, True, day)
+            out.append(wait_days(entry))
+            day = _parse_date(entry["due"])
+        return out
+
+    def days(waits):
+        return ", ".join(map(str, waits)) + " days"
+
+    return (f"A card known each time it falls due waits {days(waits(()))}.\n"
+            f"Missed at review {miss_at + 1} instead, it comes back the same day; known then, it waits "
+            f"{days(waits((miss_at,))[miss_at:])}.")
+
+
 def record(card_id, knew, path=None, today=None):
     """Record one answer and save it; returns a sentence saying what happens to the card next.
 
@@ -815,6 +835,48 @@ def write_deck(out, lessons=None, layout="sheet", pdf=True, folder=None):
     return out, (print_pdf(out, out.with_suffix(".pdf")) if pdf else None)
 
 
+# ---------------------------------------------------------------- the Anki deck
+
+ANKI_DECK = "Fast GPU kernels"
+# Fixed ids, so that importing a newer deck into Anki updates the cards already there (each note's
+# guid is its card id) instead of adding a second copy; numbers of our own, as genanki asks.
+ANKI_MODEL_ID = 1_742_046_611
+ANKI_DECK_ID = 1_742_046_612
+
+
+def anki_deck(cards, folder=None):
+    """The cards as a genanki Package: one note per card, in a subdeck per lesson
+    ("Fast GPU kernels::01 What is a kernel"), tagged with its lesson ("lesson01")."""
+    import genanki
+
+    model = genanki.Model(
+        ANKI_MODEL_ID, "Fast GPU kernels card",
+        fields=[{"name": "Front"}, {"name": "Back"}, {"name": "Lesson"}],
+        templates=[{"name": "Card", "qfmt": "<div class='lesson'>{{Lesson}}</div>{{Front}}",
+                    "afmt": "{{FrontSide}}<hr id='answer'>{{Back}}"}],
+        css=".card { font-family: sans-serif; font-size: 20px; text-align: left; }"
+            ".lesson { font-size: 12px; color: #777; } code { font-family: monospace; }")
+    decks = {}
+    for card in cards:
+        lesson = card["lesson"]
+        if lesson not in decks:
+            name = f"{ANKI_DECK}::{lesson} {card_data.lesson_title(lesson, folder)}"
+            decks[lesson] = genanki.Deck(ANKI_DECK_ID + int(lesson), name)
+        decks[lesson].add_note(genanki.Note(
+            model=model, guid=genanki.guid_for(card["id"]), tags=[f"lesson{lesson}"],
+            fields=[card_data.inline_html(card["front"]), card_data.inline_html(card["back"]),
+                    html.escape(f"{lesson} · {card_data.lesson_title(lesson, folder)}")]))
+    return genanki.Package(list(decks.values()))
+
+
+def write_anki(out, lessons=None, folder=None):
+    """Write the Anki deck (.apkg) to `out`; returns its path."""
+    out = pathlib.Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    anki_deck(card_data.flashcard_list(lessons, folder), folder).write_to_file(str(out))
+    return out
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -825,7 +887,8 @@ def main(argv=None):
     parser.add_argument("--new", type=int, default=NEW_PER_DAY,
                         help=f"new cards a day, at most (default {NEW_PER_DAY})")
     parser.add_argument("--print", dest="deck", action="store_true", help="write the printable deck")
-    parser.add_argument("--out", default=str(ROOT / "build" / "flashcards.html"), help="where --print writes")
+    parser.add_argument("--out", default=str(ROOT / "build" / "flashcards.html"),
+                        help="where --print writes (the Anki deck goes beside it, as .apkg)")
     parser.add_argument("--layout", choices=("sheet", "page"), default="sheet",
                         help="--print: five cards a sheet, or one a page")
     parser.add_argument("--no-pdf", action="store_true", help="--print: HTML only")
@@ -847,6 +910,8 @@ def main(argv=None):
         html_path, pdf_path = write_deck(args.out, lessons, args.layout, not args.no_pdf, args.cards)
         print(f"wrote {html_path}" + (f" and {pdf_path}" if pdf_path else
                                       "" if args.no_pdf else " (no PDF: Chromium was not found to print it)"))
+        anki_path = write_anki(pathlib.Path(args.out).with_suffix(".apkg"), lessons, args.cards)
+        print(f"wrote {anki_path}: the same cards for Anki (File > Import; a newer deck updates them)")
         return 0
     cards = card_data.flashcard_list(lessons, args.cards)
     started = started_lessons(cards, load_state(args.state), args.results)

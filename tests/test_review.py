@@ -619,6 +619,35 @@ def test_cli_print_writes_the_html_deck(tmp_path):
     assert out.exists() and out.read_text().count("class='card'") == 5
 
 
+def anki_notes(apkg, tmp_path):
+    """(fields, tags) of every note in an .apkg: a zip holding Anki's SQLite collection."""
+    import sqlite3
+    import zipfile
+
+    with zipfile.ZipFile(apkg) as archive:
+        archive.extract("collection.anki2", tmp_path)
+    db = sqlite3.connect(tmp_path / "collection.anki2")
+    try:
+        rows = db.execute("select flds, tags from notes").fetchall()
+        decks = " ".join(row[0] for row in db.execute("select decks from col"))
+    finally:
+        db.close()
+    return [(flds.split("\x1f"), tags.split()) for flds, tags in rows], decks
+
+
+def test_cli_print_writes_an_anki_deck_holding_every_card(tmp_path, deck):
+    out = tmp_path / "deck" / "flashcards.html"
+    done = run_cli("--print", "--no-pdf", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    apkg = out.with_suffix(".apkg")
+    assert f"wrote {apkg}" in done.stdout
+    notes, decks = anki_notes(apkg, tmp_path)
+    assert len(notes) == len(deck), "one note per card"
+    assert sorted((f[0], f[1], tags) for f, tags in notes) == sorted(
+        (cards.inline_html(c["front"]), cards.inline_html(c["back"]), [f"lesson{c['lesson']}"]) for c in deck)
+    assert "Fast GPU kernels::01 Alpha" in decks and "Fast GPU kernels::02 Beta, titled" in decks
+
+
 @pytest.mark.skipif(review.chromium() is None, reason="no Chromium to print with (make install-browser-test)")
 def test_deck_prints_to_pdf_with_chromium(tmp_path):
     html_path, pdf_path = review.write_deck(tmp_path / "flashcards.html", folder=FIXTURES)
