@@ -128,10 +128,10 @@ def _widgets():
 
 
 # In JupyterLab's output area of one cell: while the live widget (class course-live) is shown,
-# hide the folded cards (course-static); while it is not (the kernel that made it is gone, or
-# still loading), hide the widget's place, which would say "Error displaying widget".
+# hide the output holding the folded cards (course-static); while it is not (the kernel that made
+# it is gone, or still loading), hide the widget's place, which would say "Error displaying widget".
 STATIC_STYLE = ("<style>"
-                ".jp-OutputArea:has(.course-live) .course-static {display: none}"
+                ".jp-OutputArea:has(.course-live) .jp-OutputArea-child:has(.course-static) {display: none}"
                 ".jp-OutputArea:has(.course-static) .jp-OutputArea-child:has(.jupyter-widgets)"
                 ":not(:has(.course-live)) {display: none}"
                 "</style>")

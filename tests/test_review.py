@@ -737,15 +737,26 @@ def test_a_cards_undo_button_takes_the_answer_back(state, shown, deck):
     assert card.undo.layout.display == "none"
     card.flip.click()
     card.missed.click()
+    assert "· due now" in card.front.value, "answered: the label is no longer new"
     assert card.undo.layout.display == "flex" and "course-card-undo" in card.undo._dom_classes
     card.undo.click()
     assert "the card is new again" in card.verdict.value and card.answers.layout.display == "flex"
+    assert "· new" in card.front.value, "the label is back to new"
     assert review.load_state()["cards"] == {}
     card.knew.click()
     review.record(deck[1]["id"], True)  # answered elsewhere since: that one is not taken back
     card.undo.click()
     assert "nothing to undo" in card.verdict.value
     assert set(review.load_state()["cards"]) == {deck[0]["id"], deck[1]["id"]}
+
+
+def test_a_cell_ending_in_the_review_session_shows_it_once(state, shown, deck):
+    from IPython.core.formatters import DisplayFormatter
+
+    start("01")
+    session = cards.review(lessons=["01"], folder=FIXTURES)
+    assert len(shown) == 2, "the folded cards and the widget, displayed by review()"
+    assert DisplayFormatter().format(session) == ({}, {}), "the session itself shows nothing more"
 
 
 def test_review_session_undo_shows_the_card_again(state, shown, deck):
