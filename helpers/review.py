@@ -110,9 +110,13 @@ def _parse_date(value):
         return None
 
 
+def _counts_ok(entry):
+    return all(type(entry.get(key, 0)) is int for key in ("reviews", "lapses"))
+
+
 def _valid_entry(entry):
-    """Whether an entry of today's format can be used: its due day, history and FSRS card read."""
-    if not (isinstance(entry, dict) and _parse_date(entry.get("due")) is not None
+    """Whether an entry of today's format can be used: its due day, counts, history and FSRS card."""
+    if not (isinstance(entry, dict) and _parse_date(entry.get("due")) is not None and _counts_ok(entry)
             and isinstance(entry.get("answers"), list) and isinstance(entry.get("fsrs"), dict)):
         return False
     try:
@@ -130,7 +134,7 @@ LEITNER_WAIT_DAYS = {1: 0, 2: 1, 3: 3, 4: 7, 5: 21}
 def _valid_leitner(entry):
     return (isinstance(entry, dict)
             and type(entry.get("box")) is int and 1 <= entry["box"] <= LEITNER_BOXES
-            and _parse_date(entry.get("due")) is not None)
+            and _parse_date(entry.get("due")) is not None and _counts_ok(entry))
 
 
 # ---------------------------------------------------------------- reading and saving the schedule
@@ -184,12 +188,12 @@ def _migrate(data):
                 data["undo"] = None
         data["version"] = 3
     if data["version"] == 3:  # version 4: FSRS in place of the Leitner boxes
-        data["cards"] = {k: _from_leitner(v) if _valid_leitner(v) else v for k, v in data["cards"].items()}
+        data["cards"] = {k: _from_leitner(v) or v for k, v in data["cards"].items()}  # damaged: left as is
         undo = data.get("undo")
         if isinstance(undo, dict):
-            if all(undo.get(side) is None or _valid_leitner(undo.get(side)) for side in ("before", "after")):
-                for side in ("before", "after"):
-                    undo[side] = undo.get(side) and _from_leitner(undo[side])
+            sides = {side: undo.get(side) and _from_leitner(undo[side]) for side in ("before", "after")}
+            if all(sides[side] or undo.get(side) is None for side in sides):
+                undo.update(sides)
             else:
                 data["undo"] = None
         data["version"] = 4
@@ -221,10 +225,16 @@ def _leitner_answers(entry):
 
 
 def _from_leitner(old):
-    """A Leitner entry in today's format: kept whole under "leitner", its FSRS card replayed."""
+    """A Leitner entry in today's format: kept whole under "leitner", its FSRS card replayed
+    (None for a damaged entry, which _read then reports)."""
+    if not _valid_leitner(old):
+        return None
     entry = {"answers": [], "leitner": dict(old), "reviews": old.get("reviews", 0),
              "lapses": old.get("lapses", 0), "first": old.get("first"), "last": old.get("last")}
-    return _with_card(entry, replay(entry))
+    try:
+        return _with_card(entry, replay(entry))
+    except (TypeError, ValueError, OverflowError):  # counts that are not numbers, days out of range
+        return None
 
 
 def _usable(data):

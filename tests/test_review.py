@@ -376,6 +376,20 @@ def test_damaged_entries_keep_the_file_and_the_good_entries_are_used(state, deck
     assert_read_only_session(state, deck, content)
 
 
+def test_damaged_entries_of_an_older_format_are_reported_not_migrated(state, deck):
+    good = {"box": 2, "due": DAY.isoformat(), "reviews": 1, "lapses": 0, "last": later(-1).isoformat()}
+    write_schedule(state, {
+        deck[2]["id"]: good,
+        deck[3]["id"]: {**good, "reviews": "three"},            # a count that is not a number
+        deck[4]["id"]: {**good, "box": 7},                      # no box 7
+    }, version=3, undo={"card": deck[3]["id"], "before": None, "after": {**good, "reviews": "three"}})
+    content = state.read_bytes()
+    with pytest.warns(review.ReviewStateWarning, match="2 damaged card entries .*Repair or delete"):
+        loaded = review.load_state()
+    assert list(loaded["cards"]) == [deck[2]["id"]] and loaded["cards"][deck[2]["id"]]["leitner"] == good
+    assert_read_only_session(state, deck, content)
+
+
 def test_a_version_1_schedule_is_migrated_at_the_next_answer(state, deck, recwarn):
     state.parent.mkdir(parents=True)
     shutil.copy(V1_SCHEDULE, state)
