@@ -16,8 +16,8 @@ help:
 	@echo "make bench    time every solution kernel beside its baselines (GPU); without one, print the recorded figures"
 	@echo "make profile  record lesson 08's profiles: torch.profiler, Nsight Compute, proton (GPU)"
 	@echo "make review   drill the flashcards that are due (LESSON=02 for one lesson)"
-	@echo "make progress exercises passed and cards learned, lesson by lesson"
-	@echo "make flashcards  a printable deck in build/flashcards.html (and .pdf)"
+	@echo "make progress exercises passed and cards new, due, learning and learned, lesson by lesson"
+	@echo "make flashcards  a printable deck in build/flashcards.html (and .pdf), and build/flashcards.apkg for Anki"
 	@echo "make sync     rebuild each .ipynb from its paired .py (after editing a .py)"
 
 install: $(STAMP)

@@ -13,9 +13,17 @@
 A lesson ends with `self_check("NN")` and `flashcards("NN")`. In JupyterLab the
 flashcards are widgets: click "show answer", then "knew it" or "didn't", and the
 answer goes into your review schedule (`helpers.review`, `make review`); "undo"
-takes it back. Where widgets cannot run (a static viewer such as GitHub's), the
-same cards show as folded question/answer blocks. `review()` is the review
-notebook's drill: today's cards from every lesson, one at a time.
+takes it back. `review()` is the review notebook's drill: today's cards from every
+lesson, one at a time.
+
+A widget lives only as long as the kernel that made it: a notebook saved and opened
+again after a restart holds the widget's place but not the widget, and JupyterLab
+shows "Error displaying widget: model not found" there (it picks the widget's output
+whenever the notebook is trusted, whatever else sits beside it). So the cards are
+shown as two outputs (see _show): the same cards as folded question/answer blocks,
+then the live widget. A style rule in the first output shows whichever is alive: the
+live widget while it runs, else the folded cards, with the dead widget's place hidden.
+Static viewers (GitHub, nbconvert) show the folded cards.
 """
 
 import hashlib
@@ -119,16 +127,25 @@ def _widgets():
     return ipywidgets
 
 
-def _show(widget, fallback_html):
-    """Display a widget, with HTML that viewers without widget support show instead.
+# In JupyterLab's output area of one cell: while the live widget (class course-live) is shown,
+# hide the output holding the folded cards (course-static); while it is not (the kernel that made
+# it is gone, or still loading), hide the widget's place, which would say "Error displaying widget".
+STATIC_STYLE = ("<style>"
+                ".jp-OutputArea:has(.course-live) .jp-OutputArea-child:has(.course-static) {display: none}"
+                ".jp-OutputArea:has(.course-static) .jp-OutputArea-child:has(.jupyter-widgets)"
+                ":not(:has(.course-live)) {display: none}"
+                "</style>")
+WIDGET_NOTE = "(the cards above, as a widget: run this cell to answer them here)"
 
-    JupyterLab ranks the widget view above HTML, so it shows the live widget; a static
-    viewer has no widget renderer and falls back to the HTML in the same output.
-    """
+
+def _show(widget, static_html):
+    """Display the static form of the cards, then the live widget (see the module's docstring)."""
     from IPython.display import display
 
+    widget.add_class("course-live")
+    display({"text/html": f"{STATIC_STYLE}<div class='course-static'>{static_html}</div>"}, raw=True)
     bundle = dict(widget._repr_mimebundle_())
-    bundle["text/html"] = fallback_html
+    bundle["text/plain"] = WIDGET_NOTE  # what a viewer without the widget shows, in place of its repr
     display(bundle, raw=True)
 
 
@@ -136,6 +153,7 @@ def flashcards(lesson, folder=None, state_path=None):
     """Show the lesson's flashcards: click "show answer", then say whether you knew it.
 
     Your answers go into the review schedule that `make review` and the review notebook drill.
+    Returns None, so that the cards are shown once.
     """
     from IPython.display import HTML, display
 
@@ -150,7 +168,7 @@ def flashcards(lesson, folder=None, state_path=None):
                                              state_path).widget for c in cards])
     box.add_class("course-flashcards")
     _show(box, fallback)
-    return box
+    return None
 
 
 class CardWidget:
@@ -211,6 +229,7 @@ class CardWidget:
         from helpers import review
 
         message = review.record(self.card["id"], knew, path=self.state_path)
+        self.front.value = self._face(self.card["front"], self._status())
         self.verdict.value = f"<i>{html.escape(message)}</i>"
         self.answers.layout.display = "none"
         self.undo.layout.display = "flex"
@@ -222,6 +241,7 @@ class CardWidget:
         from helpers import review
 
         message = review.undo(self.card["id"], path=self.state_path)
+        self.front.value = self._face(self.card["front"], self._status())
         self.verdict.value = f"<i>{html.escape(message or 'nothing to undo: another answer came since')}</i>"
         self.undo.layout.display = "none"
         if message and self.back.value:
@@ -245,7 +265,7 @@ def review(lessons=None, new=None, folder=None, state_path=None):
     if widgets is None:
         display(HTML(fallback))
         return None
-    session = ReviewSession(widgets, due, state_path)
+    session = ReviewSession(widgets, due, state_path, cards=cards, new=new)
     _show(session.widget, fallback)
     return session
 
@@ -253,13 +273,16 @@ def review(lessons=None, new=None, folder=None, state_path=None):
 class ReviewSession:
     """Shows cards one after another; a missed card comes back at the end of the session.
 
-    "undo" takes the last answer back and shows that card again.
+    "undo" takes the last answer back and shows that card again. The session has no display
+    of its own (review() shows its widget), so a cell ending in it shows the cards once.
     """
 
-    def __init__(self, widgets, due, state_path=None):
+    def __init__(self, widgets, due, state_path=None, cards=None, new=None):
         from helpers import review as schedule
 
         self.widgets, self.state_path = widgets, state_path
+        self.cards = due if cards is None else cards  # what "still due today" counts over
+        self.new = schedule.NEW_PER_DAY if new is None else new
         self.queue, self.total = list(due), len(due)
         self.knew = self.missed = 0
         self.current = None  # the card on show
@@ -276,6 +299,9 @@ class ReviewSession:
         self.widget.add_class("course-review")
         self.next()
 
+    def _ipython_display_(self):
+        """Nothing: the session's widget is already on show."""
+
     def next(self):
         from helpers import review as schedule
 
@@ -287,8 +313,9 @@ class ReviewSession:
                 self.header.value = (f"<b>Nothing is due today.</b> {outlook} New cards come from the "
                                      "lessons you have started (run a check, or answer a card).")
             else:
+                left = html.escape(schedule.still_due(self.cards, self.new, self.state_path))
                 self.header.value = (f"<b>Done for today.</b> Knew {self.knew}, missed {self.missed}. "
-                                     f"{outlook}{self.last}")
+                                     f"{left} {outlook}{self.last}")
             self.header.add_class("course-review-done")
             self.slot.children = ()
             return

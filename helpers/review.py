@@ -1,47 +1,50 @@
-"""Spaced review of the flashcards (Leitner boxes), the printable deck, and `make progress`.
+"""Spaced review of the flashcards (scheduled by FSRS), the decks, and `make progress`.
 
     python -m helpers.review                 # `make review`: drill today's cards in the terminal
     python -m helpers.review --lesson 02     # only lesson 02's cards
-    python -m helpers.review --print         # `make flashcards`: build/flashcards.html (+ .pdf)
+    python -m helpers.review --print         # `make flashcards`: build/flashcards.html (+ .pdf, .apkg)
     python -m helpers.review --progress      # `make progress`: exercises and cards, lesson by lesson
 
-Every card sits in one of five boxes. A new card starts in box 1. Each time you
-know a card that is due, it moves up a box and waits longer before it comes
-back: box 2 after a day, box 3 after 3 days, box 4 after a week, box 5 after
-three weeks. A card you miss drops to box 1 and is due again today. A card in
-box 4 or 5 counts as learned. Knowing a card before it is due (say, in the
-lesson's own flashcards) does not move it up: only spaced recall counts.
+Cards are scheduled by FSRS (the `fsrs` package, the scheduler Anki uses). For every card it
+keeps an estimate of how long you will remember it (its stability) and how hard it is for you,
+and brings the card back when you are about to forget it. Each time you know a card, the wait
+grows (a new card known comes back in 2 days, then about 11, then 46, ...); a card you miss
+comes back the same day and starts growing again from a short wait. Knowing a card earlier
+than it is due counts for little: the gap since you last saw it was short.
 
-Today's cards are the ones you have answered before that are due, then new ones
-(never answered). New cards come only from lessons you have started: a lesson
-where an exercise has passed or failed a `check(...)` (an untouched stub does
-not count), or where you have answered a card.
-At most 20 new cards a day, counted across all of the day's sessions (the
-lessons' own flashcards count too). A new card is not "due": `make progress`
-counts new, due and learned cards apart.
+A card is "new" until you first answer it, "learning" while it waits less than three weeks,
+and "learned" once it waits three weeks or more (Anki calls such cards mature). A card whose
+day has come is "due", whatever it was before: new + due + learning + learned is every card.
 
-The last answer can be undone: `u` in the terminal, "undo" in a notebook, or
-`undo()`. The card gets back exactly the box and due date it had.
+Today's cards are the ones you have answered before that are due, then new ones (never
+answered). New cards come only from lessons you have started: a lesson where an exercise has
+passed or failed a `check(...)` (an untouched stub does not count), or where you have answered a
+card. At most 20 new cards a day, counted across all of the day's sessions (the lessons' own
+flashcards count too).
 
-Your schedule is one small JSON file, `.course/review.json` in the repository
-(ignored by git), or wherever COURSE_STATE points. It is your work, so:
+The last answer can be undone: `u` in the terminal, "undo" in a notebook, or `undo()`. The card
+gets back exactly the entry it had.
 
-- Each answer is saved under a lock (`review.json.lock` beside the file): the
-  file is read afresh, changed, and replaced atomically (a temporary file in the
-  same folder, flushed to disk, then renamed over it). The notebook and the
-  terminal can answer at the same time; neither loses the other's answers.
-- A schedule that cannot be read, is not valid JSON, has damaged entries, or
-  comes from a newer version of the course is never moved, replaced or reset.
-  A warning says what is wrong and how to fix it, and the session goes on
-  read-only: the drill works, but answers are not saved.
-- A schedule from an older version is read as it is and saved in the current
-  format at your next answer.
+Your schedule is one small JSON file, `.course/review.json` in the repository (ignored by git),
+or wherever COURSE_STATE points. It is your work, so:
 
-The format (version 3): {"version": 3, "cards": {card id: {"box", "due",
-"reviews", "lapses", "last", "first"}}, "undo": the last answer or null}, where
-"first" is the day of the card's first answer and "undo" is {"card", "before",
-"after"}: the card's entry before and after the last answer. Version 3 is version
-2 with the card ids of the renumbered lessons (RENAMED_CARDS) read as their new ones.
+- Each answer is saved under a lock (`review.json.lock` beside the file): the file is read
+  afresh, changed, and replaced atomically (a temporary file in the same folder, flushed to disk,
+  then renamed over it). The notebook and the terminal can answer at the same time; neither loses
+  the other's answers.
+- A schedule that cannot be read, is not valid JSON, has damaged entries, or comes from a newer
+  version of the course is never moved, replaced or reset. A warning says what is wrong and how
+  to fix it, and the session goes on read-only: the drill works, but answers are not saved.
+- A schedule from an older version is read as it is and saved in the current format at your
+  next answer; nothing in it is dropped (see _migrate).
+
+The format (version 4): {"version": 4, "cards": {card id: entry}, "undo": the last answer or
+null}. An entry is {"answers": [[time (ISO, UTC), "knew" or "missed"], ...], "fsrs": FSRS's card
+(state, step, stability, difficulty, due, last_review), "due": the day it is due, "reviews",
+"lapses", "first", "last"}, plus "leitner" for a card answered before version 4: its entry as
+the Leitner boxes of versions 1 to 3 kept it ({"box", "due", "reviews", "lapses", "last",
+"first"}). "undo" is {"card", "before", "after"}: the card's entry before and after the last
+answer. replay(entry) rebuilds "fsrs" from the entry's history alone.
 """
 
 import argparse
@@ -59,6 +62,8 @@ import tempfile
 import textwrap
 import warnings
 
+import fsrs
+
 from helpers import cards as card_data
 
 try:
@@ -68,11 +73,16 @@ except ImportError:  # Windows: lock with msvcrt instead
     import msvcrt
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-VERSION = 3  # of the schedule's format; _migrate() reads older ones
-BOXES = 5
-INTERVAL_DAYS = {1: 0, 2: 1, 3: 3, 4: 7, 5: 21}  # how long a card waits once it reaches each box
-LEARNED_BOX = 4
+VERSION = 4  # of the schedule's format; _migrate() reads older ones
 NEW_PER_DAY = 20  # new cards a day, at most (reviews are never capped)
+LEARNED_DAYS = 21  # a card that waits this long or longer before it is due again counts as learned
+
+# FSRS with Anki's default parameters. One short step (10 minutes) after a first answer or a miss
+# keeps a missed card due the same day; a known new card leaves it at once. No random fuzz, so a
+# card's schedule is a function of its answers alone (replay() depends on that).
+SCHEDULER = fsrs.Scheduler(learning_steps=(datetime.timedelta(minutes=10),),
+                           relearning_steps=(datetime.timedelta(minutes=10),), enable_fuzzing=False)
+RATING = {True: fsrs.Rating.Good, False: fsrs.Rating.Again}  # "knew it" and "didn't"
 
 _read_only = {}  # schedule path -> what this session knows of it, for schedules it must not write
 
@@ -100,10 +110,31 @@ def _parse_date(value):
         return None
 
 
+def _counts_ok(entry):
+    return all(type(entry.get(key, 0)) is int for key in ("reviews", "lapses"))
+
+
 def _valid_entry(entry):
+    """Whether an entry of today's format can be used: its due day, counts, history and FSRS card."""
+    if not (isinstance(entry, dict) and _parse_date(entry.get("due")) is not None and _counts_ok(entry)
+            and isinstance(entry.get("answers"), list) and isinstance(entry.get("fsrs"), dict)):
+        return False
+    try:
+        _card(entry)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
+# The Leitner boxes of formats 1 to 3: a card known when due moved up a box and waited this long.
+LEITNER_BOXES = 5
+LEITNER_WAIT_DAYS = {1: 0, 2: 1, 3: 3, 4: 7, 5: 21}
+
+
+def _valid_leitner(entry):
     return (isinstance(entry, dict)
-            and type(entry.get("box")) is int and 1 <= entry["box"] <= BOXES
-            and _parse_date(entry.get("due")) is not None)
+            and type(entry.get("box")) is int and 1 <= entry["box"] <= LEITNER_BOXES
+            and _parse_date(entry.get("due")) is not None and _counts_ok(entry))
 
 
 # ---------------------------------------------------------------- reading and saving the schedule
@@ -156,7 +187,54 @@ def _migrate(data):
             if undo["card"] in merged:                  # its entry may now be the other card's
                 data["undo"] = None
         data["version"] = 3
+    if data["version"] == 3:  # version 4: FSRS in place of the Leitner boxes
+        data["cards"] = {k: _from_leitner(v) or v for k, v in data["cards"].items()}  # damaged: left as is
+        undo = data.get("undo")
+        if isinstance(undo, dict):
+            sides = {side: undo.get(side) and _from_leitner(undo[side]) for side in ("before", "after")}
+            if all(sides[side] or undo.get(side) is None for side in sides):
+                undo.update(sides)
+            else:
+                data["undo"] = None
+        data["version"] = 4
     return data
+
+
+def _leitner_answers(entry):
+    """The answers a Leitner entry implies, oldest first, as (day, knew).
+
+    The boxes kept counts and days, not each answer, so the history is rebuilt as the shortest
+    one that leads to the entry: a miss where the card had lapsed, then the climb from box 1 to
+    its box, each step answered on the day it fell due, the last on the day of its last answer
+    (and, in the top box, one more answer for every further review it passed there).
+    """
+    box = entry["box"]
+    last = _parse_date(entry.get("last")) or (_parse_date(entry["due"])
+                                               - datetime.timedelta(days=LEITNER_WAIT_DAYS[box]))
+    if box == 1:  # only a miss leaves a card in box 1
+        return [(last, False)]
+    climbed = box - 1
+    stayed = (max(entry.get("reviews", 0) - entry.get("lapses", 0) - climbed, 0)
+              if box == LEITNER_BOXES else 0)
+    gaps = [LEITNER_WAIT_DAYS[LEITNER_BOXES]] * stayed + [LEITNER_WAIT_DAYS[b - 1] for b in range(box, 2, -1)]
+    days = [last]
+    for gap in gaps:
+        days.insert(0, days[0] - datetime.timedelta(days=gap))
+    missed = [(days[0], False)] if entry.get("lapses") else []
+    return missed + [(day, True) for day in days]
+
+
+def _from_leitner(old):
+    """A Leitner entry in today's format: kept whole under "leitner", its FSRS card replayed
+    (None for a damaged entry, which _read then reports)."""
+    if not _valid_leitner(old):
+        return None
+    entry = {"answers": [], "leitner": dict(old), "reviews": old.get("reviews", 0),
+             "lapses": old.get("lapses", 0), "first": old.get("first"), "last": old.get("last")}
+    try:
+        return _with_card(entry, replay(entry))
+    except (TypeError, ValueError, OverflowError):  # counts that are not numbers, days out of range
+        return None
 
 
 def _usable(data):
@@ -286,33 +364,106 @@ def _update(path, change):
     return change(_read_only[p]), False
 
 
-# ---------------------------------------------------------------- the Leitner schedule
+# ---------------------------------------------------------------- the FSRS schedule
 
 
 def _today(today):
     return today or datetime.date.today()
 
 
+def _moment(today=None):
+    """When an answer is given: now, or noon of the given day (local time), in UTC as FSRS wants."""
+    if today is None:
+        return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.combine(today, datetime.time(12)).astimezone().astimezone(datetime.timezone.utc)
+
+
+def _local_day(moment):
+    return moment.astimezone().date()
+
+
 def _days(n):
     return "today" if n <= 0 else "tomorrow" if n == 1 else f"in {n} days"
 
 
-def schedule(entry, knew, today):
-    """The card's next entry after an answer (a pure function of the old entry, the answer and the date)."""
-    new = not entry
-    entry = dict(entry or {"box": 1, "due": today.isoformat(), "reviews": 0, "lapses": 0,
-                           "first": today.isoformat()})
-    entry["reviews"] = entry.get("reviews", 0) + 1
-    entry["last"] = today.isoformat()
-    box, due = entry["box"], _parse_date(entry["due"])
-    if not knew:
-        entry["lapses"] = entry.get("lapses", 0) + 1
-        box, due = 1, today
-    elif new or due <= today:
-        box = min(box + 1, BOXES)
-        due = today + datetime.timedelta(days=INTERVAL_DAYS[box])
-    entry["box"], entry["due"] = box, due.isoformat()
-    return entry
+def _card(entry):
+    """The entry's FSRS card."""
+    return fsrs.Card.from_dict({"card_id": 0, **entry["fsrs"]})
+
+
+def _with_card(entry, card):
+    """The entry with FSRS's card in it, and the day that card is due."""
+    state = card.to_dict()
+    del state["card_id"]  # the card's id is the schedule's key
+    return {**entry, "fsrs": state, "due": _local_day(card.due).isoformat()}
+
+
+def replay(entry):
+    """The FSRS card an entry's history leads to: the answers its Leitner record implies (a card
+    answered before version 4), then every answer recorded since, through the scheduler in order."""
+    card = fsrs.Card(card_id=0, due=datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc))
+    implied = _leitner_answers(entry["leitner"]) if entry.get("leitner") else []
+    history = [(_moment(day), knew) for day, knew in implied]
+    history += [(datetime.datetime.fromisoformat(when), outcome == "knew")
+                for when, outcome in entry["answers"]]
+    for moment, knew in history:
+        card, _ = SCHEDULER.review_card(card, RATING[knew], moment)
+    return card
+
+
+def schedule(entry, knew, moment):
+    """The card's next entry after an answer at `moment` (a datetime, or a day: its noon).
+
+    A pure function of the old entry (None for a new card), the answer and the time.
+    """
+    if isinstance(moment, datetime.date) and not isinstance(moment, datetime.datetime):
+        moment = _moment(moment)
+    day = _local_day(moment).isoformat()
+    if entry is None:
+        entry = {"answers": [], "reviews": 0, "lapses": 0, "first": day}
+        card = fsrs.Card(card_id=0, due=moment)
+    else:
+        card = _card(entry)
+    card, _ = SCHEDULER.review_card(card, RATING[knew], moment)
+    answer = [moment.isoformat(), "knew" if knew else "missed"]
+    return _with_card({**entry, "answers": entry["answers"] + [answer], "last": day,
+                       "reviews": entry.get("reviews", 0) + 1, "lapses": entry.get("lapses", 0) + (not knew)},
+                      card)
+
+
+def wait_days(entry):
+    """How many days the card waits between its last answer and its due day."""
+    last = _parse_date(entry.get("last")) or _parse_date(entry["due"])
+    return (_parse_date(entry["due"]) - last).days
+
+
+def status(entry, today=None):
+    """"new", "due", "learning" or "learned": the column of `make progress` the card counts in."""
+    if entry is None:
+        return "new"
+    if _parse_date(entry["due"]) <= _today(today):
+        return "due"
+    return "learned" if wait_days(entry) >= LEARNED_DAYS else "learning"
+
+
+def spacing_example(answers=6, miss_at=3):
+    """How FSRS spaces one card, in two sentences: known every time it falls due, and missed once."""
+    def waits(misses):
+        entry, day, out = None, datetime.date(2025, 1, 1), []
+        for i in range(answers):
+            if i in misses:
+                entry = schedule(entry, False, day)
+            entry = schedule(entry, True, day)
+            out.append(wait_days(entry))
+            day = _parse_date(entry["due"])
+        return out
+
+    def days(waits):
+        return ", ".join(map(str, waits)) + " days"
+
+    return (f"A card known each time it falls due waits {days(waits(()))}.\n"
+            f"Missed at review {miss_at + 1} instead, it comes back the same day; known then, it waits "
+            f"{days(waits((miss_at,))[miss_at:])}.")
 
 
 def record(card_id, knew, path=None, today=None):
@@ -320,22 +471,23 @@ def record(card_id, knew, path=None, today=None):
 
     undo() takes the answer back.
     """
-    today = _today(today)
+    moment = _moment(today)
+    today = _local_day(moment)
 
     def answer(state):
         old = state["cards"].get(card_id)
-        state["cards"][card_id] = entry = schedule(old, knew, today)
+        state["cards"][card_id] = entry = schedule(old, knew, moment)
         state["undo"] = {"card": card_id, "before": old, "after": entry}
         return old, entry
 
     (old, entry), saved = _update(path, answer)
     due_in = (_parse_date(entry["due"]) - today).days
     if not knew:
-        message = "missed: back to box 1, due again today"
-    elif old and old["box"] == entry["box"] and _parse_date(old["due"]) > today:
-        message = f"knew it, but it was not due yet: it stays in box {entry['box']}, due {_days(due_in)}"
+        message = f"missed: due again {_days(due_in)}"
     else:
-        message = f"knew it: box {entry['box']} of {BOXES}, next review {_days(due_in)}"
+        early = " before it was due" if old and _parse_date(old["due"]) > today else ""
+        learned = ", learned" if status(entry, today) == "learned" else ""
+        message = f"knew it{early}: next review {_days(due_in)}{learned}"
     return message if saved else message + " (not saved)"
 
 
@@ -372,11 +524,13 @@ def _describe(entry, today=None):
     if entry is None:
         return "new"
     due_in = (_parse_date(entry["due"]) - _today(today)).days
-    return f"box {entry['box']} of {BOXES}, " + ("due now" if due_in <= 0 else f"due {_days(due_in)}")
+    if due_in <= 0:
+        return "due now"
+    return f"{status(entry, today)}, due {_days(due_in)}"
 
 
 def describe_card(card_id, path=None, today=None, state=None):
-    """"new", or the card's box and when it is due."""
+    """"new", "due now", or whether the card is learning or learned and when it is due."""
     return _describe((state or load_state(path))["cards"].get(card_id), today)
 
 
@@ -402,8 +556,8 @@ def new_today(state, today=None):
 def due(cards, new=NEW_PER_DAY, path=None, today=None, state=None, started=None):
     """Today's cards, in order.
 
-    Cards answered before and due come first: lowest box first (the shakiest), then the longest
-    overdue, then course order. New cards follow in course order, only from the `started` lessons
+    Cards answered before and due come first: the least stable first (the shakiest), then the
+    longest overdue, then course order. New cards follow in course order, only from the `started` lessons
     (default: started_lessons()), and only as many as the day's allowance of `new` leaves
     (None: no limit).
     """
@@ -418,23 +572,18 @@ def due(cards, new=NEW_PER_DAY, path=None, today=None, state=None, started=None)
             if card["lesson"] in started:
                 fresh.append(card)
         elif _parse_date(entry["due"]) <= today:
-            reviews.append((entry["box"], entry["due"], position, card))
+            reviews.append((entry["fsrs"]["stability"] or 0.0, entry["due"], position, card))
     reviews.sort(key=lambda r: r[:3])
     allowance = len(fresh) if new is None else max(new - new_today(state, today), 0)
     return [r[3] for r in reviews] + fresh[:allowance]
 
 
 def counts(cards, state, today=None):
-    """{"total", "new", "due", "learned"} for a list of cards: new ones (never answered) are not due."""
-    today = _today(today)
-    out = {"total": len(cards), "new": 0, "due": 0, "learned": 0}
+    """{"total", "new", "due", "learning", "learned"} for a list of cards: each card counts in one
+    column (see status()), so the four add up to the total. A new card is not due."""
+    out = {"total": len(cards), "new": 0, "due": 0, "learning": 0, "learned": 0}
     for card in cards:
-        entry = state["cards"].get(card["id"])
-        if entry is None:
-            out["new"] += 1
-        else:
-            out["due"] += _parse_date(entry["due"]) <= today
-            out["learned"] += entry["box"] >= LEARNED_BOX
+        out[status(state["cards"].get(card["id"]), today)] += 1
     return out
 
 
@@ -525,8 +674,18 @@ def drill(cards, new=NEW_PER_DAY, path=None, today=None, ask=input, say=print, s
         else:
             missed += 1
             queue.append(card)
-    say(f"\nKnew {knew}, missed {missed}. {outlook(path, today, cards)}".rstrip())
+    say(f"\nKnew {knew}, missed {missed}. {still_due(cards, new, path, today, started)} "
+        f"{outlook(path, today, cards)}".rstrip())
     return knew, missed
+
+
+def still_due(cards, new=NEW_PER_DAY, path=None, today=None, started=None):
+    """How many of the cards are still due today, in a sentence."""
+    left = due(cards, new=new, path=path, today=today, started=started)
+    if not left:
+        return "Nothing more is due today."
+    fresh = sum(c["id"] not in load_state(path)["cards"] for c in left)
+    return f"Still due today: {len(left)} card(s)" + (f" ({fresh} new)." if fresh else ".")
 
 
 # ---------------------------------------------------------------- `make progress`
@@ -563,16 +722,18 @@ def progress_rows(results_path=None, path=None, folder=None, today=None, exercis
 
 
 def progress_text(rows):
-    """The progress table as text: each lesson's exercises, and its cards new, due today and learned."""
+    """The progress table as text: each lesson's exercises, and its cards new, due today, learning and
+    learned (the four add up to the lesson's cards)."""
     title_w = max([len(r["title"]) for r in rows] + [5])
     name_w = max([len(n) for r in rows for n, _ in r["exercises"]] + [8])
     head = f"{'lesson':<7}{'title':<{title_w + 2}}{'exercise':<{name_w + 2}}{'result':<12}"
-    cards_head = "cards: new  due  learned  total"
+    cards_head = "cards: new  due  learning  learned  total"
     lines = [head + cards_head, "-" * (len(head) + len(cards_head))]
     tally = {"pass": 0, "fail": 0, "not done": 0}
     for r in rows:
         c = r["cards"]
-        card_cols = (f"{c['new']:>10}{c['due']:>5}{c['learned']:>9}{c['total']:>7}" if c["total"]
+        card_cols = (f"{c['new']:>10}{c['due']:>5}{c['learning']:>10}{c['learned']:>9}{c['total']:>7}"
+                     if c["total"]
                      else f"{'-':>10}")
         exs = r["exercises"] or [("-", "")]
         for i, (name, status) in enumerate(exs):
@@ -581,11 +742,12 @@ def progress_text(rows):
             line = f"{left}{name:<{name_w + 2}}{_MARKS.get(status, status):<12}"
             lines.append((line + card_cols) if i == 0 else line.rstrip())
     total = sum(len(r["exercises"]) for r in rows)
-    c_new, c_due, c_learned, c_total = (sum(r["cards"][k] for r in rows)
-                                        for k in ("new", "due", "learned", "total"))
+    c_new, c_due, c_learning, c_learned, c_total = (sum(r["cards"][k] for r in rows)
+                                                    for k in ("new", "due", "learning", "learned", "total"))
     lines += ["", f"Exercises: {tally['pass']} of {total} pass, {tally['fail']} fail, {tally['not done']} "
-                  f"not done.   Cards: {c_due} due today, {c_learned} of {c_total} learned, "
-                  f"{c_new} new (not seen yet).",
+                  f"not done.",
+              f"Cards, {c_total} in all: {c_new} new (not seen yet), {c_due} due today, "
+              f"{c_learning} learning, {c_learned} learned (waiting {LEARNED_DAYS} days or more).",
               "`make grade` re-runs your notebooks; `make review` drills today's cards (new ones come "
               "from the lessons you have started)."]
     return "\n".join(lines)
@@ -683,6 +845,48 @@ def write_deck(out, lessons=None, layout="sheet", pdf=True, folder=None):
     return out, (print_pdf(out, out.with_suffix(".pdf")) if pdf else None)
 
 
+# ---------------------------------------------------------------- the Anki deck
+
+ANKI_DECK = "Fast GPU kernels"
+# Fixed ids, so that importing a newer deck into Anki updates the cards already there (each note's
+# guid is its card id) instead of adding a second copy; numbers of our own, as genanki asks.
+ANKI_MODEL_ID = 1_742_046_611
+ANKI_DECK_ID = 1_742_046_612
+
+
+def anki_deck(cards, folder=None):
+    """The cards as a genanki Package: one note per card, in a subdeck per lesson
+    ("Fast GPU kernels::01 What is a kernel"), tagged with its lesson ("lesson01")."""
+    import genanki
+
+    model = genanki.Model(
+        ANKI_MODEL_ID, "Fast GPU kernels card",
+        fields=[{"name": "Front"}, {"name": "Back"}, {"name": "Lesson"}],
+        templates=[{"name": "Card", "qfmt": "<div class='lesson'>{{Lesson}}</div>{{Front}}",
+                    "afmt": "{{FrontSide}}<hr id='answer'>{{Back}}"}],
+        css=".card { font-family: sans-serif; font-size: 20px; text-align: left; }"
+            ".lesson { font-size: 12px; color: #777; } code { font-family: monospace; }")
+    decks = {}
+    for card in cards:
+        lesson = card["lesson"]
+        if lesson not in decks:
+            name = f"{ANKI_DECK}::{lesson} {card_data.lesson_title(lesson, folder)}"
+            decks[lesson] = genanki.Deck(ANKI_DECK_ID + int(lesson), name)
+        decks[lesson].add_note(genanki.Note(
+            model=model, guid=genanki.guid_for(card["id"]), tags=[f"lesson{lesson}"],
+            fields=[card_data.inline_html(card["front"]), card_data.inline_html(card["back"]),
+                    html.escape(f"{lesson} · {card_data.lesson_title(lesson, folder)}")]))
+    return genanki.Package(list(decks.values()))
+
+
+def write_anki(out, lessons=None, folder=None):
+    """Write the Anki deck (.apkg) to `out`; returns its path."""
+    out = pathlib.Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    anki_deck(card_data.flashcard_list(lessons, folder), folder).write_to_file(str(out))
+    return out
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -693,7 +897,8 @@ def main(argv=None):
     parser.add_argument("--new", type=int, default=NEW_PER_DAY,
                         help=f"new cards a day, at most (default {NEW_PER_DAY})")
     parser.add_argument("--print", dest="deck", action="store_true", help="write the printable deck")
-    parser.add_argument("--out", default=str(ROOT / "build" / "flashcards.html"), help="where --print writes")
+    parser.add_argument("--out", default=str(ROOT / "build" / "flashcards.html"),
+                        help="where --print writes (the Anki deck goes beside it, as .apkg)")
     parser.add_argument("--layout", choices=("sheet", "page"), default="sheet",
                         help="--print: five cards a sheet, or one a page")
     parser.add_argument("--no-pdf", action="store_true", help="--print: HTML only")
@@ -715,6 +920,8 @@ def main(argv=None):
         html_path, pdf_path = write_deck(args.out, lessons, args.layout, not args.no_pdf, args.cards)
         print(f"wrote {html_path}" + (f" and {pdf_path}" if pdf_path else
                                       "" if args.no_pdf else " (no PDF: Chromium was not found to print it)"))
+        anki_path = write_anki(pathlib.Path(args.out).with_suffix(".apkg"), lessons, args.cards)
+        print(f"wrote {anki_path}: the same cards for Anki (File > Import; a newer deck updates them)")
         return 0
     cards = card_data.flashcard_list(lessons, args.cards)
     started = started_lessons(cards, load_state(args.state), args.results)

@@ -16,23 +16,19 @@
 # **You will:**
 # - answer today's cards, one at a time: think of the answer, turn the card over, say whether you
 #   knew it (a mis-click? "undo last answer" takes it back);
-# - see where you stand: every lesson's exercises (pass, fail, not done) and cards (new, due, learned).
+# - see where you stand: every lesson's exercises (pass, fail, not done) and cards (new, due,
+#   learning, learned).
 #
 # ## How the spacing works
 #
-# Each card sits in one of five boxes (the Leitner system). A new card starts in box 1.
+# Cards are scheduled by FSRS, the scheduler Anki uses. For each card it keeps an estimate of how
+# long you will remember it, and brings the card back when you are about to forget it: each time
+# you know a card the wait grows, and a card you miss comes round again the same day and starts
+# over from a short wait. Knowing a card before it is due (in a lesson's own flashcards, say)
+# counts for little, since you saw it a short while ago. The cell below asks the scheduler itself.
 #
-# | box | a card you know here comes back after |
-# |---|---|
-# | 1 (new or missed) | 1 day, in box 2 |
-# | 2 | 3 days, in box 3 |
-# | 3 | 7 days, in box 4 |
-# | 4 | 21 days, in box 5 |
-# | 5 | 21 days, staying in box 5 |
-#
-# A card you miss drops back to box 1 and comes round again at the end of today's session. A card in
-# box 4 or 5 counts as *learned*. Answering a card before it is due (in a lesson's own flashcards,
-# say) does not move it up: only recall after a gap counts.
+# A card is *new* until you first answer it, *learning* while it waits less than three weeks, and
+# *learned* once it waits three weeks or more; on the day it comes back it is *due*.
 #
 # Your schedule is one small file, `.course/review.json` in the course folder (git ignores it). The
 # same schedule drives `make review` in a terminal, and the lessons' flashcards write into it too;
@@ -42,7 +38,9 @@
 
 # %%
 from helpers.cards import review
-from helpers.review import progress_rows, progress_text
+from helpers.review import progress_rows, progress_text, spacing_example
+
+print(spacing_example())
 
 # %% [markdown]
 # Today's cards: every card that is due again, then new ones, only from lessons you have started (a
@@ -56,7 +54,8 @@ session = review()
 # ## Where you stand
 #
 # Exercise results are the latest from a `check(...)` in a notebook or from `make grade`; cards are
-# from your schedule: new (not seen yet), due today, and learned (box 4 or 5). The same table is
+# from your schedule: new (not seen yet), due today, learning, and learned (waiting three weeks or
+# more). Each card counts in one column, so they add up to the lesson's cards. The same table is
 # `make progress` in a terminal.
 
 # %%
@@ -67,4 +66,5 @@ print(progress_text(progress_rows()))
 #
 # `make flashcards` writes every card to `build/flashcards.html` (and `build/flashcards.pdf` when
 # Chromium is installed to print it): five cards a page, question and answer side by side. Cut them
-# out, fold each along the dashed line, and you have a deck for the train.
+# out, fold each along the dashed line, and you have a deck for the train. It also writes
+# `build/flashcards.apkg`, the same cards for Anki (File > Import), one subdeck per lesson.

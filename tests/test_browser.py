@@ -97,10 +97,13 @@ def lab(tmp_path, lab_root):
             "--LabApp.check_for_updates_class=jupyterlab.handlers.announcements.NeverCheckForUpdate"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
-    log = open(tmp_path / "jupyter.log", "wb")
-    server = subprocess.Popen(cmd, cwd=lab_root, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    try:
+    running = {}
+
+    def start():
+        log = running["log"] = open(tmp_path / "jupyter.log", "ab")
+        server = running["server"] = subprocess.Popen(cmd, cwd=lab_root, env=env, stdout=log,
+                                                      stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 90
         while True:
             try:
@@ -112,16 +115,30 @@ def lab(tmp_path, lab_root):
                     tail = (tmp_path / "jupyter.log").read_text()[-3000:]
                     pytest.fail(f"JupyterLab did not start:\n{tail}")
                 time.sleep(0.5)
-        yield {"base": base, "token": token, "env": env, "browser": browser, "tmp": tmp_path,
-               "root": lab_root}
-    finally:
+
+    def stop():
+        server = running.pop("server", None)
+        if server is None:
+            return
         server.send_signal(signal.SIGTERM)  # Jupyter shuts its kernels down, then exits
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-        log.close()
+        running.pop("log").close()
+
+    def restart():
+        """Stop the server (and its kernels), and start it again on the same port and token."""
+        stop()
+        start()
+
+    try:
+        start()
+        yield {"base": base, "token": token, "env": env, "browser": browser, "tmp": tmp_path,
+               "root": lab_root, "restart": restart}
+    finally:
+        stop()
 
 
 def _target(folder):
@@ -176,19 +193,7 @@ def test_lesson_runs_in_jupyterlab_and_a_flashcard_turns_over(lab):
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
                 _wait(page, KERNEL_IDLE, "the kernel to start", 180)
 
-                # Run > Run All Cells, as a learner would. Every prompt reads [ ]: until a cell starts;
-                # on a busy machine the first request can go out before the kernel is connected and
-                # be dropped, so a learner would ask again: so do we, at most three times.
-                for attempt in range(3):
-                    _accept_kernel_dialog(page)
-                    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
-                    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
-                    try:
-                        _wait(page, f"{PROMPTS}.some(p => p !== '[ ]:')", "a cell to start", 30, 0.2)
-                        break
-                    except AssertionError:
-                        if attempt == 2:
-                            raise
+                _run_all(page)
                 _wait(page, f"{PROMPTS}.every(p => /^\\[\\d+\\]:$/.test(p))", "every cell to finish",
                       RUN_ALL_TIMEOUT_S)
 
@@ -219,9 +224,9 @@ def test_lesson_runs_in_jupyterlab_and_a_flashcard_turns_over(lab):
                 assert _plain(first["back"]) in _plain(back.text_content())
                 page.screenshot(path=str(shot))
                 card.locator(".course-card-knew button, button.course-card-knew").first.click()
-                card.locator(".course-card-verdict", has_text="box 2 of 5").wait_for(timeout=30_000)
+                card.locator(".course-card-verdict", has_text="next review in").wait_for(timeout=30_000)
                 schedule = json.loads(pathlib.Path(lab["env"]["COURSE_STATE"]).read_text())
-                assert schedule["cards"][first["id"]]["box"] == 2
+                assert schedule["cards"][first["id"]]["answers"][-1][1] == "knew"
             finally:
                 browser.close()
     finally:
@@ -233,6 +238,110 @@ def test_lesson_runs_in_jupyterlab_and_a_flashcard_turns_over(lab):
 
 def _plain(text):
     return " ".join((text or "").replace("`", "").split())
+
+
+# ---------------------------------------------------------------- the deck: once, and after a restart
+
+VISIBLE = "e => !!(e.offsetWidth || e.offsetHeight || e.getClientRects().length)"
+DECKS_SHOWN = ("Array.from(document.querySelectorAll('.course-static, .course-flashcards'))"
+               f".filter({VISIBLE}).map(e => e.classList.contains('course-static') ? 'static' : 'live')")
+CARDS_SHOWN = f"Array.from(document.querySelectorAll('.course-card')).filter({VISIBLE}).length"
+WIDGET_TROUBLE = (f"Array.from(document.querySelectorAll('.jp-OutputArea-output')).filter({VISIBLE})"
+                  ".filter(e => /Error displaying widget|Loading widget/.test(e.textContent))"
+                  ".map(e => e.textContent.trim().slice(0, 80))")
+
+
+def _run_all(page):
+    """Run > Run All Cells, as a learner would. Every prompt reads [ ]: until a cell starts; on a busy
+    machine the first request can go out before the kernel is connected and be dropped, so a learner
+    would ask again: so do we, at most three times."""
+    for attempt in range(3):
+        _accept_kernel_dialog(page)
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
+        try:
+            _wait(page, f"{PROMPTS}.some(p => p !== '[ ]:')", "a cell to start", 30, 0.2)
+            return
+        except AssertionError:
+            if attempt == 2:
+                raise
+
+
+def _open(page, lab, rel):
+    page.goto(f"{lab['base']}/lab/tree/{rel}?token={lab['token']}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    _wait(page, KERNEL_IDLE, "the kernel to start", 180)
+
+
+def _run_all_and_save(page, notebook):
+    """Run > Run All Cells, then save with Ctrl+S."""
+    _run_all(page)
+    _wait(page, f"{PROMPTS}.every(p => /^\\[\\d+\\]:$/.test(p))", "every cell to finish", RUN_ALL_TIMEOUT_S)
+    before = notebook.stat().st_mtime_ns
+    page.locator(".jp-Notebook").first.click()
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 30
+    while notebook.stat().st_mtime_ns == before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert notebook.stat().st_mtime_ns != before, "the notebook was not saved"
+
+
+def test_the_deck_shows_once_and_after_a_restart_shows_its_static_form(lab):
+    """Run a lesson: its flashcards appear once, as the live widget. Save, stop the server (its kernels
+    go with it), start it again and reopen the notebook: the widget's model is gone, and the cell
+    shows the cards folded (static), with no "Error displaying widget" in view."""
+    from playwright.sync_api import sync_playwright
+
+    folder = ROOT / "build" / "browser-test" / secrets.token_hex(4)
+    notebook = _target(folder)
+    rel = notebook.relative_to(ROOT).as_posix()
+    lesson = notebook.name[:2] if notebook.name[:2].isdigit() else None
+    fronts = [_plain(c["front"]) for c in cards.flashcard_list([lesson] if lesson else None)]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                _open(page, lab, rel)
+                _run_all_and_save(page, notebook)
+                page.locator(".course-flashcards").first.scroll_into_view_if_needed()
+                assert page.evaluate(DECKS_SHOWN) == ["live"], "the deck appears once, live"
+                assert page.evaluate(CARDS_SHOWN) == len(fronts), "every card, once"
+                page.screenshot(path=str(ARTIFACTS / "browser-deck-live.png"))
+            finally:
+                browser.close()
+
+        saved = nbformat.read(notebook, as_version=4)
+        deck_cell = [c for c in saved.cells if c.cell_type == "code" and "flashcards(" in c.source][-1]
+        kinds = [sorted(o.get("data", {})) for o in deck_cell.outputs]
+        assert ["text/html"] in kinds and any("application/vnd.jupyter.widget-view+json" in k for k in kinds)
+
+        lab["restart"]()
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                _open(page, lab, rel)
+                static = page.locator(".course-static").first
+                static.scroll_into_view_if_needed()
+                # the widget manager gives up on the missing model once it has asked the new kernel
+                _wait(page, f"{DECKS_SHOWN}.join() === 'static' && {WIDGET_TROUBLE}.length === 0",
+                      "the static deck, and no widget error in view", 60)
+                time.sleep(3)  # and it stays that way
+                page.screenshot(path=str(ARTIFACTS / "browser-deck-reopened.png"))
+                assert page.evaluate(WIDGET_TROUBLE) == [], "no widget error in view"
+                assert page.evaluate(DECKS_SHOWN) == ["static"], "the deck once, folded"
+                text = _plain(static.text_content())
+                assert all(front in text for front in fronts), "every card's question is there"
+                static.locator("summary").first.click()             # a folded card opens
+                assert _plain(static.locator("details").first.text_content()) != fronts[0]
+            finally:
+                browser.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()
 
 
 PLOTS = ("Array.from(document.querySelectorAll('.jp-OutputArea-output img'))"
@@ -253,19 +362,8 @@ def test_a_recorded_comparison_is_shown_as_a_plot(lab):
             browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"{lab['base']}/lab/tree/{notebook.relative_to(ROOT).as_posix()}?token={lab['token']}")
-                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-                _wait(page, KERNEL_IDLE, "the kernel to start", 180)
-                for attempt in range(3):  # as in the test above: a first request can be dropped
-                    _accept_kernel_dialog(page)
-                    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
-                    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
-                    try:
-                        _wait(page, f"{PROMPTS}.some(p => p !== '[ ]:')", "a cell to start", 30, 0.2)
-                        break
-                    except AssertionError:
-                        if attempt == 2:
-                            raise
+                _open(page, lab, notebook.relative_to(ROOT).as_posix())
+                _run_all(page)
                 _wait(page, f"{PLOTS}.some(alt => alt.startsWith('launch_overhead on NVIDIA'))",
                       "the plot of the recorded launch overhead", RUN_ALL_TIMEOUT_S)
                 plot = page.locator("img[alt^='launch_overhead']")

@@ -1,4 +1,4 @@
-"""The flashcard review: Leitner scheduling, the state file, the drill, the deck, progress, widgets.
+"""The flashcard review: FSRS scheduling, the state file, the drill, the deck, progress, widgets.
 
 Cards come from small fixture files in tests/fixtures/cards, never from the lessons, and the
 schedule and the check results live in temporary files (COURSE_STATE, COURSE_RESULTS), never
@@ -85,39 +85,59 @@ def test_two_cards_with_one_question_get_two_ids(deck):
     assert len({c["id"] for c in deck}) == len(deck)
 
 
-# ---------------------------------------------------------------- the Leitner schedule
+# ---------------------------------------------------------------- the FSRS schedule
 
 
-def test_a_new_card_known_moves_to_box_2_due_tomorrow():
+def waits(entry, today):
+    return (datetime.date.fromisoformat(entry["due"]) - today).days
+
+
+def test_a_new_card_known_waits_two_days():
     entry = review.schedule(None, True, DAY)
-    assert (entry["box"], entry["due"], entry["reviews"], entry["lapses"]) == (2, later(1).isoformat(), 1, 0)
+    assert (entry["due"], entry["reviews"], entry["lapses"], entry["first"], entry["last"]) == (
+        later(2).isoformat(), 1, 0, DAY.isoformat(), DAY.isoformat())
+    assert [outcome for _, outcome in entry["answers"]] == ["knew"]
+    assert review.status(entry, DAY) == "learning"
 
 
-def test_each_spaced_recall_moves_up_a_box_and_waits_longer():
+def test_each_recall_on_time_waits_longer_until_the_card_is_learned():
     entry, today, seen = None, DAY, []
-    for _ in range(6):
+    for _ in range(5):
         entry = review.schedule(entry, True, today)
-        seen.append((entry["box"], (datetime.date.fromisoformat(entry["due"]) - today).days))
+        seen.append(waits(entry, today))
         today = datetime.date.fromisoformat(entry["due"])
-    assert seen == [(2, 1), (3, 3), (4, 7), (5, 21), (5, 21), (5, 21)]  # box 5 is the top
+    assert seen == sorted(seen) and seen[0] == 2 and seen[-1] > 100, seen
+    assert seen[2] >= review.LEARNED_DAYS and review.status(entry, DAY) == "learned"
 
 
-def test_a_missed_card_drops_to_box_1_due_today():
-    entry = {"box": 4, "due": DAY.isoformat(), "reviews": 3, "lapses": 0}
-    missed = review.schedule(entry, False, DAY)
-    assert (missed["box"], missed["due"], missed["lapses"], missed["reviews"]) == (1, DAY.isoformat(), 1, 4)
-    assert entry["box"] == 4, "schedule must not change the entry it was given"
+def test_a_missed_card_is_due_again_today_and_waits_less_after():
+    entry = review.schedule(review.schedule(None, True, later(-2)), True, DAY)   # waits 11 days
+    missed = review.schedule(entry, False, later(11))
+    assert (missed["due"], missed["lapses"], missed["reviews"]) == (later(11).isoformat(), 1, 3)
+    assert review.status(missed, later(11)) == "due"
+    again = review.schedule(missed, True, later(11))
+    assert 0 < waits(again, later(11)) < 11, "relearnt: a shorter wait than before the miss"
+    assert len(entry["answers"]) == 2, "schedule must not change the entry it was given"
 
 
-def test_knowing_a_card_before_it_is_due_does_not_promote_it():
-    entry = {"box": 3, "due": later(3).isoformat(), "reviews": 2, "lapses": 0}
-    again = review.schedule(entry, True, DAY)
-    assert (again["box"], again["due"]) == (3, later(3).isoformat())
+def test_knowing_a_card_before_it_is_due_counts_for_less():
+    entry = review.schedule(None, True, later(-2))                                # due DAY
+    on_time = review.schedule(entry, True, DAY)
+    early = review.schedule(entry, True, later(-1))
+    assert waits(early, later(-1)) < waits(on_time, DAY)
 
 
 def test_an_overdue_card_known_is_scheduled_from_today():
-    entry = {"box": 2, "due": later(-5).isoformat(), "reviews": 1, "lapses": 0}
-    assert review.schedule(entry, True, DAY)["due"] == later(3).isoformat()
+    entry = review.schedule(None, True, later(-7))                                # due 5 days ago
+    assert waits(review.schedule(entry, True, DAY), DAY) > 2
+
+
+def test_replaying_a_cards_answers_gives_its_schedule():
+    entry = None
+    for day, knew in ((-30, True), (-28, False), (-28, True), (-20, True), (0, True)):
+        entry = review.schedule(entry, knew, later(day))
+    assert review.replay(entry).to_dict() == {"card_id": 0, **entry["fsrs"]}
+    assert json.loads(json.dumps(entry)) == entry, "an entry is plain JSON"
 
 
 # ---------------------------------------------------------------- what is due, in which order
@@ -125,7 +145,8 @@ def test_an_overdue_card_known_is_scheduled_from_today():
 
 def test_nothing_is_due_before_a_lesson_is_started(state, deck):
     assert review.due(deck, today=DAY) == []
-    assert review.counts(deck, review.load_state(), DAY) == {"total": 5, "new": 5, "due": 0, "learned": 0}
+    assert review.counts(deck, review.load_state(), DAY) == {"total": 5, "new": 5, "due": 0, "learning": 0,
+                                                             "learned": 0}
 
 
 def test_new_cards_come_only_from_started_lessons(state, deck):
@@ -142,10 +163,10 @@ def test_new_cards_come_only_from_started_lessons(state, deck):
 
 def test_due_order_shakiest_first_then_most_overdue_then_new(state, deck):
     a1, a2, a3, b1, b2 = deck
-    review.record(a1["id"], True, today=later(-10))          # box 2, due later(-9)
-    review.record(a2["id"], True, today=later(-2))           # box 2, due later(-1)
-    review.record(a3["id"], False, today=later(-1))          # box 1, due later(-1)
-    review.record(b1["id"], True, today=DAY)                 # box 2, due tomorrow: not due
+    review.record(a1["id"], True, today=later(-10))          # due later(-8)
+    review.record(a2["id"], True, today=later(-3))           # due later(-1), as stable as a1
+    review.record(a3["id"], False, today=later(-1))          # missed: the least stable, due later(-1)
+    review.record(b1["id"], True, today=DAY)                 # due in 2 days: not due
     order = review.due(deck, today=DAY)
     assert ids(order) == ids([a3, a1, a2, b2])
 
@@ -167,9 +188,9 @@ def test_new_cards_are_capped_per_day_across_sessions_but_reviews_are_not(state,
 
 def test_known_cards_come_back_when_their_interval_is_over(state, deck):
     card = deck[0]
-    review.record(card["id"], True, today=DAY)  # box 2: one day
-    assert card["id"] not in [c["id"] for c in review.due(deck, today=DAY)]
-    assert card["id"] in [c["id"] for c in review.due(deck, today=later(1))]
+    review.record(card["id"], True, today=DAY)  # two days
+    assert card["id"] not in [c["id"] for c in review.due(deck, today=later(1))]
+    assert card["id"] in [c["id"] for c in review.due(deck, today=later(2))]
 
 
 def write_schedule(path, entries, version=review.VERSION, **extra):
@@ -177,17 +198,19 @@ def write_schedule(path, entries, version=review.VERSION, **extra):
     path.write_text(json.dumps({"version": version, "cards": entries, **extra}))
 
 
-def test_counts_and_outlook(state, deck):
-    for card in deck[:3]:
-        review.record(card["id"], True, today=DAY)
-    entries = review.load_state()["cards"]
-    entries[deck[0]["id"]]["box"] = review.LEARNED_BOX
-    write_schedule(state, entries)
-    assert review.counts(deck, review.load_state(), DAY) == {"total": 5, "new": 2, "due": 0, "learned": 1}
-    assert review.counts(deck, review.load_state(), later(1)) == {"total": 5, "new": 2, "due": 3,
-                                                                  "learned": 1}
-    assert review.outlook(today=DAY) == f"Next review: 3 card(s) due tomorrow ({later(1).isoformat()})."
-    assert review.describe_card(deck[0]["id"], today=DAY) == "box 4 of 5, due tomorrow"
+def test_counts_add_up_and_outlook(state, deck):
+    for day in (-13, -11, 0):                                  # known three times on time: learned
+        review.record(deck[0]["id"], True, today=later(day))
+    review.record(deck[1]["id"], True, today=DAY)              # learning, due in 2 days
+    review.record(deck[2]["id"], False, today=DAY)             # missed: due today
+    counted = review.counts(deck, review.load_state(), DAY)
+    assert counted == {"total": 5, "new": 2, "due": 1, "learning": 1, "learned": 1}
+    assert sum(counted.values()) == 2 * counted["total"], "every card counts in one column"
+    assert review.counts(deck, review.load_state(), later(2))["due"] == 2
+    assert review.outlook(today=DAY) == f"Next review: 1 card(s) due in 2 days ({later(2).isoformat()})."
+    assert review.describe_card(deck[0]["id"], today=DAY).startswith("learned, due in ")
+    assert review.describe_card(deck[1]["id"], today=DAY) == "learning, due in 2 days"
+    assert review.describe_card(deck[2]["id"], today=DAY) == "due now"
     assert review.describe_card(deck[4]["id"], today=DAY) == "new"
 
 
@@ -200,7 +223,7 @@ def test_undo_restores_the_cards_entry_exactly(state, deck):
     review.record(card, False, today=DAY)
     before = json.loads(state.read_text())["cards"][card]
     review.record(card, True, today=later(1))                 # the mis-click
-    assert review.undo(today=later(1)) == "undone: box 1 of 5, due now"
+    assert review.undo(today=later(1)) == "undone: due now"
     assert json.loads(state.read_text())["cards"][card] == before
     assert review.undo() is None, "only the last answer can be undone"
 
@@ -230,7 +253,8 @@ def test_drill_u_takes_the_last_answer_back_and_asks_again(state, deck):
     replies = scripted("", "y", "", "n", "u", "", "y", "", "y", "u", "", "n", "", "y", "")
     assert review.drill(alpha, today=DAY, say=said.append, ask=replies) == (3, 1)
     entries = review.load_state()["cards"]
-    assert [(entries[c["id"]]["box"], entries[c["id"]]["lapses"]) for c in alpha] == [(2, 0), (2, 0), (2, 1)]
+    assert [(len(entries[c["id"]]["answers"]), entries[c["id"]]["lapses"]) for c in alpha] == [
+        (1, 0), (1, 0), (2, 1)]
     text = "\n".join(said)
     assert text.count("undone: the card is new again") == 2
     assert "Knew 3, missed 1." in text
@@ -243,13 +267,13 @@ def test_drill_u_takes_the_last_answer_back_and_asks_again(state, deck):
 
 
 def test_answers_persist_across_a_restart(state, deck):
-    assert "box 2 of 5, next review tomorrow" in review.record(deck[0]["id"], True, today=DAY)
+    assert "knew it: next review in 2 days" in review.record(deck[0]["id"], True, today=DAY)
     assert not list(state.parent.glob("*.tmp")), "the atomic write left its temporary file"
     code = (f"from helpers import review; import datetime; "
-            f"print(review.load_state()['cards']['{deck[0]['id']}']['box'])")
+            f"print(review.load_state()['cards']['{deck[0]['id']}']['due'])")
     fresh_process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                    env=dict(os.environ, PYTHONPATH=str(ROOT)), check=True)
-    assert fresh_process.stdout.strip() == "2"
+    assert fresh_process.stdout.strip() == later(2).isoformat()
     assert json.loads(state.read_text())["version"] == review.VERSION
 
 
@@ -280,7 +304,7 @@ def assert_read_only_session(state, deck, content):
         warnings.simplefilter("always")
         assert review.read_only()
         assert review.record(deck[0]["id"], True, today=DAY).endswith("(not saved)")
-        assert review.describe_card(deck[0]["id"], today=DAY) == "box 2 of 5, due tomorrow"
+        assert review.describe_card(deck[0]["id"], today=DAY) == "learning, due in 2 days"
         said = []
         review.drill(deck[1:2], today=DAY, say=said.append, ask=scripted("", "y", ""), started={"01"})
         assert "Read-only: this session's answers are not saved (see the warning above)." in said
@@ -338,12 +362,12 @@ def test_a_damaged_schedule_is_kept_in_place_and_the_session_is_read_only(state,
 
 
 def test_damaged_entries_keep_the_file_and_the_good_entries_are_used(state, deck):
-    good = {"box": 3, "due": later(3).isoformat(), "reviews": 2, "lapses": 0}
+    good = review.schedule(None, True, later(-1))
     write_schedule(state, {
         deck[2]["id"]: good,
-        deck[3]["id"]: {"box": 9, "due": DAY.isoformat()},     # no box 9
-        deck[4]["id"]: {"box": 2, "due": "next tuesday"},      # not a date
-        "03:0000000000": "box 2",                              # not an entry
+        deck[3]["id"]: {**good, "fsrs": {**good["fsrs"], "state": 9}},  # no FSRS state 9
+        deck[4]["id"]: {**good, "due": "next tuesday"},                   # not a date
+        "03:0000000000": "box 2",                                         # not an entry
     })
     content = state.read_bytes()
     with pytest.warns(review.ReviewStateWarning, match="3 damaged card entries .*Repair or delete"):
@@ -352,29 +376,48 @@ def test_damaged_entries_keep_the_file_and_the_good_entries_are_used(state, deck
     assert_read_only_session(state, deck, content)
 
 
+def test_damaged_entries_of_an_older_format_are_reported_not_migrated(state, deck):
+    good = {"box": 2, "due": DAY.isoformat(), "reviews": 1, "lapses": 0, "last": later(-1).isoformat()}
+    write_schedule(state, {
+        deck[2]["id"]: good,
+        deck[3]["id"]: {**good, "reviews": "three"},            # a count that is not a number
+        deck[4]["id"]: {**good, "box": 7},                      # no box 7
+    }, version=3, undo={"card": deck[3]["id"], "before": None, "after": {**good, "reviews": "three"}})
+    content = state.read_bytes()
+    with pytest.warns(review.ReviewStateWarning, match="2 damaged card entries .*Repair or delete"):
+        loaded = review.load_state()
+    assert list(loaded["cards"]) == [deck[2]["id"]] and loaded["cards"][deck[2]["id"]]["leitner"] == good
+    assert_read_only_session(state, deck, content)
+
+
 def test_a_version_1_schedule_is_migrated_at_the_next_answer(state, deck, recwarn):
     state.parent.mkdir(parents=True)
     shutil.copy(V1_SCHEDULE, state)
     old = json.loads(V1_SCHEDULE.read_text())["cards"]
     loaded = review.load_state()
-    assert loaded["version"] == review.VERSION == 3 and loaded["undo"] is None
+    assert loaded["version"] == review.VERSION == 4 and loaded["undo"] is None
     for card_id, entry in old.items():
-        assert {k: loaded["cards"][card_id][k] for k in entry} == entry, "every v1 entry is kept as it was"
+        kept = loaded["cards"][card_id]["leitner"]
+        assert {k: kept[k] for k in entry} == entry, "every v1 entry is kept as it was"
     assert loaded["cards"]["01:5ab5b4f4db"]["first"] == "2025-03-09"  # answered once: its first answer
     assert loaded["cards"]["01:a39bd3f91d"]["first"] is None          # answered 4 times: unknown
+    assert (loaded["cards"]["01:a39bd3f91d"]["reviews"], loaded["cards"]["01:a39bd3f91d"]["lapses"]) == (4, 1)
     assert state.read_bytes() == V1_SCHEDULE.read_bytes(), "reading never writes"
-    assert ids(review.due(deck, today=DAY)) == ids(deck[1:3]), "the v1 answers start lesson 01"
+    # replayed through FSRS, both answered cards fall due the day after; the v1 answers start
+    # lesson 01, so its third card comes as a new one
+    assert ids(review.due(deck, today=DAY)) == ids(deck[2:3]), "the v1 answers start lesson 01"
+    assert sorted(ids(review.due(deck, new=0, today=later(1)))) == sorted(ids(deck[:2]))
 
     review.record(deck[2]["id"], True, today=DAY)
     saved = json.loads(state.read_text())
-    assert saved["version"] == 3 and set(saved["cards"]) == set(old) | {deck[2]["id"]}
-    assert saved["cards"]["09:0123456789"]["box"] == 5, "cards of other lessons are kept"
+    assert saved["version"] == 4 and set(saved["cards"]) == set(old) | {deck[2]["id"]}
+    assert saved["cards"]["09:0123456789"]["leitner"]["box"] == 5, "cards of other lessons are kept"
     assert not warned(recwarn) and not review.read_only()
     assert review.undo(today=DAY) == "undone: the card is new again"
 
 
 def test_a_schedule_from_a_newer_version_is_read_only(state, deck):
-    entry = {"box": 3, "due": later(3).isoformat(), "reviews": 2, "lapses": 0, "first": None}
+    entry = review.schedule(None, True, DAY)
     write_schedule(state, {deck[2]["id"]: entry}, version=review.VERSION + 1, streaks={"01": 3})
     content = state.read_bytes()
     with pytest.warns(review.ReviewStateWarning, match="newer version of the course.*git pull"):
@@ -392,7 +435,7 @@ def test_an_unwritable_location_warns_once_and_never_crashes(tmp_path, monkeypat
     with warnings.catch_warnings(record=True) as again:
         warnings.simplefilter("always")
         assert review.record(deck[0]["id"], True, today=later(1)) == (
-            "knew it: box 3 of 5, next review in 3 days (not saved)"), "this session's answers still count"
+            "knew it before it was due: next review in 7 days (not saved)"), "this session's answers count"
     assert not warned(again)
     assert blocker.read_text() == "not a folder"
 
@@ -407,7 +450,7 @@ def test_a_writer_waits_for_the_lock(state, deck):
         writer.join(0.5)
         assert writer.is_alive() and not state.exists(), "the answer must wait for the lock"
     writer.join(30)
-    assert not writer.is_alive() and review.load_state()["cards"][deck[0]["id"]]["box"] == 2
+    assert not writer.is_alive() and review.load_state()["cards"][deck[0]["id"]]["reviews"] == 1
 
 
 def test_a_stale_copy_in_memory_never_overwrites_another_writers_answers(state, deck):
@@ -454,7 +497,7 @@ def test_without_fcntl_the_lock_uses_msvcrt(state, deck, monkeypatch):
     monkeypatch.setattr(review, "msvcrt", fake, raising=False)
     review.record(deck[0]["id"], True, today=DAY)
     assert calls == [fake.LK_LOCK, fake.LK_UNLCK]
-    assert review.load_state()["cards"][deck[0]["id"]]["box"] == 2
+    assert review.load_state()["cards"][deck[0]["id"]]["reviews"] == 1
 
 
 # ---------------------------------------------------------------- the terminal drill
@@ -479,12 +522,13 @@ def test_drill_records_answers_and_repeats_missed_cards(state, deck):
                                 ask=scripted("", "y", "", "n", "", "yes", "", "y"))
     assert (knew, missed) == (3, 1)
     entries = review.load_state()["cards"]
-    assert [entries[c["id"]]["box"] for c in alpha] == [2, 2, 2]
+    assert [entries[c["id"]]["answers"][-1][1] for c in alpha] == ["knew"] * 3
     assert entries[alpha[1]["id"]]["lapses"] == 1
     text = "\n".join(said)
     assert "3 card(s) for today (3 new)" in text and "Alpha two?" in text and "→ Second answer." in text
     assert review.drill(alpha, today=DAY, say=said.append, ask=scripted()) == (0, 0)
-    assert said[-1].startswith("Nothing is due today. Next review: 3 card(s) due tomorrow")
+    assert "Knew 3, missed 1. Nothing more is due today." in text
+    assert said[-1].startswith("Nothing is due today. Next review: 1 card(s) due tomorrow")  # the missed one
 
 
 def test_drill_says_where_new_cards_come_from(state, deck):
@@ -499,7 +543,7 @@ def test_drill_stops_cleanly_on_q_or_end_of_input_keeping_answers(state, deck):
     assert review.drill(deck, today=DAY, say=lambda _: None, ask=scripted("", "y", "q")) == (1, 0)
     assert review.drill(deck, today=DAY, say=lambda _: None, ask=scripted("", "maybe", "n", "")) == (0, 1)
     entries = review.load_state()["cards"]
-    assert entries[deck[0]["id"]]["box"] == 2 and entries[deck[1]["id"]]["box"] == 1
+    assert entries[deck[0]["id"]]["lapses"] == 0 and entries[deck[1]["id"]]["lapses"] == 1
 
 
 def run_cli(*args, stdin="", state=None):
@@ -516,7 +560,7 @@ def test_cli_drill_in_a_terminal_session(tmp_path):
     done = run_cli("--lesson", "2", "--results", str(results), stdin="\ny\n\nn\n", state=path)
     assert done.returncode == 0, done.stderr
     assert "2 card(s) for today (2 new)" in done.stdout and "Beta answer." in done.stdout
-    assert sorted(e["box"] for e in json.loads(path.read_text())["cards"].values()) == [1, 2]
+    assert sorted(e["lapses"] for e in json.loads(path.read_text())["cards"].values()) == [0, 1]
     assert run_cli("--lesson", "9", state=path).returncode == 2
 
 
@@ -541,21 +585,22 @@ def test_progress_table_from_the_latest_results(state, deck, tmp_path):
              {"lesson": "01", "exercise": "ex_a", "status": "pass", "message": "", "time": 2},
              {"lesson": "01", "exercise": "ex_b", "status": "fail", "message": "", "time": 3}]
     results.write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
-    review.record(deck[0]["id"], True, today=later(-1))       # due today
-    review.record(deck[1]["id"], True, today=DAY)             # due tomorrow
+    review.record(deck[0]["id"], True, today=later(-2))       # due today
+    review.record(deck[1]["id"], True, today=DAY)             # learning: due in 2 days
     rows = review.progress_rows(results, folder=FIXTURES, today=DAY,
                                 exercises={"01": ["ex_a", "ex_b", "ex_c"], "03": ["ex_d"]})
     assert [r["lesson"] for r in rows] == ["01", "02", "03"]
     assert rows[0]["exercises"] == [("ex_a", "pass"), ("ex_b", "fail"), ("ex_c", "not done")]
-    assert rows[0]["cards"] == {"total": 3, "new": 1, "due": 1, "learned": 0}
+    assert rows[0]["cards"] == {"total": 3, "new": 1, "due": 1, "learning": 1, "learned": 0}
     assert rows[1]["exercises"] == [] and rows[2]["cards"]["total"] == 0
     text = review.progress_text(rows)
     assert "✓ pass" in text and "✗ fail" in text and "· not done" in text
     header, _, first, *_ = text.splitlines()
-    assert header.endswith("cards: new  due  learned  total")
-    assert first.split()[-4:] == ["1", "1", "0", "3"], "lesson 01: 1 new, 1 due, 0 learned of 3"
+    assert header.endswith("cards: new  due  learning  learned  total")
+    assert first.split()[-5:] == ["1", "1", "1", "0", "3"], "01: 1 new, 1 due, 1 learning, 0 learned of 3"
     assert "Exercises: 1 of 4 pass, 1 fail, 2 not done." in text
-    assert "Cards: 1 due today, 0 of 5 learned, 3 new (not seen yet)." in text
+    assert ("Cards, 5 in all: 3 new (not seen yet), 1 due today, 1 learning, 0 learned (waiting 21 days or "
+            "more).") in text
 
 
 def test_cli_progress_runs_on_the_course_itself(tmp_path):
@@ -588,6 +633,35 @@ def test_cli_print_writes_the_html_deck(tmp_path):
     assert out.exists() and out.read_text().count("class='card'") == 5
 
 
+def anki_notes(apkg, tmp_path):
+    """(fields, tags) of every note in an .apkg: a zip holding Anki's SQLite collection."""
+    import sqlite3
+    import zipfile
+
+    with zipfile.ZipFile(apkg) as archive:
+        archive.extract("collection.anki2", tmp_path)
+    db = sqlite3.connect(tmp_path / "collection.anki2")
+    try:
+        rows = db.execute("select flds, tags from notes").fetchall()
+        decks = " ".join(row[0] for row in db.execute("select decks from col"))
+    finally:
+        db.close()
+    return [(flds.split("\x1f"), tags.split()) for flds, tags in rows], decks
+
+
+def test_cli_print_writes_an_anki_deck_holding_every_card(tmp_path, deck):
+    out = tmp_path / "deck" / "flashcards.html"
+    done = run_cli("--print", "--no-pdf", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    apkg = out.with_suffix(".apkg")
+    assert f"wrote {apkg}" in done.stdout
+    notes, decks = anki_notes(apkg, tmp_path)
+    assert len(notes) == len(deck), "one note per card"
+    assert sorted((f[0], f[1], tags) for f, tags in notes) == sorted(
+        (cards.inline_html(c["front"]), cards.inline_html(c["back"]), [f"lesson{c['lesson']}"]) for c in deck)
+    assert "Fast GPU kernels::01 Alpha" in decks and "Fast GPU kernels::02 Beta, titled" in decks
+
+
 @pytest.mark.skipif(review.chromium() is None, reason="no Chromium to print with (make install-browser-test)")
 def test_deck_prints_to_pdf_with_chromium(tmp_path):
     html_path, pdf_path = review.write_deck(tmp_path / "flashcards.html", folder=FIXTURES)
@@ -608,13 +682,14 @@ def shown(monkeypatch):
     return out
 
 
-def test_lesson_flashcards_are_a_widget_with_a_folded_fallback(state, shown):
-    box = cards.flashcards("01", folder=FIXTURES)
-    bundle = shown[0]
-    assert "application/vnd.jupyter.widget-view+json" in bundle, "JupyterLab shows the widget"
-    assert bundle["text/html"].count("<details") == 3, "a static viewer shows folded cards"
-    assert "<code>x</code>" in bundle["text/html"]
-    assert "course-card" in box.children[1]._dom_classes
+def test_lesson_flashcards_show_folded_cards_then_the_widget_and_return_nothing(state, shown):
+    assert cards.flashcards("01", folder=FIXTURES) is None, "a returned widget would be shown twice"
+    static, live = shown
+    assert list(static) == ["text/html"] and static["text/html"].count("<details") == 3
+    assert "<code>x</code>" in static["text/html"] and "class='course-static'" in static["text/html"]
+    assert cards.STATIC_STYLE in static["text/html"], "the rule that shows one of the two"
+    assert "application/vnd.jupyter.widget-view+json" in live, "JupyterLab shows the widget"
+    assert live["text/plain"] == cards.WIDGET_NOTE, "not the widget's long repr"
 
 
 def test_static_viewers_show_the_folded_cards(state, shown):
@@ -624,7 +699,7 @@ def test_static_viewers_show_the_folded_cards(state, shown):
     cards.flashcards("01", folder=FIXTURES)
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell('flashcards("01")')
-    cell.outputs = [nbformat.v4.new_output("display_data", data=shown[0])]
+    cell.outputs = [nbformat.v4.new_output("display_data", data=bundle) for bundle in shown]
     nb.cells.append(cell)
     page, _ = HTMLExporter().from_notebook_node(nb)
     assert "Alpha one: what is <code>x</code>?" in page and "<details" in page
@@ -646,8 +721,9 @@ def test_turning_a_card_and_answering_records_it(state, shown, deck):
     card.flip.click()
     assert "The first &lt;letter&gt;" in card.back.value and card.answers.layout.display == "flex"
     card.knew.click()
-    assert "box 2 of 5" in card.verdict.value
-    assert review.load_state()["cards"][deck[0]["id"]]["box"] == 2
+    assert "next review in 2 days" in card.verdict.value
+    assert "learning, due in 2 days" in card.front.value, "the card's label says what it is now"
+    assert review.load_state()["cards"][deck[0]["id"]]["reviews"] == 1
     card.flip.click()
     assert card.back.value == "", "a second click turns the card back"
 
@@ -665,7 +741,7 @@ def test_review_session_brings_a_missed_card_back(state, shown, deck):
     assert "Alpha two?" in seen[1] and "Alpha two?" in seen[3]
     assert "Done for today" in session.header.value and session.slot.children == ()
     assert (session.knew, session.missed) == (3, 1)
-    assert "Next review: 3 card(s) due tomorrow" in session.header.value
+    assert "Nothing more is due today. Next review: 1 card(s) due tomorrow" in session.header.value
 
 
 def test_a_cards_undo_button_takes_the_answer_back(state, shown, deck):
@@ -675,15 +751,26 @@ def test_a_cards_undo_button_takes_the_answer_back(state, shown, deck):
     assert card.undo.layout.display == "none"
     card.flip.click()
     card.missed.click()
+    assert "· due now" in card.front.value, "answered: the label is no longer new"
     assert card.undo.layout.display == "flex" and "course-card-undo" in card.undo._dom_classes
     card.undo.click()
     assert "the card is new again" in card.verdict.value and card.answers.layout.display == "flex"
+    assert "· new" in card.front.value, "the label is back to new"
     assert review.load_state()["cards"] == {}
     card.knew.click()
     review.record(deck[1]["id"], True)  # answered elsewhere since: that one is not taken back
     card.undo.click()
     assert "nothing to undo" in card.verdict.value
     assert set(review.load_state()["cards"]) == {deck[0]["id"], deck[1]["id"]}
+
+
+def test_a_cell_ending_in_the_review_session_shows_it_once(state, shown, deck):
+    from IPython.core.formatters import DisplayFormatter
+
+    start("01")
+    session = cards.review(lessons=["01"], folder=FIXTURES)
+    assert len(shown) == 2, "the folded cards and the widget, displayed by review()"
+    assert DisplayFormatter().format(session) == ({}, {}), "the session itself shows nothing more"
 
 
 def test_review_session_undo_shows_the_card_again(state, shown, deck):
@@ -713,7 +800,7 @@ def test_review_session_undo_shows_the_card_again(state, shown, deck):
     assert "Alpha three?" in front() and "course-review-done" not in session.header._dom_classes
     answer(True)
     assert (session.knew, session.missed) == (3, 0)
-    assert [e["box"] for e in review.load_state()["cards"].values()] == [2, 2, 2]
+    assert [e["answers"][-1][1] for e in review.load_state()["cards"].values()] == ["knew"] * 3
 
 
 def test_review_session_missed_card_undone_and_an_answer_from_elsewhere(state, shown, deck):
@@ -767,20 +854,21 @@ def test_a_schedule_and_results_from_before_the_renumbering_keep_every_answer(st
     shutil.copy(BEFORE_RENUMBERING / "results.jsonl", os.environ["COURSE_RESULTS"])
     old = json.loads((BEFORE_RENUMBERING / "review.json").read_text())["cards"]
     loaded = review.load_state()
-    assert not warned(recwarn) and loaded["version"] == 3
+    assert not warned(recwarn) and loaded["version"] == review.VERSION
+    kept = {card_id: entry.get("leitner") for card_id, entry in loaded["cards"].items()}  # as boxes kept it
     moved = {"09:203b39f142": "11:203b39f142",      # RoPE: the capstone is lesson 11
              "09:812dd485b6": "05:812dd485b6",      # Mish: GroupNorm + Mish is lesson 05's
              "09:782a6c081e": "10:a7372686dc",      # attention on the projection's layout, reworded
              "10:27c3270975": "09:27c3270975"}      # TMA: the Hopper matmul is lesson 09
     for before, after in moved.items():
-        assert loaded["cards"][after] == old[before], before
-    assert loaded["cards"]["07:818b60a0de"] == old["07:818b60a0de"], "unmoved lessons are untouched"
-    assert loaded["cards"]["09:90d116a1fa"] == old["09:90d116a1fa"], "a card whose id did not change"
-    assert loaded["cards"]["10:794372ac62"] == old["10:794372ac62"], "lesson 10's attention cards stay"
+        assert kept[after] == old[before], before
+    assert kept["07:818b60a0de"] == old["07:818b60a0de"], "unmoved lessons are untouched"
+    assert kept["09:90d116a1fa"] == old["09:90d116a1fa"], "a card whose id did not change"
+    assert kept["10:794372ac62"] == old["10:794372ac62"], "lesson 10's attention cards stay"
     # Two old cards merged into lesson 09's descriptor card: it keeps the history answered last, and
     # the other entry stays in the file under its old id.
-    assert loaded["cards"]["09:59ae22a96b"] == old["09:ab0eaabd5b"]
-    assert loaded["cards"]["10:59ae22a96b"] == old["10:59ae22a96b"]
+    assert kept["09:59ae22a96b"] == old["09:ab0eaabd5b"]
+    assert kept["10:59ae22a96b"] == old["10:59ae22a96b"]
     assert loaded["undo"]["card"] == "09:27c3270975", "the last answer can still be undone"
     deck_ids = {card["id"] for card in cards.flashcard_list()}
     assert set(review.RENAMED_CARDS.values()) <= deck_ids, "every renamed card is in today's deck"
@@ -797,7 +885,55 @@ def test_a_schedule_and_results_from_before_the_renumbering_keep_every_answer(st
     assert rows["09"]["tma_matmul"] == "pass" and rows["10"]["softmax_long"] == "fail"
     assert {"05", "09", "10"} <= review.started_lessons(cards.flashcard_list(), loaded)
 
-    review.undo(today=datetime.date(2026, 11, 25))                 # saves: the file is now version 3
+    review.undo(today=datetime.date(2026, 11, 25))                 # saves: the file is now version 4
     saved = json.loads(state.read_text())
-    assert saved["version"] == 3 and saved["cards"]["09:27c3270975"]["box"] == 3
-    assert saved["cards"]["11:203b39f142"] == old["09:203b39f142"]
+    assert saved["version"] == review.VERSION and saved["cards"]["09:27c3270975"]["leitner"]["box"] == 3
+    assert saved["cards"]["11:203b39f142"]["leitner"] == old["09:203b39f142"]
+
+
+# ---------------------------------------------------------------- a record of the Leitner boxes (version 3)
+
+LEITNER_RECORD = pathlib.Path(__file__).resolve().parent / "fixtures" / "leitner_v3" / "review.json"
+
+
+def test_a_leitner_record_moves_to_fsrs_keeping_every_answer(state, recwarn):
+    """A schedule of version 3 (the Leitner boxes, the format before FSRS): every card keeps its
+    whole entry, its counts and days, and gets its FSRS schedule by replaying the answers its box
+    implies; the last answer can still be undone, and new answers add to the history."""
+    state.parent.mkdir(parents=True)
+    shutil.copy(LEITNER_RECORD, state)
+    old = json.loads(LEITNER_RECORD.read_text())
+    loaded = review.load_state()
+    assert not warned(recwarn) and loaded["version"] == review.VERSION == 4
+    assert state.read_bytes() == LEITNER_RECORD.read_bytes(), "reading never writes"
+    assert set(loaded["cards"]) == set(old["cards"]), "every card is kept"
+    for card_id, before in old["cards"].items():
+        entry = loaded["cards"][card_id]
+        assert entry["leitner"] == before, card_id
+        assert {k: entry[k] for k in ("reviews", "lapses", "first", "last")} == {
+            k: before.get(k) for k in ("reviews", "lapses", "first", "last")}, card_id
+        assert entry["answers"] == [] and review.replay(entry).to_dict() == {"card_id": 0, **entry["fsrs"]}
+    cards_ = loaded["cards"]
+    day = datetime.date(2026, 11, 25)
+    # what the boxes implied, replayed: a card missed on its last day is due that day; a card that
+    # climbed to the top box waits longer than one that reached box 2; every replayed card is due
+    # after its last answer
+    missed = cards_["01:aaaaaaaaaa"]
+    assert missed["due"] == "2026-11-24" and review.status(missed, day) == "due"
+    assert review.wait_days(cards_["01:eeeeeeeeee"]) > review.wait_days(cards_["01:bbbbbbbbbb"])
+    assert review.status(cards_["01:eeeeeeeeee"], day) == "learned"
+    assert all(e["due"] >= e["last"] for e in cards_.values())
+    assert loaded["undo"]["card"] == "01:cccccccccc"
+    assert loaded["undo"]["before"]["leitner"] == old["undo"]["before"]
+
+    # an answer today adds to the history; undo takes exactly that answer back
+    review.record("01:bbbbbbbbbb", True, today=day)
+    saved = json.loads(state.read_text())
+    assert saved["version"] == 4 and set(saved["cards"]) == set(old["cards"])
+    grown = saved["cards"]["01:bbbbbbbbbb"]
+    assert grown["leitner"] == old["cards"]["01:bbbbbbbbbb"] and len(grown["answers"]) == 1
+    assert grown["reviews"] == old["cards"]["01:bbbbbbbbbb"]["reviews"] + 1
+    assert review.replay(grown).to_dict() == {"card_id": 0, **grown["fsrs"]}
+    assert review.undo("01:bbbbbbbbbb", today=day).startswith("undone: ")
+    assert json.loads(state.read_text())["cards"] == loaded["cards"], "undone: the migrated record again"
+    assert review.undo(today=day) is None, "the record's own last answer was replaced by today's"
