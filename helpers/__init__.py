@@ -9,7 +9,7 @@ from helpers import interpreter
 
 interpreter.install()
 
-from helpers.check import CheckFailed, KernelTimeout, NotDone, check  # noqa: E402
+from helpers.check import CheckFailed, KernelTimeout, NotDone, check, passed  # noqa: E402
 
-__all__ = ["DEVICE", "INTERPRET", "ON_GPU", "describe", "pick", "check",
+__all__ = ["DEVICE", "INTERPRET", "ON_GPU", "describe", "pick", "check", "passed",
            "CheckFailed", "NotDone", "KernelTimeout"]
