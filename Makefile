@@ -63,8 +63,9 @@ test-oldest-triton: $(STAMP)
 	$(OLDEST_ENV) $(BIN)/python -m pytest tests -m "not notebooks" -q
 	$(OLDEST_ENV) $(BIN)/python -m pytest tests/test_notebooks.py::test_solved_notebooks_pass -q
 
+# exit status 0 while exercises are only unfinished; 1 for a wrong answer or a broken cell
 grade: $(STAMP)
-	$(BIN)/python -m helpers.grade $(if $(LESSON),--lesson $(LESSON))
+	@$(BIN)/python -m helpers.grade $(if $(LESSON),--lesson $(LESSON))
 
 bench: $(STAMP)
 	$(BIN)/python -m helpers.bench $(if $(LESSON),--lesson $(LESSON)) $(if $(GROUPS),--groups $(GROUPS))

@@ -9,10 +9,10 @@ from helpers import interpreter
 
 interpreter.install()
 
-from helpers.check import CheckFailed, KernelTimeout, NotDone, check  # noqa: E402
+from helpers.check import CheckFailed, KernelTimeout, NotDone, check, passed  # noqa: E402
 from helpers.worker import note_broken_context  # noqa: E402
 
 note_broken_context()
 
-__all__ = ["DEVICE", "INTERPRET", "ON_GPU", "describe", "pick", "check",
+__all__ = ["DEVICE", "INTERPRET", "ON_GPU", "describe", "pick", "check", "passed",
            "CheckFailed", "NotDone", "KernelTimeout"]

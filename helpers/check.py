@@ -23,6 +23,7 @@ that `make grade` and `make progress` read.
 """
 
 import contextlib
+import html
 import math
 import pathlib
 import signal
@@ -46,7 +47,32 @@ class CheckFailed(AssertionError):
 
 
 class NotDone(CheckFailed):
-    """The exercise is still the stub it shipped as."""
+    """The exercise is still the stub it shipped as.
+
+    Inside Jupyter, check() shows it as a box in place of raising it, so that Run All goes on.
+    """
+
+    exercise = None  # set by check(): the Exercise, for the box
+
+    def _lines(self):
+        """(heading, why, what to do)."""
+        ex, why = self.exercise, str(self)
+        if ex is not None:
+            head = f"Exercise {_number(ex)} of lesson {ex.lesson}, {ex.name}: not done yet."
+        else:
+            head, why = why, ""
+        return head, why, "Write the exercise cell above, run it, then run this check again."
+
+    def _repr_pretty_(self, p, cycle):
+        head, why, todo = self._lines()
+        p.text("\n  ".join(["· " + head, *([why] if why else []), todo]))
+
+    def _repr_html_(self):
+        head, why, todo = (html.escape(line) for line in self._lines())
+        reason = f"<div style='margin-top:0.3em'>{why}</div>" if why else ""
+        box = "border-left:4px solid #e0a800;background:rgba(224,168,0,.08);padding:.5em .9em;margin:.3em 0"
+        return (f"<div class='course-not-done' style='{box}'><b>· {head}</b>{reason}"
+                f"<div style='margin-top:0.3em'><b>To do:</b> {todo}</div></div>")
 
 
 class KernelTimeout(CheckFailed):
@@ -521,22 +547,69 @@ def _explain_exception(e, case=None):
 # ---------------------------------------------------------------- check
 
 
+_passed = set()  # exercises whose check passed in this Python session (for passed())
+
+
 def check(name, fn):
-    """Grade `fn` against exercise `name`; print one line on success, raise on failure."""
+    """Grade `fn` against exercise `name`; print one line on success, raise on failure.
+
+    An unfinished exercise raises NotDone, except inside Jupyter, where it shows a "not done"
+    box and returns, so that the rest of the notebook still runs. Either way it is recorded.
+    """
     ex = exercises.get(name)
+    _passed.discard(ex.name)
     status, message = "fail", ""
     try:
         n_cases = worker.run_cases(ex, fn) if worker.isolating() else _run_cases(ex, fn)
         status, message = "pass", f"{n_cases} cases"
     except NotDone as e:
         status, message = "not done", str(e)
-        raise NotDone(f"{name}: not done yet. {e}") from None
+        if not _in_jupyter():
+            raise NotDone(f"{name}: not done yet. {e}") from None
+        box = NotDone(str(e))
+        box.exercise = ex
+        _display(box)
+        return
     except CheckFailed as e:
         message = str(e)
         raise type(e)(f"✗ {name}: {e}") from None
     finally:
         records.append(ex.lesson, ex.name, status, " ".join(message.splitlines()[:2]))
+    _passed.add(ex.name)
     print(f"✓ {name}: all {n_cases} cases match the reference ({DEVICE.type}).")
+
+
+def passed(*names):
+    """True if every named exercise passed its check in this session; else say which to finish.
+
+    A cell that uses your answer to an exercise starts with `if passed("name"):`, so that it
+    runs once that exercise passes, and until then says what it needs instead of failing.
+    """
+    missing = [exercises.get(name) for name in names if exercises.get(name).name not in _passed]
+    for ex in missing:
+        print(f"· needs exercise {_number(ex)} ({ex.name}): finish it, "
+              f"then run this cell again.")
+    return not missing
+
+
+def _number(ex):
+    """The exercise's number within its lesson (1 for the first), as the notebook orders them."""
+    return [e.name for e in exercises.by_lesson()[ex.lesson]].index(ex.name) + 1
+
+
+def _in_jupyter():
+    """Whether this code runs inside a Jupyter kernel (a notebook), not plain Python or pytest."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return getattr(shell, "kernel", None) is not None
+
+
+def _display(obj):
+    from IPython.display import display
+    display(obj)
 
 
 def _run_cases(ex, fn, on_case=None):

@@ -7,10 +7,13 @@ Each notebook is executed from top to bottom in a fresh kernel by nbval, which
 reads the notebook and never writes it: your work is not touched. Every
 `check()` appends its result to a results file made for this run; the table at
 the end lists each exercise as pass, fail, not done or not run, with the reason
-it is not passing. Cells that fail only because they use the result of an
-unfinished exercise are counted, not listed; any other failing cell gets one
-line. nbval's full output, tracebacks included, goes to build/grade.log.
-The exit status is non-zero while any exercise is not passing or any cell fails.
+it is not passing, and a last line sums it up. Cells that fail only because
+they use the result of an unfinished exercise are counted, not listed; any
+other failing cell gets one line. nbval's full output, tracebacks included,
+goes to build/grade.log, with each cell named as you would find it (its
+exercise, or its first line).
+The exit status is 0 when every exercise passes or is simply not done yet, and
+1 when an answer fails its check or a cell fails for another reason.
 
 This module is also the pytest plugin (`-p helpers.grade`) that records, for
 each notebook cell nbval runs, its outcome and the exception it raised.
@@ -172,8 +175,8 @@ def read_events(path):
 def run_notebooks(paths, results_file, extra_args=(), log=None, events=None, on_event=None):
     """Execute notebooks under nbval (pytest), results of check() going to `results_file`.
 
-    With `log`, pytest's output (ANSI colours removed) goes to that file instead of
-    the terminal. With `events`, each cell's outcome is written there as a JSON line,
+    With `log`, pytest's output (ANSI colours removed, cells named by relabel_log) goes
+    to that file instead of the terminal. With `events`, each cell's outcome is written there as a JSON line,
     and `on_event(event)` is called for each while the run goes on. Returns pytest's
     exit status.
     """
@@ -217,7 +220,8 @@ def run_notebooks(paths, results_file, extra_args=(), log=None, events=None, on_
         if out is not None:
             out.close()
     if log is not None:
-        log.write_text(strip_ansi(log.read_text(encoding="utf-8", errors="replace")), encoding="utf-8")
+        text = strip_ansi(log.read_text(encoding="utf-8", errors="replace"))
+        log.write_text(relabel_log(text, paths), encoding="utf-8")
     return proc.returncode
 
 
@@ -256,8 +260,6 @@ def print_table(rows, why=None, width=None):
         note = why.get(name) or message or ("its check() did not run" if status == "not run" else "")
         note = "" if status == "pass" else shorten(note, note_w)
         print(f"{lesson:<7}{name:<{name_w + 2}}{marks.get(status, status):<12}{note}".rstrip())
-    passed = sum(r[3] == "pass" for r in rows)
-    print(f"\n{passed} of {len(rows)} exercises pass.")
 
 
 # ---------------------------------------------------------------- which failures are a cascade
@@ -303,6 +305,56 @@ def first_line(source):
     return (code or lines or [""])[0]
 
 
+def cell_labels(sources, tags):
+    """How a learner finds each code cell: 'the exercise cell of NAME', or its first line in backquotes."""
+    labels = []
+    for i, (source, cell_tags) in enumerate(zip(sources, tags)):
+        graded = next((m.group(1) for s in sources[i + 1:] if (m := _CHECK_CALL.search(s))), None)
+        if "exercise" in cell_tags and graded:
+            labels.append(f"the exercise cell of {graded}")
+        else:
+            labels.append(f"cell `{shorten(first_line(source), 60)}`")
+    return labels
+
+
+def notebook_cell_labels(path):
+    """cell_labels() of a notebook's code cells, in nbval's order; [] if it cannot be read."""
+    import nbformat
+
+    try:
+        cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    except Exception:  # noqa: BLE001  (a damaged notebook: nbval reports it)
+        return []
+    return cell_labels([c.source for c in cells], [c.get("metadata", {}).get("tags", []) for c in cells])
+
+
+_NODE = re.compile(r"(\S*?([^\s/]+\.ipynb))::Cell (\d+)")
+_CELL_LINE = re.compile(r"^Cell (\d+): ", re.M)
+_IN_CELL = re.compile(r"^Cell In\[\d+\], ")  # IPython's frame of a cell: its In[] count is 1 under nbval
+
+
+def relabel_log(text, paths):
+    """nbval's log with "x.ipynb::Cell 12" and "Cell 12:" replaced by the cell's label, and IPython's
+    "Cell In[1], line 2" (the same count for every cell) by "a notebook cell, line 2"."""
+    labels = {pathlib.Path(p).name: notebook_cell_labels(p) for p in paths}
+
+    def label(name, num):
+        found = labels.get(name, [])
+        return found[int(num)] if int(num) < len(found) else f"code cell {int(num) + 1}"
+
+    out, current = [], None
+    for line in text.splitlines():
+        nodes = list(_NODE.finditer(line))
+        if nodes:
+            current = nodes[-1].group(2)
+            line = _NODE.sub(lambda m: f"{m.group(1)}, {label(m.group(2), m.group(3))}", line)
+        elif current and _CELL_LINE.match(line):
+            line = _CELL_LINE.sub(lambda m: f"{label(current, m.group(1))}: ", line)
+        line = _IN_CELL.sub("a notebook cell, ", line)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
 def _cells_by_notebook(events):
     """{notebook path: [the event that decides each cell's outcome]}, in cell order."""
     cells = collections.defaultdict(dict)
@@ -343,7 +395,7 @@ def summarize(events, rows):
     `events` are the plugin's records, `rows` table()'s. Returns a dict:
       why:      {exercise: reason} for exercises whose check() never recorded a result;
       cascade:  {lesson: (exercise names whose results later cells used, how many cells)};
-      other:    [(lesson, cell, first line, error, n later cells, kernel died)]: failures
+      other:    [(lesson, cell number, label, error, n later cells, kernel died)]: failures
                 that are not an exercise's check (a worked example's exception, a timeout,
                 a dead kernel), each with the later cells that failed by using its result
                 (or, where the kernel died, the later cells that could not run);
@@ -366,6 +418,7 @@ def summarize(events, rows):
     for path, order in _cells_by_notebook(events).items():
         lesson = pathlib.Path(path).name[:2]
         checks = [m.group(1) if (m := _CHECK_CALL.search(ev["source"])) else None for ev in order]
+        labels = cell_labels([ev["source"] for ev in order], [ev.get("tags", []) for ev in order])
         tainted = {}  # name -> ("exercise", its name) or ("cell", index into `other`)
         dead = None   # the entry of `other` for the cell in which the kernel died
         for i, ev in enumerate(order):
@@ -378,7 +431,7 @@ def summarize(events, rows):
             if dead is not None:
                 dead[4] += _failed(ev)
                 if check and status.get(check) == "not run":
-                    why[check] = f"not reached: the kernel died in cell {dead[1]}"
+                    why[check] = f"not reached: the kernel died in {dead[2]}"
                 continue
             if not _failed(ev):
                 continue
@@ -401,7 +454,7 @@ def summarize(events, rows):
             else:
                 root = ("cell", len(other))
                 died = _kernel_dead(ev)
-                other.append([lesson, ev["cell"], first_line(src), shorten(_error(ev), 120), 0, died])
+                other.append([lesson, ev["cell"], labels[i], shorten(_error(ev), 120), 0, died])
                 if died:
                     dead = other[-1]
             for name in names_assigned(src):
@@ -413,13 +466,13 @@ def summarize(events, rows):
 def summary_lines(summary):
     """The report on failed cells that are not an exercise's own check: one line each, cascades counted."""
     own = [f"  {name}: nbval could not read it: {message}" for name, message in summary["broken"]]
-    for lesson, cell, line, error, after, died in summary["other"]:
+    for lesson, _cell, label, error, after, died in summary["other"]:
         more = ""
         if after:
             cells = "1 later cell" if after == 1 else f"{after} later cells"
             verb = "uses" if after == 1 else "use"
             more = f" ({cells} could not run)" if died else f" (and {cells} that {verb} its result)"
-        own.append(f"  lesson {lesson}, cell {cell} `{shorten(line, 50)}`: {error}{more}")
+        own.append(f"  lesson {lesson}, {label}: {error}{more}")
     lines = ["", "Failures that are not an exercise's check:", *own] if own else []
     if summary["cascade"]:
         lines.append("")
@@ -434,14 +487,18 @@ def summary_lines(summary):
 
 
 def _progress(code_cells):
-    """An on_event callback printing one line per notebook once all its cells have run."""
+    """An on_event callback printing one line per notebook once all its cells have run, with the
+    seconds that notebook took (its kernel's start and every cell)."""
     seen = collections.defaultdict(dict)
+    seconds = collections.Counter()
     printed = set()
-    started = time.monotonic()
 
     def on_event(ev):
         path = ev.get("path")
-        if path is None or (ev["when"] != "call" and ev["outcome"] == "passed"):
+        if path is None:
+            return
+        seconds[path] += ev.get("duration") or 0.0
+        if ev["when"] != "call" and ev["outcome"] == "passed":
             return
         seen[path][ev["cell"]] = ev["outcome"] == "failed" and not ev.get("xfail")
         total = code_cells.get(path)
@@ -450,7 +507,7 @@ def _progress(code_cells):
             failed = sum(seen[path].values())
             note = f"{failed} failed" if failed else "all ran"
             print(f"  {pathlib.Path(path).stem:<28}{total:>3} cell{'s' * (total > 1)}, {note:<11}"
-                  f"{time.monotonic() - started:5.0f} s", flush=True)
+                  f"{seconds[path]:5.0f} s", flush=True)
     return on_event
 
 
@@ -492,16 +549,32 @@ def main(argv=None):
             if status != "not run":
                 records.append(lesson_, name, status, message)
     summary = summarize(events, rows)
-    print_table(rows, summary["why"])
-    for line in summary_lines(summary):
-        print(line)
     shown = os.path.relpath(log) if log.is_relative_to(pathlib.Path.cwd()) else log
     if code not in (0, 1):  # pytest itself failed (usage error, internal error, interrupted)
         print(f"\nnbval stopped with exit status {code}; its last lines:")
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:] if log.exists() else []
         print("\n".join(f"  {line}" for line in tail))
-    print(f"Full nbval log, with every traceback: {shown}")
-    return 0 if code == 0 and all(r[3] == "pass" for r in rows) else 1
+    print_table(rows, summary["why"])
+    for line in summary_lines(summary):
+        print(line)
+    broken = len(summary["other"]) + len(summary["broken"])
+    print(f"\n{verdict(rows, broken)} Full log, with every traceback: {shown}")
+    finished = all(r[3] in ("pass", "not done") for r in rows)
+    return 0 if code in (0, 1) and finished and not broken else 1
+
+
+def verdict(rows, broken_cells=0):
+    """The one-line summary: how many exercises pass, are not done, fail; how many cells broke."""
+    count = collections.Counter(r[3] for r in rows)
+    parts = [f"{count['pass']} of {len(rows)} exercises pass"]
+    parts += [f"{count[s]} {s}" for s in ("not done", "fail", "not run") if count[s]]
+    if broken_cells:
+        parts.append(f"{broken_cells} other cell{'s' * (broken_cells > 1)} failed")
+    if count["fail"] or count["not run"] or broken_cells:
+        return f"Summary: {', '.join(parts)}: fix the failures listed above."
+    if count["not done"]:
+        return f"Summary: {', '.join(parts)}; nothing is broken."
+    return f"Summary: {', '.join(parts)}."
 
 
 if __name__ == "__main__":

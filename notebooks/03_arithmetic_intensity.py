@@ -24,7 +24,7 @@
 # Exercises: the cost of a matmul, the roofline formula, ten predictions, and an honest timer.
 
 # %%
-from helpers import DEVICE, ON_GPU, check, describe
+from helpers import DEVICE, ON_GPU, check, describe, passed
 from helpers.bench import Bench, compare, measure, recorded, recorded_devices, recorded_rows, show
 from helpers.cards import flashcards, self_check
 from helpers.exercises.lesson03 import OPERATIONS, SimulatedGPU
@@ -174,11 +174,12 @@ check("roofline", roofline)
 # 2048³ on each chip:
 
 # %%
-cost = matmul_cost(2048, 2048, 2048, torch.float16)
-for chip in CHIPS.values():
-    verdict = roofline(cost["flops"], cost["bytes"], chip.tflops["fp16"], chip.bandwidth_tbs)
-    print(f"{chip.name:<15} intensity {verdict['intensity']:6.0f}  {verdict['bound']:>7}-bound, "
-          f"at most {verdict['tflops']:5.0f} TFLOP/s")
+if passed("matmul_cost", "roofline"):
+    cost = matmul_cost(2048, 2048, 2048, torch.float16)
+    for chip in CHIPS.values():
+        verdict = roofline(cost["flops"], cost["bytes"], chip.tflops["fp16"], chip.bandwidth_tbs)
+        print(f"{chip.name:<15} intensity {verdict['intensity']:6.0f}  {verdict['bound']:>7}-bound, "
+              f"at most {verdict['tflops']:5.0f} TFLOP/s")
 
 # %% [markdown]
 # ### Exercise 3 · Which side of the ridge?
@@ -544,16 +545,18 @@ check("time_ms", time_ms)
 # simulated one.
 
 # %%
-if ON_GPU:
-    inputs = [torch.randn(2**26, device=DEVICE) for _ in range(4)]
-    double = lambda x: x * 2  # noqa: E731  (reads 256 MB, writes 256 MB)
-    print(f"naive:      {naive_time_ms(double, inputs, time.perf_counter, torch.cuda.synchronize):8.3f} ms")
-    print(f"time_ms:    {time_ms(double, inputs, time.perf_counter, torch.cuda.synchronize):8.3f} ms")
-    print(f"do_bench:   {measure(lambda: double(inputs[0])):8.3f} ms")
-else:
-    gpu = SimulatedGPU(kernel_ms=0.5, seed=2)
-    measured = time_ms(gpu.launch, gpu.buffers(4), gpu.clock, gpu.synchronize)
-    print(f"time_ms on a simulated 0.5 ms kernel: {measured:.3f} ms")
+if passed("time_ms"):
+    if ON_GPU:
+        inputs = [torch.randn(2**26, device=DEVICE) for _ in range(4)]
+        double = lambda x: x * 2  # noqa: E731  (reads 256 MB, writes 256 MB)
+        clock, sync = time.perf_counter, torch.cuda.synchronize
+        print(f"naive:      {naive_time_ms(double, inputs, clock, sync):8.3f} ms")
+        print(f"time_ms:    {time_ms(double, inputs, clock, sync):8.3f} ms")
+        print(f"do_bench:   {measure(lambda: double(inputs[0])):8.3f} ms")
+    else:
+        gpu = SimulatedGPU(kernel_ms=0.5, seed=2)
+        measured = time_ms(gpu.launch, gpu.buffers(4), gpu.clock, gpu.synchronize)
+        print(f"time_ms on a simulated 0.5 ms kernel: {measured:.3f} ms")
 
 # %% [markdown]
 # Rule 5 on a real GPU: the next cell times one float16 matmul of 8192³ on zeros and on random

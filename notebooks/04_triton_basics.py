@@ -27,7 +27,7 @@
 # epilogue.
 
 # %%
-from helpers import DEVICE, ON_GPU, check, describe, pick
+from helpers import DEVICE, ON_GPU, check, describe, passed, pick
 from helpers.bench import ROOT, Bench, compare, recorded
 from helpers.cards import flashcards, self_check
 from helpers.roofline import CHIPS, chip_for, plot, timed_point
@@ -170,7 +170,8 @@ def add_2d_benches():
                   impls={"triton": lambda: add_2d(xg, yg), "torch": lambda: xg + yg})]
 
 
-timings = compare("add_2d_fp32", add_2d_benches)
+if not ON_GPU or passed("add_2d"):  # on a GPU, this times your kernel
+    timings = compare("add_2d_fp32", add_2d_benches)
 
 # %% [markdown]
 # ## Compile-time constants, warps and stages
@@ -326,20 +327,22 @@ def show_order(num_pid_m, num_pid_n, group_m, ax, wave=36):
     ax.set_yticks([])
 
 
-fig, axes = plt.subplots(1, 2, figsize=(9, 4.6))
-show_order(12, 12, 1, axes[0])
-show_order(12, 12, 6, axes[1])
-plt.show()
+if passed("grouped_order"):
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4.6))
+    show_order(12, 12, 1, axes[0])
+    show_order(12, 12, 6, axes[1])
+    plt.show()
 
 # %% [markdown]
 # For a real case, a 4096 x 4096 output in 128 x 128 tiles (a 32 x 32 grid) on an H100, where one
 # program of this size fits on each of the 132 SMs:
 
 # %%
-for group_m in (1, 8):
-    a_strips, b_strips = strips_per_wave(32, 32, group_m, wave=132)
-    print(f"group_m = {group_m}: the first wave loads {a_strips} strips of A and {b_strips} of B, "
-          f"{a_strips + b_strips} in all")
+if passed("grouped_order"):
+    for group_m in (1, 8):
+        a_strips, b_strips = strips_per_wave(32, 32, group_m, wave=132)
+        print(f"group_m = {group_m}: the first wave loads {a_strips} strips of A and {b_strips} of B, "
+              f"{a_strips + b_strips} in all")
 
 # %% [markdown]
 # Fewer distinct strips per wave means more of each wave's loads are served by L2 instead of HBM.
@@ -419,14 +422,15 @@ check("matmul", matmul)
 # autotunes, and the meter then replays the chosen config through the interpreter):
 
 # %%
-M, N, K = 100, 70, 90
-a = torch.randn(M, K, device=DEVICE, dtype=torch.float16)
-b = torch.randn(K, N, device=DEVICE, dtype=torch.float16)
-matmul(a, b)
-chosen = matmul_kernel.best_config.kwargs if ON_GPU else MATMUL_CONFIGS[0].kwargs
-print("counted:", triton_traffic(matmul, a, b))
-print("formula:", tiled_bytes(M, N, K, chosen["BLOCK_M"], chosen["BLOCK_N"]), "bytes; the minimum:",
-      2 * (M * K + K * N + M * N), "bytes")
+if passed("matmul"):
+    M, N, K = 100, 70, 90
+    a = torch.randn(M, K, device=DEVICE, dtype=torch.float16)
+    b = torch.randn(K, N, device=DEVICE, dtype=torch.float16)
+    matmul(a, b)
+    chosen = matmul_kernel.best_config.kwargs if ON_GPU else MATMUL_CONFIGS[0].kwargs
+    print("counted:", triton_traffic(matmul, a, b))
+    print("formula:", tiled_bytes(M, N, K, chosen["BLOCK_M"], chosen["BLOCK_N"]), "bytes; the minimum:",
+          2 * (M * K + K * N + M * N), "bytes")
 
 # %% [markdown]
 # On a GPU the next cell times your matmul against cuBLAS (`torch.matmul`) in float16; elsewhere it
@@ -449,7 +453,8 @@ def matmul_benches():
     return benches
 
 
-timings = compare("matmul_fp16", matmul_benches)
+if not ON_GPU or passed("matmul"):  # on a GPU, this times your kernel
+    timings = compare("matmul_fp16", matmul_benches)
 
 
 # %%
@@ -465,8 +470,9 @@ def speed_against(rows, impl, baseline):
         print(f"{label:>10}: {impl} runs at {ms[baseline] / ms[impl]:.2f} of {baseline}'s speed")
 
 
-print(f"on {gpu_of(timings)}:")
-speed_against(timings, "triton", "cuBLAS")
+if not ON_GPU or passed("matmul"):  # on a GPU, these are your kernel's timings
+    print(f"on {gpu_of(timings)}:")
+    speed_against(timings, "triton", "cuBLAS")
 
 # %% [markdown]
 # The same kernels on the roofline (measured now on a GPU, else the recorded figures): your tiled
@@ -477,16 +483,17 @@ def square_fp16(n=4096):
     return [torch.randn(n, n, device="cuda", dtype=torch.float16)] * 2
 
 
-n = 4096
-flops, least = 2 * n**3, 6 * n * n
-points = [timed_point("tiled matmul", flops, least, matmul, square_fp16, ("matmul_fp16", "triton", n)),
-          timed_point("cuBLAS", flops, least, torch.matmul, square_fp16, ("matmul_fp16", "cuBLAS", n))]
-if not ON_GPU:  # lesson 03's kernel is only in the recording here
-    points.append(timed_point("row-at-a-time (lesson 03)", flops, least, None, None,
-                              ("rowwise_matmul_fp16", "row-at-a-time (Triton)", n)))
-device_name = torch.cuda.get_device_name() if ON_GPU else (recorded() or {}).get("device", "")
-chip = chip_for(device_name) or CHIPS["H100 SXM"]
-ax = plot(points, chip=chip, precisions=("fp16",))
+if not ON_GPU or passed("matmul"):  # on a GPU, this times your kernel
+    n = 4096
+    flops, least = 2 * n**3, 6 * n * n
+    points = [timed_point("tiled matmul", flops, least, matmul, square_fp16, ("matmul_fp16", "triton", n)),
+              timed_point("cuBLAS", flops, least, torch.matmul, square_fp16, ("matmul_fp16", "cuBLAS", n))]
+    if not ON_GPU:  # lesson 03's kernel is only in the recording here
+        points.append(timed_point("row-at-a-time (lesson 03)", flops, least, None, None,
+                                  ("rowwise_matmul_fp16", "row-at-a-time (Triton)", n)))
+    device_name = torch.cuda.get_device_name() if ON_GPU else (recorded() or {}).get("device", "")
+    chip = chip_for(device_name) or CHIPS["H100 SXM"]
+    ax = plot(points, chip=chip, precisions=("fp16",))
 
 # %% [markdown]
 # ## Exercise 4 · A fused epilogue: matmul + bias + GELU
@@ -589,7 +596,8 @@ def epilogue_benches():
     return benches
 
 
-timings = compare("matmul_bias_gelu_fp16", epilogue_benches)
+if not ON_GPU or passed("matmul_bias_gelu"):  # on a GPU, this times your kernel
+    timings = compare("matmul_bias_gelu_fp16", epilogue_benches)
 
 # %% [markdown]
 # The same rows as ratios: how fast the fused kernel runs against each alternative (its time over
@@ -623,7 +631,8 @@ def epilogue_verdict(rows):
         print(f"faster than {short} at {n} of {len(labels)} shapes")
 
 
-epilogue_verdict(timings)
+if not ON_GPU or passed("matmul_bias_gelu"):  # on a GPU, these are your kernel's timings
+    epilogue_verdict(timings)
 
 # %% [markdown]
 # Read it row by row. Against the eager chain the fusion saves two round trips of C and two launches.
@@ -668,7 +677,7 @@ LOOK_FOR
 
 # %%
 RECORDED_EXCERPT = ROOT / "helpers" / "recorded" / "04_matmul_compiled.txt"
-if ON_GPU:
+if ON_GPU and passed("matmul"):  # your kernel, compiled now; else the recorded excerpt
     n = 1024
     ag, bg = square_fp16(n)
     cg = torch.empty(n, n, device=DEVICE, dtype=torch.float16)

@@ -36,7 +36,7 @@
 # ## Setting up
 
 # %%
-from helpers import DEVICE, ON_GPU, check, describe, pick
+from helpers import DEVICE, ON_GPU, check, describe, passed, pick
 from helpers.bench import Bench, compare, recorded_devices, recorded_rows, timed, verdicts
 from helpers.cards import flashcards, self_check
 from helpers.solutions import load_solution, show
@@ -235,6 +235,11 @@ rms_rows = compare("rmsnorm", rms_benches)
 #   For any other row the sum is at least 1: the max contributes $e^0$.
 # - **strides**: element `(row, j)` of `x` is at `x_ptr + row * stride_xm + j * stride_xn`, with
 #   `row` an int64 as in `rms_norm_kernel`; the output is contiguous.
+#
+# The check uses ragged widths, values up to ±1e4, float16 rows, `-inf` entries and fully masked rows,
+# two non-contiguous views, and near-constant rows whose outputs are all about 1/N. It compares
+# probabilities relative to their size, to within one float16 rounding: exponentials or sums kept in
+# float16 show.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -261,12 +266,6 @@ def softmax_rows(x):
     return out
 
 
-# %% [markdown]
-# The check uses ragged widths, values up to ±1e4, float16 rows, `-inf` entries and fully masked rows,
-# two non-contiguous views, and near-constant rows whose outputs are all about 1/N. It compares
-# probabilities relative to their size, to within one float16 rounding: exponentials or sums kept in
-# float16 show.
-
 # %%
 check("softmax_rows", softmax_rows)
 
@@ -274,10 +273,10 @@ check("softmax_rows", softmax_rows)
 # Your kernel against the eager version, counted by the meter:
 
 # %%
-fused = triton_traffic(softmax_rows, x.to(DEVICE))
-print("eager naive  :", naive)
-print("your kernel  :", fused)
-if fused.bytes:
+if passed("softmax_rows"):
+    fused = triton_traffic(softmax_rows, x.to(DEVICE))
+    print("eager naive  :", naive)
+    print("your kernel  :", fused)
     print(f"{naive.bytes / fused.bytes:.1f}x fewer bytes, {naive.kernels}x fewer launches")
 
 # %% [markdown]
@@ -298,10 +297,12 @@ def softmax_benches(dtype, name):
                            "torch eager naive (5 kernels)": lambda x=x: softmax_naive(x)})
 
 
-fp32_rows = compare("softmax_fp32", lambda: softmax_benches(torch.float32, "fp32"))
+if not ON_GPU or passed("softmax_rows"):  # on a GPU, this times your kernel
+    fp32_rows = compare("softmax_fp32", lambda: softmax_benches(torch.float32, "fp32"))
 
 # %%
-fp16_rows = compare("softmax_fp16", lambda: softmax_benches(torch.float16, "fp16"))
+if not ON_GPU or passed("softmax_rows"):  # on a GPU, this times your kernel
+    fp16_rows = compare("softmax_fp16", lambda: softmax_benches(torch.float16, "fp16"))
 
 # %% [markdown]
 # `torch.compile` is the strongest baseline in these tables, and the closest. Its time over yours,
@@ -315,11 +316,12 @@ def compile_over_ours(rows):
             for label, impl in ms if impl.startswith("triton")}
 
 
-for group, table in (("rmsnorm", rms_rows), ("softmax_fp32", fp32_rows), ("softmax_fp16", fp16_rows)):
-    if table:
-        where = table[0].get("device", "measured now")
-        shapes = ", ".join(f"{label} {r:.3f}" for label, r in compile_over_ours(table).items())
-        print(f"{group} ({where}): {shapes}")
+if not ON_GPU or passed("softmax_rows"):  # on a GPU, these are your kernel's timings
+    for group, table in (("rmsnorm", rms_rows), ("softmax_fp32", fp32_rows), ("softmax_fp16", fp16_rows)):
+        if table:
+            where = table[0].get("device", "measured now")
+            shapes = ", ".join(f"{label} {r:.3f}" for label, r in compile_over_ours(table).items())
+            print(f"{group} ({where}): {shapes}")
 
 # %% [markdown]
 # Close to 1 wherever both kernels are close to the copy ceiling (the tables' last column): one read
@@ -475,6 +477,11 @@ check("online_softmax_torch", online_softmax_torch)
 #
 # A Python `for start in range(0, n_cols, BLOCK)` loop works inside a kernel; the mask `cols < n_cols`
 # handles the last, ragged tile, and masked lanes load `-inf`.
+#
+# The check uses small tiles so that even short rows span many of them: rows whose max grows at every
+# tile, `-inf` prefixes, fully masked rows, float16, ragged last tiles, strided views, and near-constant
+# rows long enough that a float16 running sum drifts. Then it counts what your kernel loads and stores,
+# as the next cell does.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -500,12 +507,6 @@ def softmax_tiled(x, block=1024):
     return out
 
 
-# %% [markdown]
-# The check uses small tiles so that even short rows span many of them: rows whose max grows at every
-# tile, `-inf` prefixes, fully masked rows, float16, ragged last tiles, strided views, and near-constant
-# rows long enough that a float16 running sum drifts. Then it counts what your kernel loads and stores,
-# as the next cell does.
-
 # %%
 check("softmax_tiled", softmax_tiled)
 
@@ -513,11 +514,12 @@ check("softmax_tiled", softmax_tiled)
 # What does your kernel move? Two reads of the row and one write, exactly, whatever the tile size:
 
 # %%
-xt = torch.randn(4, 1000, device=DEVICE)
-tiled = triton_traffic(softmax_tiled, xt, block=256)
-print(tiled)
-print(f"in units of the matrix: read {tiled.bytes_loaded / xt.nbytes:.0f}x, "
-      f"written {tiled.bytes_stored / xt.nbytes:.0f}x")
+if passed("softmax_tiled"):
+    xt = torch.randn(4, 1000, device=DEVICE)
+    tiled = triton_traffic(softmax_tiled, xt, block=256)
+    print(tiled)
+    print(f"in units of the matrix: read {tiled.bytes_loaded / xt.nbytes:.0f}x, "
+          f"written {tiled.bytes_stored / xt.nbytes:.0f}x")
 
 # %% [markdown]
 # Counting honestly, the tiled kernel moves 3·MN elements where the one-read ideal is 2·MN. The
@@ -593,14 +595,15 @@ def softmax_tiled_tuned(x):
 # key launch the remembered config at once.
 
 # %%
-for n_cols in pick(cpu=(1000, 3000), gpu=(65536, 262144)):
-    for dtype in (torch.float32, torch.float16):
-        softmax_tiled_tuned(torch.randn(pick(4, 256), n_cols, device=DEVICE, dtype=dtype))
-for key, config in softmax_tiled_tuned_kernel.cache.items():
-    print(key, "->", config)
-if not ON_GPU:
-    print("One config only (the CPU list): nothing to time, so the autotuner remembers nothing.",
-          "On a GPU this prints one line per (n_cols, dtypes) key.")
+if passed("softmax_tiled"):
+    for n_cols in pick(cpu=(1000, 3000), gpu=(65536, 262144)):
+        for dtype in (torch.float32, torch.float16):
+            softmax_tiled_tuned(torch.randn(pick(4, 256), n_cols, device=DEVICE, dtype=dtype))
+    for key, config in softmax_tiled_tuned_kernel.cache.items():
+        print(key, "->", config)
+    if not ON_GPU:
+        print("One config only (the CPU list): nothing to time, so the autotuner remembers nothing.",
+              "On a GPU this prints one line per (n_cols, dtypes) key.")
 
 # %% [markdown]
 # What is remembered, and where:
@@ -629,10 +632,12 @@ def long_benches(dtype, name):
                            "torch.compile(naive)": lambda x=x: compiled(x)})
 
 
-rows = compare("softmax_long_fp32", lambda: long_benches(torch.float32, "fp32"))
+if not ON_GPU or passed("softmax_tiled"):  # on a GPU, this times your kernel
+    rows = compare("softmax_long_fp32", lambda: long_benches(torch.float32, "fp32"))
 
 # %%
-rows = compare("softmax_long_fp16", lambda: long_benches(torch.float16, "fp16"))
+if not ON_GPU or passed("softmax_tiled"):  # on a GPU, this times your kernel
+    rows = compare("softmax_long_fp16", lambda: long_benches(torch.float16, "fp16"))
 
 # %% [markdown]
 # ## Fusing RMSNorm into the linear layer
@@ -770,7 +775,8 @@ def fused_benches():
                            "matmul alone (x normed in advance)": lambda xn=xn, w=w: xn @ w.t()})
 
 
-rows = compare("rmsnorm_linear", fused_benches)
+if not ON_GPU or passed("rmsnorm_linear"):  # on a GPU, this times your kernel
+    rows = compare("rmsnorm_linear", fused_benches)
 
 # %% [markdown]
 # Live on a GPU, "triton fused" is your kernel with the fixed 64 x 64 x 64 tiles of the launcher
@@ -796,7 +802,7 @@ def against_matmul_alone(rows, title):
             print(f"  {impl:>38}: {r['ms']:.3f} ms, {r['ms'] - alone['ms']:+.3f} ms on top of it")
 
 
-if ON_GPU:
+if ON_GPU and passed("rmsnorm_linear"):  # your kernel's timings
     against_matmul_alone(rows, f"measured now on {torch.cuda.get_device_name()}:")
 for device in recorded_devices():
     recorded, where = recorded_rows("rmsnorm_linear", device)

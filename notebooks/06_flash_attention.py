@@ -38,7 +38,7 @@
 # ## Setting up
 
 # %%
-from helpers import DEVICE, ON_GPU, check, describe, pick
+from helpers import DEVICE, ON_GPU, check, describe, passed, pick
 from helpers.bench import compare
 from helpers.cards import flashcards, self_check
 from helpers.solutions import load_solution
@@ -237,14 +237,15 @@ check("attention_tiled", attention_tiled)
 # time. Measured with the same meter (larger tiles, to keep the Python loop short):
 
 # %%
-for n in sizes:
-    if n not in naive_peak:
-        break
-    q, k, v = (torch.randn(1, heads, n, D, device=DEVICE, dtype=pick(cpu=torch.float32, gpu=torch.float16))
-               for _ in range(3))
-    tiled = peak_memory(attention_tiled, q, k, v, block_m=128, block_n=128)
-    print(f"N = {n:>6}: naive {naive_peak[n] / 2**20:9.1f} MiB   tiled {tiled / 2**20:7.2f} MiB   "
-          f"(the output alone: {q.nbytes / 2**20:.2f} MiB)")
+if passed("attention_tiled"):
+    dtype = pick(cpu=torch.float32, gpu=torch.float16)
+    for n in sizes:
+        if n not in naive_peak:
+            break
+        q, k, v = (torch.randn(1, heads, n, D, device=DEVICE, dtype=dtype) for _ in range(3))
+        tiled = peak_memory(attention_tiled, q, k, v, block_m=128, block_n=128)
+        print(f"N = {n:>6}: naive {naive_peak[n] / 2**20:9.1f} MiB   tiled {tiled / 2**20:7.2f} MiB   "
+              f"(the output alone: {q.nbytes / 2**20:.2f} MiB)")
 
 # %% [markdown]
 # Doubling $N$ doubles the tiled version's memory: $O(N)$, the output plus one number per row; the
@@ -325,6 +326,12 @@ PRUNE = {"early_config_prune": small_problems_one_config}
 #   loads `q` (rows past `n_ctx` masked), starts `m_i` at `-inf`, `l_i` and `acc` at 0, calls the loop
 #   twice (whole tiles up to `(n_ctx // BLOCK_N) * BLOCK_N`, then the ragged rest), and stores
 #   `acc / l_i[:, None]` and `lse = (m_i + log2(l_i)) * LN2`.
+#
+# The check covers head dimensions 16 to 128, a single token, sequence lengths that are not
+# multiples of any block, strided inputs, random `sm_scale`s, and scores large enough to overflow
+# without the running max. On the CPU the kernel runs in float32 (and once in float16); on a GPU in
+# float16. Whatever the inputs, the lse comes back in float32, as the launcher allocates it: it is a sum
+# of $N$ exponentials, and the backward pass exponentiates it again.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -368,13 +375,6 @@ def flash_forward(q, k, v, sm_scale=None):
     return out, lse
 
 
-# %% [markdown]
-# The check covers head dimensions 16 to 128, a single token, sequence lengths that are not
-# multiples of any block, strided inputs, random `sm_scale`s, and scores large enough to overflow
-# without the running max. On the CPU the kernel runs in float32 (and once in float16); on a GPU in
-# float16. Whatever the inputs, the lse comes back in float32, as the launcher allocates it: it is a sum
-# of $N$ exponentials, and the backward pass exponentiates it again.
-
 # %%
 check("flash_forward", flash_forward)
 
@@ -388,22 +388,23 @@ check("flash_forward", flash_forward)
 # earlier.
 
 # %%
-B, H, N, D = 1, 2, 256, 64
-q, k, v = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(3))
-flash_forward(q, k, v)
-block_m = flash_fwd_kernel.best_config.kwargs["BLOCK_M"]
-formula = 4 * B * H * ((2 + 2 * math.ceil(N / block_m)) * N * D + N)
-print(f"naive: {naive_kernels} kernels, {naive_bytes:,} bytes (logsumexp counted as ATen runs it)")
-print(f"flash, by the formula with BLOCK_M = {block_m}: {formula:,} bytes")
-if not ON_GPU:  # the meter replays these kernels in the interpreter on the CPU (COURSE_DEVICE=cpu)
-    flash_moved = triton_traffic(flash_forward, q, k, v)
-    print(f"flash, measured: {flash_moved}")
-    print(f"{naive_bytes / flash_moved.bytes:.1f}x fewer bytes, {naive_kernels} kernels -> 1")
-n_long, d_long, bm_long = 4096, 128, 128
-naive_long = per_n2 * n_long**2 + 4 * n_long * d_long
-flash_long = (2 + 2 * math.ceil(n_long / bm_long)) * n_long * d_long + n_long
-print(f"by the counts at N = {n_long}, D = {d_long}, BLOCK_M = {bm_long}: "
-      f"{naive_long / flash_long:.1f}x fewer elements than naive")
+if passed("flash_forward"):
+    B, H, N, D = 1, 2, 256, 64
+    q, k, v = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(3))
+    flash_forward(q, k, v)
+    block_m = flash_fwd_kernel.best_config.kwargs["BLOCK_M"]
+    formula = 4 * B * H * ((2 + 2 * math.ceil(N / block_m)) * N * D + N)
+    print(f"naive: {naive_kernels} kernels, {naive_bytes:,} bytes (logsumexp counted as ATen runs it)")
+    print(f"flash, by the formula with BLOCK_M = {block_m}: {formula:,} bytes")
+    if not ON_GPU:  # the meter replays these kernels in the interpreter on the CPU (COURSE_DEVICE=cpu)
+        flash_moved = triton_traffic(flash_forward, q, k, v)
+        print(f"flash, measured: {flash_moved}")
+        print(f"{naive_bytes / flash_moved.bytes:.1f}x fewer bytes, {naive_kernels} kernels -> 1")
+    n_long, d_long, bm_long = 4096, 128, 128
+    naive_long = per_n2 * n_long**2 + 4 * n_long * d_long
+    flash_long = (2 + 2 * math.ceil(n_long / bm_long)) * n_long * d_long + n_long
+    print(f"by the counts at N = {n_long}, D = {d_long}, BLOCK_M = {bm_long}: "
+          f"{naive_long / flash_long:.1f}x fewer elements than naive")
 
 # %% [markdown]
 # The re-reads of $K$ and $V$ grow with $N / B_M$, so the count still grows as $N^2$, but with
@@ -489,16 +490,18 @@ check("flash_forward_causal", flash_forward_causal)
 # as $N$ grows.
 
 # %%
-if not ON_GPU:
-    causal_moved = triton_traffic(flash_forward_causal, q, k, v)
-    share = causal_moved.bytes_loaded / flash_moved.bytes_loaded
-    print(f"full:   {flash_moved}")
-    print(f"causal: {causal_moved}  ({share:.2f} of the loads)")
-else:
-    flash_forward_causal(q, k, v)
-    meta = flash_fwd_causal_kernel.best_config.kwargs
-    kinds = course.tile_kinds(N, meta["BLOCK_M"], meta["BLOCK_N"])
-    print(f"causal: {int((kinds > 0).sum())} of {kinds.numel()} K/V tiles loaded (the meter counts on a CPU)")
+if passed("flash_forward", "flash_forward_causal"):
+    if not ON_GPU:
+        causal_moved = triton_traffic(flash_forward_causal, q, k, v)
+        share = causal_moved.bytes_loaded / flash_moved.bytes_loaded
+        print(f"full:   {flash_moved}")
+        print(f"causal: {causal_moved}  ({share:.2f} of the loads)")
+    else:
+        flash_forward_causal(q, k, v)
+        meta = flash_fwd_causal_kernel.best_config.kwargs
+        kinds = course.tile_kinds(N, meta["BLOCK_M"], meta["BLOCK_N"])
+        print(f"causal: {int((kinds > 0).sum())} of {kinds.numel()} K/V tiles loaded "
+              f"(the meter counts on a CPU)")
 
 
 # %% [markdown]
@@ -514,11 +517,12 @@ else:
 # time divided by your kernel's at the same size (above 1: slower than yours).
 
 # %%
-full_rows = compare("attention_fwd", lambda: course.forward_benches(flash_forward, causal=False))
-causal_rows = compare("attention_fwd_causal",
-                      lambda: course.forward_benches(flash_forward_causal, causal=True))
-course.summarise("forward, full", full_rows)
-course.summarise("forward, causal", causal_rows)
+if not ON_GPU or passed("flash_forward", "flash_forward_causal"):  # on a GPU, this times your kernel
+    full_rows = compare("attention_fwd", lambda: course.forward_benches(flash_forward, causal=False))
+    causal_rows = compare("attention_fwd_causal",
+                          lambda: course.forward_benches(flash_forward_causal, causal=True))
+    course.summarise("forward, full", full_rows)
+    course.summarise("forward, causal", causal_rows)
 
 # %% [markdown]
 # What to look for (the recorded rows call the course's solution "triton (ours)": what exercises 2
@@ -611,6 +615,10 @@ print(f"step 6, delta = dO . O:        max difference "
 # gradient `dout`, return `(dq, dk, dv)`. Recompute $S$ (masked as in `naive_attention` when
 # `causal`) and $P = e^{S - \mathrm{lse}}$, then follow steps 1, 2, 5, 6 and 7. Tensors of
 # $N \times N$ are fine here: this is the algorithm, to get right before the kernels tile it.
+#
+# The check compares your gradients with autograd's through the naive version, in float64, on
+# float32 and float64 inputs with both masks, random `sm_scale`s and scores up to about 100. Then it
+# watches autograd while your function runs: it must record nothing, since the gradients are yours.
 
 # %% tags=["exercise"]
 def attention_backward_torch(q, k, v, out, lse, dout, causal=False, sm_scale=None):
@@ -619,11 +627,6 @@ def attention_backward_torch(q, k, v, out, lse, dout, causal=False, sm_scale=Non
     # keepdim=True), ds, dq, dk as in the steps above. x.transpose(-2, -1) is a transpose.
     raise NotImplementedError("write attention_backward_torch")
 
-
-# %% [markdown]
-# The check compares your gradients with autograd's through the naive version, in float64, on
-# float32 and float64 inputs with both masks, random `sm_scale`s and scores up to about 100. Then it
-# watches autograd while your function runs: it must record nothing, since the gradients are yours.
 
 # %%
 check("attention_backward_torch", attention_backward_torch)
@@ -699,6 +702,10 @@ DQ_CONFIGS = configs(cpu=[(64, 32, 4, 1)],
 #   `tl.exp2`), then unmasked to `n_ctx`. This needs `BLOCK_N % BLOCK_M == 0`, as the configs have.
 # - `tl.trans(x)` is a free transpose of a tile; `tl.dot(a, b, acc)` accumulates into `acc`.
 # - Multiply $dK$ by `sm_scale` once, before storing.
+#
+# The check gives your launcher what the forward pass saved and a random $dO$, and compares $dK$ and
+# $dV$ with autograd's through the naive version in float64: float32 on the CPU (and one float16
+# case), float16 on a GPU, both masks, random `sm_scale`s, sequence lengths that no block divides.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -736,11 +743,6 @@ def flash_backward_dkdv(q, k, v, out, lse, dout, causal=False, sm_scale=None, de
     return dk, dv
 
 
-# %% [markdown]
-# The check gives your launcher what the forward pass saved and a random $dO$, and compares $dK$ and
-# $dV$ with autograd's through the naive version in float64: float32 on the CPU (and one float16
-# case), float16 on a GPU, both masks, random `sm_scale`s, sequence lengths that no block divides.
-
 # %%
 check("flash_backward_dkdv", flash_backward_dkdv)
 
@@ -757,6 +759,8 @@ check("flash_backward_dkdv", flash_backward_dkdv)
 #   forward. Causal: keys `0 .. start_m` with `"none"`, then the diagonal with `"causal"`, numbering
 #   the query blocks backwards like the forward.
 # - Multiply $dQ$ by `sm_scale` once, before storing.
+#
+# The same cases as for the dK/dV kernel, compared on $dQ$.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -793,9 +797,6 @@ def flash_backward_dq(q, k, v, out, lse, dout, causal=False, sm_scale=None, delt
     return dq
 
 
-# %% [markdown]
-# The same cases as for the dK/dV kernel, compared on $dQ$.
-
 # %%
 check("flash_backward_dq", flash_backward_dq)
 
@@ -810,6 +811,11 @@ check("flash_backward_dq", flash_backward_dq)
 #   `q, k, v, out, lse` with `ctx.save_for_backward`, and keeps `causal` and `sm_scale` on `ctx`;
 # - `backward(ctx, dout)` reads the saved tensors, calls `flash_backward`, and returns one gradient
 #   per input of `forward`: `dq, dk, dv, None, None`.
+#
+# The check runs forward and backward with a fixed random $dO$ and compares the output and the three
+# gradients with PyTorch's autograd through the naive reference in float64, on the kernel cases
+# again. Then it makes sure the backward is yours: Triton kernels must run in it, and no tensor of
+# $N \times N$ may appear, forward or backward.
 
 # %% tags=["exercise"]
 def flash_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None):
@@ -841,12 +847,6 @@ def attention(q, k, v, causal=False, sm_scale=None):
     return FlashAttention.apply(q, k, v, causal, sm_scale)
 
 
-# %% [markdown]
-# The check runs forward and backward with a fixed random $dO$ and compares the output and the three
-# gradients with PyTorch's autograd through the naive reference in float64, on the kernel cases
-# again. Then it makes sure the backward is yours: Triton kernels must run in it, and no tensor of
-# $N \times N$ may appear, forward or backward.
-
 # %%
 check("attention_backward", attention)
 
@@ -859,20 +859,21 @@ def sdpa_attention(q, k, v, causal=False):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-torch.manual_seed(0)
-dtype = pick(cpu=torch.float32, gpu=torch.float16)
-x = torch.randn(2, 4, 48, 32, device=DEVICE, dtype=dtype)
-target = torch.randn_like(x)
-for name, attend in (("yours", attention), ("SDPA", sdpa_attention)):
-    w = torch.eye(32, device=DEVICE, dtype=dtype).requires_grad_()
-    for _ in range(3):
-        h = x @ w
-        loss = (attend(h, h, h, causal=True) - target).pow(2).mean()
-        loss.backward()
-        with torch.no_grad():
-            w -= 0.5 * w.grad
-            w.grad = None
-    print(f"{name:>5}: loss {loss.item():.6f}")
+if passed("attention_backward"):
+    torch.manual_seed(0)
+    dtype = pick(cpu=torch.float32, gpu=torch.float16)
+    x = torch.randn(2, 4, 48, 32, device=DEVICE, dtype=dtype)
+    target = torch.randn_like(x)
+    for name, attend in (("yours", attention), ("SDPA", sdpa_attention)):
+        w = torch.eye(32, device=DEVICE, dtype=dtype).requires_grad_()
+        for _ in range(3):
+            h = x @ w
+            loss = (attend(h, h, h, causal=True) - target).pow(2).mean()
+            loss.backward()
+            with torch.no_grad():
+                w -= 0.5 * w.grad
+                w.grad = None
+        print(f"{name:>5}: loss {loss.item():.6f}")
 
 # %% [markdown]
 # ### Memory for training
@@ -891,14 +892,15 @@ def forward_backward(fn, q, k, v, dout):
 naive_out = lambda q, k, v, causal: naive_attention(q, k, v, causal)[0]  # noqa: E731
 
 
-for n in pick(cpu=[128, 256], gpu=[1024, 4096, 16384]):
-    q, k, v, dout = (torch.randn(1, heads, n, D, device=DEVICE, dtype=dtype) for _ in range(4))
-    q, k, v = (t.requires_grad_() for t in (q, k, v))
-    yours = peak_memory(forward_backward, attention, q, k, v, dout)
-    line = f"N = {n:>6}: forward + backward, yours {yours / 2**20:8.1f} MiB"
-    if not ON_GPU or 4 * heads * n * n * 2 < torch.cuda.mem_get_info()[0] / 2:
-        line += f", naive {peak_memory(forward_backward, naive_out, q, k, v, dout) / 2**20:8.1f} MiB"
-    print(line)
+if passed("attention_backward"):
+    for n in pick(cpu=[128, 256], gpu=[1024, 4096, 16384]):
+        q, k, v, dout = (torch.randn(1, heads, n, D, device=DEVICE, dtype=dtype) for _ in range(4))
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        yours = peak_memory(forward_backward, attention, q, k, v, dout)
+        line = f"N = {n:>6}: forward + backward, yours {yours / 2**20:8.1f} MiB"
+        if not ON_GPU or 4 * heads * n * n * 2 < torch.cuda.mem_get_info()[0] / 2:
+            line += f", naive {peak_memory(forward_backward, naive_out, q, k, v, dout) / 2**20:8.1f} MiB"
+        print(line)
 
 # %% [markdown]
 # The benchmark of a whole training step of attention (forward and backward, causal). TFLOP/s count
@@ -906,8 +908,9 @@ for n in pick(cpu=[128, 256], gpu=[1024, 4096, 16384]):
 # matrix work), so they compare directly with SDPA's even though the two-kernel backward does more.
 
 # %%
-training_rows = compare("attention_fwd_bwd_causal", lambda: course.training_benches(attention))
-course.summarise("forward + backward, causal", training_rows)
+if not ON_GPU or passed("attention_backward"):  # on a GPU, this times your kernel
+    training_rows = compare("attention_fwd_bwd_causal", lambda: course.training_benches(attention))
+    course.summarise("forward + backward, causal", training_rows)
 
 # %% [markdown]
 # Read your kernels' ratio to SDPA flash and to cuDNN. On the H200 recorded, the two-kernel backward,

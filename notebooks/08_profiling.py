@@ -34,7 +34,7 @@
 # GPU's profiles come from `make profile`, recorded on the GPUs named below.
 
 # %%
-from helpers import DEVICE, ON_GPU, check, describe, pick
+from helpers import DEVICE, ON_GPU, check, describe, passed, pick
 from helpers.bench import ROOT
 from helpers.block import SMALL, BlockConfig, block_input, block_weights, decoder_block
 from helpers.cards import flashcards, self_check
@@ -216,8 +216,9 @@ def show_table(variant, rows=8):
               f"{short_name(row['name'])}")
 
 
-show_table("naive")
-show_table("sdpa")
+if passed("kernel_table"):
+    show_table("naive")
+    show_table("sdpa")
 
 # %% [markdown]
 # Read the naive table from the top. Much of the time is not matmul at all: the softmax, the
@@ -286,16 +287,17 @@ check("gpu_idle_share", gpu_idle_share)
 # profiler adds CPU work, so the gaps it sees can be longer than without it):
 
 # %%
-print(f"recorded on {said(steps['small'])}")
-print(f"{'step':8}{'batch x tokens, width':24}{'GFLOP':>9}{'events':>8}{'idle':>7}{'kernels only':>14}"
-      f"{'GPU ms':>8}{'step ms':>9}")
-for variant, step in steps.items():
-    c = step["config"]
-    shape = f"{c['batch']} x {c['seq']}, d={c['dim']}"
-    kernels_only = [k for k in work[variant] if k["cat"] == "kernel"]
-    print(f"{variant:8}{shape:24}{step['flops'] / 1e9:9.3f}{len(work[variant]):8d}"
-          f"{gpu_idle_share(work[variant]):7.1%}{gpu_idle_share(kernels_only):14.1%}"
-          f"{sum(k['dur_us'] for k in work[variant]) / 1000:8.3f}{step['step_ms']:9.3f}")
+if passed("gpu_idle_share"):
+    print(f"recorded on {said(steps['small'])}")
+    print(f"{'step':8}{'batch x tokens, width':24}{'GFLOP':>9}{'events':>8}{'idle':>7}{'kernels only':>14}"
+          f"{'GPU ms':>8}{'step ms':>9}")
+    for variant, step in steps.items():
+        c = step["config"]
+        shape = f"{c['batch']} x {c['seq']}, d={c['dim']}"
+        kernels_only = [k for k in work[variant] if k["cat"] == "kernel"]
+        print(f"{variant:8}{shape:24}{step['flops'] / 1e9:9.3f}{len(work[variant]):8d}"
+              f"{gpu_idle_share(work[variant]):7.1%}{gpu_idle_share(kernels_only):14.1%}"
+              f"{sum(k['dur_us'] for k in work[variant]) / 1000:8.3f}{step['step_ms']:9.3f}")
 
 # %% [markdown]
 # Counted as idle, the naive step's long device copy nearly doubles its idle share. `tiny`, the
@@ -375,15 +377,17 @@ check("gpu_time_by_op", gpu_time_by_op)
 # projections (`aten::mm`) do not move. **Change**: `attention="sdpa"`. **Measure**:
 
 # %%
-before, after = ({row["op"]: row["gpu_us"] for row in gpu_time_by_op(traces[v]["traceEvents"])}
-                 for v in ("naive", "sdpa"))
-print(f"recorded on {said(steps['sdpa'])}: GPU time per operator, us")
-naive_ms, sdpa_ms = (1000 * steps[v]["step_ms"] for v in ("naive", "sdpa"))
-print(f"{'operator':32}{'naive':>10}{'sdpa':>10}")
-for op in sorted(before.keys() | after.keys(), key=lambda op: -max(before.get(op, 0), after.get(op, 0)))[:9]:
-    print(f"{op:32}{before.get(op, 0.0):10.1f}{after.get(op, 0.0):10.1f}")
-print(f"{'all GPU work':32}{sum(before.values()):10.1f}{sum(after.values()):10.1f}")
-print(f"{'the step, do_bench':32}{naive_ms:10.1f}{sdpa_ms:10.1f}")
+if passed("gpu_time_by_op"):
+    before, after = ({row["op"]: row["gpu_us"] for row in gpu_time_by_op(traces[v]["traceEvents"])}
+                     for v in ("naive", "sdpa"))
+    print(f"recorded on {said(steps['sdpa'])}: GPU time per operator, us")
+    naive_ms, sdpa_ms = (1000 * steps[v]["step_ms"] for v in ("naive", "sdpa"))
+    print(f"{'operator':32}{'naive':>10}{'sdpa':>10}")
+    busiest = sorted(before.keys() | after.keys(), key=lambda op: -max(before.get(op, 0), after.get(op, 0)))
+    for op in busiest[:9]:
+        print(f"{op:32}{before.get(op, 0.0):10.1f}{after.get(op, 0.0):10.1f}")
+    print(f"{'all GPU work':32}{sum(before.values()):10.1f}{sum(after.values()):10.1f}")
+    print(f"{'the step, do_bench':32}{naive_ms:10.1f}{sdpa_ms:10.1f}")
 
 # %% [markdown]
 # The rows moved where the hypothesis said, and `aten::mm` did not: the change touched what it was
@@ -597,11 +601,12 @@ def diagnose(metrics):
 check("diagnose", diagnose)
 
 # %%
-for device in GPUS:
-    print(f"recorded on {said(recorded_profile('ncu.json', device))}")
-    for k in ncu_kernels(device):
-        bound, limiter = diagnose(k)
-        print(f"  {k['target']:46} {bound:8} limited by {limiter}")
+if passed("diagnose"):
+    for device in GPUS:
+        print(f"recorded on {said(recorded_profile('ncu.json', device))}")
+        for k in ncu_kernels(device):
+            bound, limiter = diagnose(k)
+            print(f"  {k['target']:46} {bound:8} limited by {limiter}")
 
 # %% [markdown]
 # The kernels of lessons 01 and 05 are memory-bound, as lesson 03 predicted; the large matmuls are
@@ -610,15 +615,17 @@ for device in GPUS:
 # takes per instruction it issues, with the largest stalls among them:
 
 # %%
-for device in GPUS:
-    print(f"recorded on {said(recorded_profile('ncu.json', device))}")
-    for k in ncu_kernels(device):
-        if diagnose(k)[0] == "latency":
-            waits = ", ".join(f"{reason} {cycles:.1f}" for reason, cycles in stalls(k)[:3])
-            print(f"  {k['target']:28} grid {k['launch__grid_size']:5.0f} on {k['# SMs']:.0f} SMs "
-                  f"({k['launch__waves_per_multiprocessor']:.2f} waves), {k[KEYS['time']] / 1e3:6.1f} us | "
-                  f"SM act {sm_active(k):4.1f}% | issue slots busy {k['Issue Slots Busy']:4.1f}% | "
-                  f"{k['Warp Cycles Per Issued Instruction']:4.1f} cycles per instruction ({waits}, ...)")
+if passed("diagnose"):
+    for device in GPUS:
+        print(f"recorded on {said(recorded_profile('ncu.json', device))}")
+        for k in ncu_kernels(device):
+            if diagnose(k)[0] == "latency":
+                waits = ", ".join(f"{reason} {cycles:.1f}" for reason, cycles in stalls(k)[:3])
+                print(f"  {k['target']:28} grid {k['launch__grid_size']:5.0f} on {k['# SMs']:.0f} SMs "
+                      f"({k['launch__waves_per_multiprocessor']:.2f} waves), "
+                      f"{k[KEYS['time']] / 1e3:6.1f} us | "
+                      f"SM act {sm_active(k):4.1f}% | issue slots busy {k['Issue Slots Busy']:4.1f}% | "
+                      f"{k['Warp Cycles Per Issued Instruction']:4.1f} cycles per instruction ({waits}, ...)")
 
 # %% [markdown]
 # - **The course's 512³ matmul** launches a handful of programs (its grid above): nearly every SM
@@ -695,16 +702,17 @@ def roofline_point(metrics, flops, chip):
 check("roofline_point", roofline_point)
 
 # %%
-for device in GPUS:
-    key = chip_key(device)
-    copy_tbs = recorded_profile("loop.json", device)["copy_gbps"] / 1000   # a large copy, same run
-    print(f"recorded on {said(recorded_profile('ncu.json', device))}, on the {key} datasheet roofline; "
-          f"copy ceiling {copy_tbs:.2f} TB/s")
-    print(f"{'kernel':46}{'FLOP/B':>9}{'TFLOP/s':>9}{'TB/s':>7}{'of copy':>9}{'roof':>8}{'of roof':>9}")
-    for k in ncu_kernels(device):
-        p = roofline_point(k, k["counted"]["flops"], key)
-        print(f"{k['target']:46}{p['intensity']:9.2f}{p['tflops']:9.1f}{p['tbs']:7.2f}"
-              f"{p['tbs'] / copy_tbs:9.1%}{p['roof_tflops']:8.1f}{p['fraction']:9.1%}")
+if passed("roofline_point"):
+    for device in GPUS:
+        key = chip_key(device)
+        copy_tbs = recorded_profile("loop.json", device)["copy_gbps"] / 1000   # a large copy, same run
+        print(f"recorded on {said(recorded_profile('ncu.json', device))}, on the {key} datasheet roofline; "
+              f"copy ceiling {copy_tbs:.2f} TB/s")
+        print(f"{'kernel':46}{'FLOP/B':>9}{'TFLOP/s':>9}{'TB/s':>7}{'of copy':>9}{'roof':>8}{'of roof':>9}")
+        for k in ncu_kernels(device):
+            p = roofline_point(k, k["counted"]["flops"], key)
+            print(f"{k['target']:46}{p['intensity']:9.2f}{p['tflops']:9.1f}{p['tbs']:7.2f}"
+                  f"{p['tbs'] / copy_tbs:9.1%}{p['roof_tflops']:8.1f}{p['fraction']:9.1%}")
 
 # %% [markdown]
 # The same points on the plot, each at the intensity ncu measured (`Point` takes the bytes and the

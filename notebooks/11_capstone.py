@@ -193,8 +193,9 @@ print("q view:", tuple(q_view.shape), "strides", q_view.stride(), "contiguous:",
 #
 # - load the (BLOCK_POS, BLOCK_HALF) tile of cos and sin once, and use it for Q and for K;
 # - read Q through its four strides (`sq_b, sq_h, sq_n, sq_d`), K through its own: they may differ;
-# - write the outputs contiguous, (B, H, N, D): head `bh` starts at `bh * seq * D`, a position's row
-#   is D values long, its second half starts `half` values in;
+# - write the outputs contiguous, (B, H, N, D); the kernel is not given D, only `half` (D = 2 · half):
+#   head `bh` starts at `bh * seq * 2 * half`, a position's row is `2 * half` values long, and its
+#   second half starts `half` values in;
 # - compute in float32, store in the output's dtype (`qo_ptr.dtype.element_ty`);
 # - mask both the positions past `seq` and the lanes past `half`: D/2 need not be a power of two;
 # - offsets pass 2³¹ at real sizes: `offs_pos * sq_n` as soon as N · 3d does (a row of the

@@ -432,3 +432,47 @@ def test_the_lab_opens_on_the_workspace_and_a_lesson_opens_unmodified(lab):
     figure = next((root / "figures").glob("*.png"))
     with urllib.request.urlopen(f"{lab['base']}/files/figures/{figure.name}?token={lab['token']}") as reply:
         assert reply.status == 200 and reply.read() == figure.read_bytes()
+
+
+def test_run_all_on_an_untouched_lesson_reaches_the_last_cell(lab):
+    """Lesson 02 as shipped: its exercises show "not done" boxes, and Run All goes on to the cards."""
+    from playwright.sync_api import sync_playwright
+
+    folder = ROOT / "build" / "browser-test" / secrets.token_hex(4)
+    folder.mkdir(parents=True)
+    notebook = pathlib.Path(shutil.copy(ROOT / "notebooks" / "02_fusion.ipynb", folder))
+    rel = notebook.relative_to(ROOT).as_posix()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    exercises_here = sum("exercise" in c.get("metadata", {}).get("tags", [])
+                         for c in nbformat.read(notebook, as_version=4).cells)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                _open(page, lab, rel)
+                _run_all(page)
+                # every cell ran, the last one included: Run All did not stop at an unfinished exercise
+                _wait(page, f"{PROMPTS}.every(p => /^\\[\\d+\\]:$/.test(p))", "every cell to finish",
+                      RUN_ALL_TIMEOUT_S)
+                boxes = page.locator(".jp-OutputArea-output .course-not-done")
+                assert boxes.count() == exercises_here, "one not-done box per unfinished exercise"
+                boxes.first.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / "browser-not-done.png"))
+                first_box = _plain(boxes.first.text_content())
+                assert "Exercise 1 of lesson 02, fused_chain: not done yet." in first_box
+                assert "run this check again" in first_box
+                outputs = page.locator(".jp-OutputArea-output")
+                assert outputs.filter(has_text="needs exercise 1 (fused_chain)").count()
+                stderr = page.locator("[data-mime-type='application/vnd.jupyter.stderr']")
+                assert not stderr.filter(has_text="Traceback").count(), "a cell raised"
+                card = page.locator(".course-card").first
+                card.scroll_into_view_if_needed()
+                assert card.locator(".course-card-front").text_content().strip(), "the flashcards rendered"
+                page.screenshot(path=str(ARTIFACTS / "browser-run-all-untouched.png"))
+            finally:
+                browser.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()

@@ -2,12 +2,13 @@
 
 import importlib
 
+import IPython.lib.pretty
 import pytest
 import torch
 import triton
 import triton.language as tl
 
-from helpers import DEVICE, INTERPRET, check, exercises, records
+from helpers import DEVICE, INTERPRET, check, exercises, passed, records
 from helpers.check import (
     CheckFailed,
     KernelTimeout,
@@ -21,6 +22,7 @@ from helpers.solutions import load_solution
 from helpers.traffic import eager_traffic, triton_traffic
 
 lesson01 = load_solution("01")
+check_module = importlib.import_module("helpers.check")  # the module (helpers.check is the function)
 
 
 def launcher(kernel):
@@ -88,6 +90,50 @@ def test_raising_stub_is_not_done():
         raise NotImplementedError("write add")
     with pytest.raises(NotDone, match="write add"):
         check("vector_add", stub)
+
+
+@pytest.fixture
+def in_jupyter(monkeypatch):
+    """check() as it runs inside a Jupyter kernel: what it displays is collected, not shown."""
+    shown = []
+    monkeypatch.setattr(check_module, "_in_jupyter", lambda: True)
+    monkeypatch.setattr(check_module, "_display", shown.append)
+    return shown
+
+
+def test_in_jupyter_an_unfinished_exercise_shows_a_box_records_not_done_and_goes_on(
+        in_jupyter, _private_results_file, capsys):
+    def stub(a, x, y):
+        raise NotImplementedError("write axpy")
+    assert check("axpy", stub) is None  # no exception: Run All goes on
+    assert records.latest(_private_results_file)["axpy"]["status"] == "not done"
+    [box] = in_jupyter
+    assert isinstance(box, NotDone)
+    page = box._repr_html_()
+    assert "Exercise 2 of lesson 01, axpy: not done yet." in page and "write axpy" in page
+    assert "Write the exercise cell above, run it, then run this check again." in page
+    text = IPython.lib.pretty.pretty(box)  # the text/plain form, for a front end without HTML
+    assert text.startswith("· Exercise 2 of lesson 01, axpy: not done yet.\n  write axpy\n  Write the")
+    assert not passed("axpy")
+    assert capsys.readouterr().out == "· needs exercise 2 (axpy): finish it, then run this cell again.\n"
+
+
+def test_in_jupyter_a_failing_answer_still_raises(in_jupyter):
+    check("axpy", lesson01.axpy)
+    assert passed("axpy")
+    with pytest.raises(CheckFailed) as caught:
+        check("axpy", lambda a, x, y: a * x - y)
+    assert not isinstance(caught.value, NotDone) and not in_jupyter
+    assert not passed("axpy"), "a check that fails forgets the earlier pass"
+
+
+def test_passed_names_every_exercise_still_missing(capsys):
+    check("vector_add", lesson01.add)
+    with pytest.raises(NotDone):
+        check("axpy", lambda a, x, y: None)
+    assert passed("vector_add") and not passed("vector_add", "axpy")
+    said = capsys.readouterr().out
+    assert said.endswith("· needs exercise 2 (axpy): finish it, then run this cell again.\n")
 
 
 @pytest.mark.skipif(not INTERPRET, reason="only the interpreter can see out-of-bounds accesses")
