@@ -168,6 +168,7 @@ def test_attention_backward_adds_dq_with_atomics_in_one_kernel():
 
     q, k, v, dout = attention_inputs(64, 16)
     out, lse = lesson10.attention(q, k, v, causal=False)
+    lesson10.attention_backward(q, k, v, out, lse, dout)   # on a GPU, the autotuner times its configurations
     with interpreter.record(touches=True) as rec:
         lesson10.attention_backward(q, k, v, out, lse, dout)
     launches = [launch for launch in rec.launches if launch.kernel == "attention_backward_kernel"]

@@ -314,7 +314,10 @@ def _epilogue_structure(fn):
     """One launch stores the output, with min(SMS, tiles) programs; each element of the output is
     stored once; each element of the residual is loaded once (its loads are found by the elements they
     cover, whatever the kernel names its argument)."""
-    M, K, N = _odd(129, 191), _aligned(40, 72, F32), _aligned(136, 200, F32)
+    # more output tiles than SMS, even at 256 x 256 tiles: one program per tile is then told apart from
+    # a persistent grid (on a GPU 132 SMs: about 3,000 x 3,000 outputs, run through the interpreter)
+    M, N = pick((_odd(129, 191), _aligned(136, 200, F32)), (_odd(3073, 3199), _aligned(3080, 3200, F32)))
+    K = _aligned(40, 72, F32)
     h, w, s, r = _linear_operands(M, K, N, F32, True, True, True)
     launches, problem = _recorded(fn, h, w, s, r, touches=True)
     if problem:

@@ -292,7 +292,9 @@ class _EagerWork:
 
         from helpers.block import rope_tables
 
-        triton_dir, torch_dir = (str(pathlib.Path(m.__file__).resolve().parent) for m in (triton, torch))
+        # each folder as Python names its files, and with links resolved (a .venv that is a link)
+        triton_dir, torch_dir = ((str(pathlib.Path(m.__file__).parent),
+                                  str(pathlib.Path(m.__file__).resolve().parent)) for m in (triton, torch))
         once = {rope_tables.__code__, *(f.__code__ for f in once)}   # work done once per model, not per step
         found = self.found = collections.defaultdict(list)
 
