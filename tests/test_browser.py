@@ -150,6 +150,31 @@ def _target(folder):
     return fallback
 
 
+@pytest.fixture
+def scratch():
+    """A folder under the server's root for a test's notebooks (build/browser-test/<random>), removed
+    at the end."""
+    folder = ROOT / "build" / "browser-test" / secrets.token_hex(4)
+    folder.mkdir(parents=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        folder.parent.rmdir()  # build/browser-test, when no other run is using it
+
+
+@contextlib.contextmanager
+def _page(lab):
+    """A page of a headless Chromium (the system's, driven by Playwright), closed at the end."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser.new_page(viewport={"width": 1400, "height": 1000})
+        finally:
+            browser.close()
+
+
 def _accept_kernel_dialog(page):
     """JupyterLab sometimes asks which kernel to start (when it opens a notebook before it has listed
     the kernels); the preselected one is the notebook's own: accept it, as a learner would."""
@@ -175,64 +200,39 @@ PROMPTS = ("Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')
            ".map(e => e.textContent.trim())")
 
 
-def test_lesson_runs_in_jupyterlab_and_a_flashcard_turns_over(lab):
-    from playwright.sync_api import sync_playwright
-
-    folder = ROOT / "build" / "browser-test" / secrets.token_hex(4)
-    notebook = _target(folder)
+def test_lesson_runs_in_jupyterlab_and_a_flashcard_turns_over(lab, scratch):
+    notebook = _target(scratch)
     rel = notebook.relative_to(ROOT).as_posix()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "browser-timeout.png").unlink(missing_ok=True)  # from an earlier run
     shot = ARTIFACTS / f"browser-{notebook.stem}.png"
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"{lab['base']}/lab/tree/{rel}?token={lab['token']}")
-                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-                _wait(page, KERNEL_IDLE, "the kernel to start", 180)
+    with _page(lab) as page:
+        _open(page, lab, rel)
 
-                _run_all(page)
-                _wait(page, f"{PROMPTS}.every(p => /^\\[\\d+\\]:$/.test(p))", "every cell to finish",
-                      RUN_ALL_TIMEOUT_S)
+        # run, save, and read the outputs back: error outputs are unambiguous in the file
+        _run_all_and_save(page, notebook)
+        saved = nbformat.read(notebook, as_version=4)
+        errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(saved.cells)
+                  if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+        assert saved.cells and not errors, f"cells raised: {errors}"
 
-                # save, and read the outputs back: error outputs are unambiguous in the file
-                before = notebook.stat().st_mtime_ns
-                page.locator(".jp-Notebook").first.click()
-                page.keyboard.press("Control+s")
-                deadline = time.monotonic() + 30
-                while notebook.stat().st_mtime_ns == before and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                saved = nbformat.read(notebook, as_version=4)
-                errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(saved.cells)
-                          if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
-                assert saved.cells and notebook.stat().st_mtime_ns != before, "the notebook was not saved"
-                assert not errors, f"cells raised: {errors}"
-
-                # turn the first flashcard over, say "knew it", and find it in the schedule
-                lesson = notebook.name[:2] if notebook.name[:2].isdigit() else None
-                first = cards.flashcard_list([lesson] if lesson else None)[0]
-                card = page.locator(".course-card").first
-                card.scroll_into_view_if_needed()
-                front = card.locator(".course-card-front")
-                assert _plain(first["front"]) in _plain(front.text_content())
-                assert _plain(card.locator(".course-card-back").text_content()) == ""
-                card.locator(".course-card-flip button, button.course-card-flip").first.click()
-                back = card.locator(".course-card-back")
-                back.filter(has_text="Answer").wait_for(timeout=30_000)
-                assert _plain(first["back"]) in _plain(back.text_content())
-                page.screenshot(path=str(shot))
-                card.locator(".course-card-knew button, button.course-card-knew").first.click()
-                card.locator(".course-card-verdict", has_text="next review in").wait_for(timeout=30_000)
-                schedule = json.loads(pathlib.Path(lab["env"]["COURSE_STATE"]).read_text())
-                assert schedule["cards"][first["id"]]["answers"][-1][1] == "knew"
-            finally:
-                browser.close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            folder.parent.rmdir()  # build/browser-test, when no other run is using it
+        # turn the first flashcard over, say "knew it", and find it in the schedule
+        lesson = notebook.name[:2] if notebook.name[:2].isdigit() else None
+        first = cards.flashcard_list([lesson] if lesson else None)[0]
+        card = page.locator(".course-card").first
+        card.scroll_into_view_if_needed()
+        front = card.locator(".course-card-front")
+        assert _plain(first["front"]) in _plain(front.text_content())
+        assert _plain(card.locator(".course-card-back").text_content()) == ""
+        card.locator(".course-card-flip button, button.course-card-flip").first.click()
+        back = card.locator(".course-card-back")
+        back.filter(has_text="Answer").wait_for(timeout=30_000)
+        assert _plain(first["back"]) in _plain(back.text_content())
+        page.screenshot(path=str(shot))
+        card.locator(".course-card-knew button, button.course-card-knew").first.click()
+        card.locator(".course-card-verdict", has_text="next review in").wait_for(timeout=30_000)
+        schedule = json.loads(pathlib.Path(lab["env"]["COURSE_STATE"]).read_text())
+        assert schedule["cards"][first["id"]]["answers"][-1][1] == "knew"
     assert shot.stat().st_size > 10_000
 
 
@@ -273,75 +273,62 @@ def _open(page, lab, rel):
     _wait(page, KERNEL_IDLE, "the kernel to start", 180)
 
 
-def _run_all_and_save(page, notebook):
-    """Run > Run All Cells, then save with Ctrl+S."""
-    _run_all(page)
-    _wait(page, f"{PROMPTS}.every(p => /^\\[\\d+\\]:$/.test(p))", "every cell to finish", RUN_ALL_TIMEOUT_S)
+def _save(page, notebook):
+    """Ctrl+S in the notebook in view, and wait until the file on disk has changed."""
     before = notebook.stat().st_mtime_ns
-    page.locator(".jp-Notebook").first.click()
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").first.click()
     page.keyboard.press("Control+s")
     deadline = time.monotonic() + 30
     while notebook.stat().st_mtime_ns == before and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert notebook.stat().st_mtime_ns != before, "the notebook was not saved"
+    assert notebook.stat().st_mtime_ns != before, f"{notebook.name} was not saved"
 
 
-def test_the_deck_shows_once_and_after_a_restart_shows_its_static_form(lab):
+def _run_all_and_save(page, notebook):
+    """Run > Run All Cells, then save with Ctrl+S."""
+    _run_all(page)
+    _wait(page, f"{PROMPTS}.every(p => /^\\[\\d+\\]:$/.test(p))", "every cell to finish", RUN_ALL_TIMEOUT_S)
+    _save(page, notebook)
+
+
+def test_the_deck_shows_once_and_after_a_restart_shows_its_static_form(lab, scratch):
     """Run a lesson: its flashcards appear once, as the live widget. Save, stop the server (its kernels
     go with it), start it again and reopen the notebook: the widget's model is gone, and the cell
     shows the cards folded (static), with no "Error displaying widget" in view."""
-    from playwright.sync_api import sync_playwright
-
-    folder = ROOT / "build" / "browser-test" / secrets.token_hex(4)
-    notebook = _target(folder)
+    notebook = _target(scratch)
     rel = notebook.relative_to(ROOT).as_posix()
     lesson = notebook.name[:2] if notebook.name[:2].isdigit() else None
     fronts = [_plain(c["front"]) for c in cards.flashcard_list([lesson] if lesson else None)]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                _open(page, lab, rel)
-                _run_all_and_save(page, notebook)
-                page.locator(".course-flashcards").first.scroll_into_view_if_needed()
-                assert page.evaluate(DECKS_SHOWN) == ["live"], "the deck appears once, live"
-                assert page.evaluate(CARDS_SHOWN) == len(fronts), "every card, once"
-                page.screenshot(path=str(ARTIFACTS / "browser-deck-live.png"))
-            finally:
-                browser.close()
+    with _page(lab) as page:
+        _open(page, lab, rel)
+        _run_all_and_save(page, notebook)
+        page.locator(".course-flashcards").first.scroll_into_view_if_needed()
+        assert page.evaluate(DECKS_SHOWN) == ["live"], "the deck appears once, live"
+        assert page.evaluate(CARDS_SHOWN) == len(fronts), "every card, once"
+        page.screenshot(path=str(ARTIFACTS / "browser-deck-live.png"))
 
-        saved = nbformat.read(notebook, as_version=4)
-        deck_cell = [c for c in saved.cells if c.cell_type == "code" and "flashcards(" in c.source][-1]
-        kinds = [sorted(o.get("data", {})) for o in deck_cell.outputs]
-        assert ["text/html"] in kinds and any("application/vnd.jupyter.widget-view+json" in k for k in kinds)
+    saved = nbformat.read(notebook, as_version=4)
+    deck_cell = [c for c in saved.cells if c.cell_type == "code" and "flashcards(" in c.source][-1]
+    kinds = [sorted(o.get("data", {})) for o in deck_cell.outputs]
+    assert ["text/html"] in kinds and any("application/vnd.jupyter.widget-view+json" in k for k in kinds)
 
-        lab["restart"]()
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                _open(page, lab, rel)
-                static = page.locator(".course-static").first
-                static.scroll_into_view_if_needed()
-                # the widget manager gives up on the missing model once it has asked the new kernel
-                _wait(page, f"{DECKS_SHOWN}.join() === 'static' && {WIDGET_TROUBLE}.length === 0",
-                      "the static deck, and no widget error in view", 60)
-                time.sleep(3)  # and it stays that way
-                page.screenshot(path=str(ARTIFACTS / "browser-deck-reopened.png"))
-                assert page.evaluate(WIDGET_TROUBLE) == [], "no widget error in view"
-                assert page.evaluate(DECKS_SHOWN) == ["static"], "the deck once, folded"
-                text = _plain(static.text_content())
-                assert all(front in text for front in fronts), "every card's question is there"
-                static.locator("summary").first.click()             # a folded card opens
-                assert _plain(static.locator("details").first.text_content()) != fronts[0]
-            finally:
-                browser.close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            folder.parent.rmdir()
+    lab["restart"]()
+    with _page(lab) as page:
+        _open(page, lab, rel)
+        static = page.locator(".course-static").first
+        static.scroll_into_view_if_needed()
+        # the widget manager gives up on the missing model once it has asked the new kernel
+        _wait(page, f"{DECKS_SHOWN}.join() === 'static' && {WIDGET_TROUBLE}.length === 0",
+              "the static deck, and no widget error in view", 60)
+        time.sleep(3)  # and it stays that way
+        page.screenshot(path=str(ARTIFACTS / "browser-deck-reopened.png"))
+        assert page.evaluate(WIDGET_TROUBLE) == [], "no widget error in view"
+        assert page.evaluate(DECKS_SHOWN) == ["static"], "the deck once, folded"
+        text = _plain(static.text_content())
+        assert all(front in text for front in fronts), "every card's question is there"
+        static.locator("summary").first.click()             # a folded card opens
+        assert _plain(static.locator("details").first.text_content()) != fronts[0]
 
 
 PLOTS = ("Array.from(document.querySelectorAll('.jp-OutputArea-output img'))"
@@ -349,38 +336,25 @@ PLOTS = ("Array.from(document.querySelectorAll('.jp-OutputArea-output img'))"
          ".map(i => i.alt)")
 
 
-def test_a_recorded_comparison_is_shown_as_a_plot(lab):
+def test_a_recorded_comparison_is_shown_as_a_plot(lab, scratch):
     """Lesson 01 (solved) run in JupyterLab: its recorded launch-overhead comparison is a plot image, with
     the recorded tables folded under it."""
-    from playwright.sync_api import sync_playwright
-
-    folder = ROOT / "build" / "browser-test" / secrets.token_hex(4)
-    notebook = solved_copy(LESSON, folder)
+    notebook = solved_copy(LESSON, scratch)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                _open(page, lab, notebook.relative_to(ROOT).as_posix())
-                _run_all(page)
-                _wait(page, f"{PLOTS}.some(alt => alt.startsWith('launch_overhead on NVIDIA'))",
-                      "the plot of the recorded launch overhead", RUN_ALL_TIMEOUT_S)
-                plot = page.locator("img[alt^='launch_overhead']")
-                output = page.locator(".jp-OutputArea-output", has=plot)
-                output.scroll_into_view_if_needed()
-                page.screenshot(path=str(ARTIFACTS / "browser-plot.png"))
-                folded = output.locator("details")
-                assert "the figures as a table" in folded.locator("summary").text_content()
-                assert not folded.evaluate("d => d.open")                    # folded until clicked
-                folded.locator("summary").click()
-                assert "4096 launches" in folded.locator("pre").text_content()
-            finally:
-                browser.close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            folder.parent.rmdir()
+    with _page(lab) as page:
+        _open(page, lab, notebook.relative_to(ROOT).as_posix())
+        _run_all(page)
+        _wait(page, f"{PLOTS}.some(alt => alt.startsWith('launch_overhead on NVIDIA'))",
+              "the plot of the recorded launch overhead", RUN_ALL_TIMEOUT_S)
+        plot = page.locator("img[alt^='launch_overhead']")
+        output = page.locator(".jp-OutputArea-output", has=plot)
+        output.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "browser-plot.png"))
+        folded = output.locator("details")
+        assert "the figures as a table" in folded.locator("summary").text_content()
+        assert not folded.evaluate("d => d.open")                    # folded until clicked
+        folded.locator("summary").click()
+        assert "4096 launches" in folded.locator("pre").text_content()
 
 
 def _seeded_workspace(tmp_path):
@@ -398,81 +372,52 @@ def _seeded_workspace(tmp_path):
 def test_the_lab_opens_on_the_workspace_and_a_lesson_opens_unmodified(lab):
     """`make lab`: the lab shows the workspace, each lesson once; a lesson opens not marked modified
     once its kernel has started, saving it writes no .py twin, and the lessons' figures are served."""
-    from playwright.sync_api import sync_playwright
-
     root = lab["root"]
     lesson = root / "05_online_softmax.ipynb"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{lab['base']}/lab/tree/{lesson.name}?token={lab['token']}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-            _wait(page, KERNEL_IDLE, "the kernel to start", 180)
-            time.sleep(2)  # what JupyterLab does on the kernel's first reply (language_info) is done
-            dirty = page.evaluate("Array.from(document.querySelectorAll('.lm-TabBar-tab.jp-mod-dirty'))"
-                                  ".map(e => e.textContent.trim())")
-            assert dirty == [], f"opened marked modified: {dirty}"
+    with _page(lab) as page:
+        _open(page, lab, lesson.name)
+        time.sleep(2)  # what JupyterLab does on the kernel's first reply (language_info) is done
+        dirty = page.evaluate("Array.from(document.querySelectorAll('.lm-TabBar-tab.jp-mod-dirty'))"
+                              ".map(e => e.textContent.trim())")
+        assert dirty == [], f"opened marked modified: {dirty}"
 
-            page.wait_for_selector(".jp-DirListing-itemText", timeout=30_000)
-            listed = page.evaluate("Array.from(document.querySelectorAll('.jp-DirListing-itemText'))"
-                                   ".map(e => e.textContent.trim())")
-            assert sorted(listed) == sorted(["figures", *(p.name for p in root.glob("*.ipynb"))]), listed
+        page.wait_for_selector(".jp-DirListing-itemText", timeout=30_000)
+        listed = page.evaluate("Array.from(document.querySelectorAll('.jp-DirListing-itemText'))"
+                               ".map(e => e.textContent.trim())")
+        assert sorted(listed) == sorted(["figures", *(p.name for p in root.glob("*.ipynb"))]), listed
 
-            before = lesson.stat().st_mtime_ns
-            page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").first.click()
-            page.keyboard.press("Control+s")
-            deadline = time.monotonic() + 30
-            while lesson.stat().st_mtime_ns == before and time.monotonic() < deadline:
-                time.sleep(0.5)
-            assert lesson.stat().st_mtime_ns != before, "the lesson was not saved"
-            assert not list(root.glob("*.py")), "saving wrote a paired .py into the workspace"
-        finally:
-            browser.close()
+        _save(page, lesson)
+        assert not list(root.glob("*.py")), "saving wrote a paired .py into the workspace"
     figure = next((root / "figures").glob("*.png"))
     with urllib.request.urlopen(f"{lab['base']}/files/figures/{figure.name}?token={lab['token']}") as reply:
         assert reply.status == 200 and reply.read() == figure.read_bytes()
 
 
-def test_run_all_on_an_untouched_lesson_reaches_the_last_cell(lab):
+def test_run_all_on_an_untouched_lesson_reaches_the_last_cell(lab, scratch):
     """Lesson 02 as shipped: its exercises show "not done" boxes, and Run All goes on to the cards."""
-    from playwright.sync_api import sync_playwright
-
-    folder = ROOT / "build" / "browser-test" / secrets.token_hex(4)
-    folder.mkdir(parents=True)
-    notebook = pathlib.Path(shutil.copy(ROOT / "notebooks" / "02_fusion.ipynb", folder))
+    notebook = pathlib.Path(shutil.copy(ROOT / "notebooks" / "02_fusion.ipynb", scratch))
     rel = notebook.relative_to(ROOT).as_posix()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     exercises_here = sum("exercise" in c.get("metadata", {}).get("tags", [])
                          for c in nbformat.read(notebook, as_version=4).cells)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=lab["browser"], headless=True, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                _open(page, lab, rel)
-                _run_all(page)
-                # every cell ran, the last one included: Run All did not stop at an unfinished exercise
-                _wait(page, f"{PROMPTS}.every(p => /^\\[\\d+\\]:$/.test(p))", "every cell to finish",
-                      RUN_ALL_TIMEOUT_S)
-                boxes = page.locator(".jp-OutputArea-output .course-not-done")
-                assert boxes.count() == exercises_here, "one not-done box per unfinished exercise"
-                boxes.first.scroll_into_view_if_needed()
-                page.screenshot(path=str(ARTIFACTS / "browser-not-done.png"))
-                first_box = _plain(boxes.first.text_content())
-                assert "Exercise 1 of lesson 02, fused_chain: not done yet." in first_box
-                assert "run this check again" in first_box
-                outputs = page.locator(".jp-OutputArea-output")
-                assert outputs.filter(has_text="needs exercise 1 (fused_chain)").count()
-                stderr = page.locator("[data-mime-type='application/vnd.jupyter.stderr']")
-                assert not stderr.filter(has_text="Traceback").count(), "a cell raised"
-                card = page.locator(".course-card").first
-                card.scroll_into_view_if_needed()
-                assert card.locator(".course-card-front").text_content().strip(), "the flashcards rendered"
-                page.screenshot(path=str(ARTIFACTS / "browser-run-all-untouched.png"))
-            finally:
-                browser.close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            folder.parent.rmdir()
+    with _page(lab) as page:
+        _open(page, lab, rel)
+        _run_all(page)
+        # every cell ran, the last one included: Run All did not stop at an unfinished exercise
+        _wait(page, f"{PROMPTS}.every(p => /^\\[\\d+\\]:$/.test(p))", "every cell to finish",
+              RUN_ALL_TIMEOUT_S)
+        boxes = page.locator(".jp-OutputArea-output .course-not-done")
+        assert boxes.count() == exercises_here, "one not-done box per unfinished exercise"
+        boxes.first.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "browser-not-done.png"))
+        first_box = _plain(boxes.first.text_content())
+        assert "Exercise 1 of lesson 02, fused_chain: not done yet." in first_box
+        assert "run this check again" in first_box
+        outputs = page.locator(".jp-OutputArea-output")
+        assert outputs.filter(has_text="needs exercise 1 (fused_chain)").count()
+        stderr = page.locator("[data-mime-type='application/vnd.jupyter.stderr']")
+        assert not stderr.filter(has_text="Traceback").count(), "a cell raised"
+        card = page.locator(".course-card").first
+        card.scroll_into_view_if_needed()
+        assert card.locator(".course-card-front").text_content().strip(), "the flashcards rendered"
+        page.screenshot(path=str(ARTIFACTS / "browser-run-all-untouched.png"))
