@@ -300,9 +300,11 @@ BROKEN_CONTEXT = ("\nThis CUDA error broke the GPU context of the notebook's Pyt
 
 
 def _with_note(shell, etype, value, tb, tb_offset=None):
-    """IPython's traceback of a RuntimeError, plus what to do when it is a CUDA context crash."""
-    stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
-    return stb + [BROKEN_CONTEXT] if crash_kind(str(value)) else stb
+    """IPython's traceback of a RuntimeError as usual, then what to do when it is a CUDA context crash.
+    (IPython ignores what a custom handler returns: the handler shows the traceback itself.)"""
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    if crash_kind(str(value)):
+        print(BROKEN_CONTEXT)
 
 
 def note_broken_context():

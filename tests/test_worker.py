@@ -162,3 +162,21 @@ def test_a_kernel_that_never_ends_is_stopped_and_the_session_goes_on(monkeypatch
     with pytest.raises(KernelTimeout, match="still running|had not finished"):
         check("vector_add", notebook_cell(ENDLESS + LAUNCH, "crashing"))
     check("vector_add", notebook_cell(CELL, "cell_vector_add"))
+
+
+def test_a_cell_that_breaks_the_context_shows_its_error_then_what_to_do(tmp_path):
+    """On a GPU, helpers registers worker._with_note for RuntimeError: the cell's error is shown as
+    usual (Run All stops there), followed by what to do; other errors are left alone."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    register = ("from IPython import get_ipython\nfrom helpers import worker\n"
+                "get_ipython().set_custom_exc((RuntimeError,), worker._with_note)")
+    crash = "raise RuntimeError('CUDA error: an illegal memory access was encountered')"
+    sources = (register, "[1, 2][5]", "raise RuntimeError('no')", crash)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in sources])
+    NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=120).execute()
+    outputs = [cell.outputs for cell in nb.cells[1:]]
+    assert [o.ename for o in outputs[0]] == ["IndexError"]
+    assert [o.get("ename") for o in outputs[1]] == ["RuntimeError"]          # no note
+    assert outputs[2][0].ename == "RuntimeError" and "Restart the kernel" in outputs[2][1].text
