@@ -31,7 +31,9 @@ import threading
 import time
 import traceback
 
+import numpy as np
 import torch
+import triton
 
 from helpers import exercises, interpreter, records, worker
 from helpers.device import DEVICE, ON_GPU
@@ -466,7 +468,16 @@ def _find_cause(exc, kind):
     return None
 
 
-_HARNESS = (str(pathlib.Path(__file__).resolve().parent), "site-packages", "<frozen")
+def _package_folders(*modules):
+    """Each module's folder as Python names its files, and with links resolved."""
+    folders = [pathlib.Path(m.__file__).parent for m in modules]
+    return tuple(dict.fromkeys(str(f) for folder in folders for f in (folder, folder.resolve())))
+
+
+# Frames that are not the learner's: this harness, and the libraries (Triton may sit outside
+# site-packages: CI puts its oldest supported version in a folder of its own).
+_HARNESS = _package_folders(triton, torch, np) + (str(pathlib.Path(__file__).resolve().parent),
+                                                   "site-packages", "<frozen")
 
 
 def _where(exc):
