@@ -79,6 +79,20 @@ def bias_gelu_reference(x, bias):
     return F.gelu(x + bias, approximate="tanh")  # two kernels: read MN + N, write MN; read MN, write MN
 
 
+def _bias_gelu_cases():
+    """The usual cases, and x spread evenly over [-top, top] in every draw (shuffled): GELU's tails, where
+    tanh(u) written through exp(2u) gives inf / inf (from |x| of about 10 on, in float32)."""
+    cases = matrices_and_bias(with_residual=False, low_precision=LOW_PRECISION)
+    for dtype, top in [(torch.float32, 100.0)] + [(dtype, 6e4) for dtype in LOW_PRECISION]:
+        m, n = 7, 33
+        x = torch.linspace(-top, top, m * n, device=DEVICE)[torch.randperm(m * n, device=DEVICE)]
+        x, bias = x.reshape(m, n).to(dtype), torch.randn(n, device=DEVICE).to(dtype)
+        kind = str(dtype).removeprefix("torch.")
+        cases.append(Case(f"{m}x{n} {kind}, x spread from {-top:g} to {top:g} (GELU's tails: exp(2u) "
+                          f"overflows float32 for |x| above about 10)", (x, bias)))
+    return cases
+
+
 def _bias_gelu_fused(fn):
     return fused(fn, torch.randn(33, 65, device=DEVICE), torch.randn(65, device=DEVICE))
 
@@ -87,8 +101,7 @@ EXERCISES = [
     Exercise("02", "fused_chain", "relu(x + bias) * scale + residual", chain_reference, _chain_cases,
              kernel=True, structure=_chain_fused),
     Exercise("02", "bias_gelu", "GELU(x + bias), fused", bias_gelu_reference,
-             lambda: matrices_and_bias(with_residual=False, low_precision=LOW_PRECISION),
-             kernel=True, structure=_bias_gelu_fused,
+             _bias_gelu_cases, kernel=True, structure=_bias_gelu_fused,
              # Computed in float32 and rounded once at the store, a low-precision result is within
              # half a unit in the last place of the exact one: 2**-11 of it in float16, 2**-8 in
              # bfloat16 (atol covers float16's tiny subnormals). An add or multiply done in low

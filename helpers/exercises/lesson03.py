@@ -57,6 +57,11 @@ def _roofline_cases():
                                                     a100.bandwidth_tbs)),
              Case("fp16 matmul 512^3 on an H200", (2 * 512**3, 6 * 512**2, h200.tflops["fp16"],
                                                     h200.bandwidth_tbs))]
+    # Exactly on the ridge (every number here is exact in binary): the rule's boundary, where `<` and
+    # `<=` part ways. A made-up chip, drawn afresh: 2**k TFLOP/s over 4 TB/s.
+    peak, nbytes = float(2 ** r.randint(8, 11)), 2 ** r.randint(20, 30)
+    cases.append(Case(f"on the ridge: {peak / 4:g} FLOP per byte on a chip of {peak:g} TFLOP/s and 4 TB/s",
+                      (int(peak / 4) * nbytes, nbytes, peak, 4.0)))
     for _ in range(3):
         flops, nbytes = r.randint(10**6, 10**12), r.randint(10**6, 10**10)
         peak, bw = r.uniform(10, 2000), r.uniform(0.5, 8)

@@ -170,11 +170,25 @@ def _matmul_cases():
             Case(f"{shape(*long_k)}: a long inner dimension (float16 partial sums drift)", operands(*long_k))]
 
 
+def _epilogue_cases():
+    """The matmul cases with a random bias, then biases spread evenly over [-top, top] (shuffled) in
+    every draw: GELU's tails, where tanh(u) written through exp(2u) gives inf / inf (|x| above ~10)."""
+    cases = _with_bias(_matmul_cases())
+    for top in (100.0, 6e4):
+        M, N, K = 33, 65, 47
+        a = torch.randn(M, K, device=DEVICE, dtype=torch.float16)
+        b = (torch.randn(K, N, device=DEVICE) / K**0.5).half()
+        bias = torch.linspace(-top, top, N, device=DEVICE)[torch.randperm(N, device=DEVICE)].half()
+        cases.append(Case(f"{M}x{N}x{K}, biases spread from {-top:g} to {top:g} (GELU's tails: exp(2u) "
+                          f"overflows float32 for |x| above about 10)", (a, b, bias)))
+    return cases
+
+
 EXERCISES = [
     Exercise("04", "add_2d", "x + y over strided 2-D views", add_2d_reference, _add_2d_cases, kernel=True),
     Exercise("04", "grouped_order", "grouped tile order", grouped_order_reference, _grouped_order_cases,
              run=_every_program, reference_in_float64=False),
     Exercise("04", "matmul", "tiled matmul with tl.dot", matmul_reference, _matmul_cases, kernel=True),
     Exercise("04", "matmul_bias_gelu", "matmul + bias + GELU epilogue", matmul_bias_gelu_reference,
-             lambda: _with_bias(_matmul_cases()), kernel=True, structure=_one_kernel, tol=EPILOGUE_TOL),
+             _epilogue_cases, kernel=True, structure=_one_kernel, tol=EPILOGUE_TOL),
 ]

@@ -83,6 +83,9 @@ def _rows(n_rows, n_cols, dtype=torch.float32, kind="randn"):
         x[torch.rand(n_rows, n_cols, device=DEVICE) < 0.3] = NEG_INF
         x[1::4, : n_cols // 2] = NEG_INF   # the first half of some rows is masked, like a causal prefix
         x[3::4] = NEG_INF                  # every fourth row is masked entirely
+    elif kind == "negative":        # odd rows wholly in [-1e4 - 20, -1e4]: exp(x) is 0 there without the max
+        x = torch.randn(n_rows, n_cols, device=DEVICE) * 3
+        x[1::2] = -1e4 - torch.rand(n_rows // 2, n_cols, device=DEVICE) * 20
     else:
         raise ValueError(kind)
     return x.to(dtype)
@@ -100,6 +103,8 @@ def _strided_rows(n_rows, n_cols, dtype=torch.float32):
 FLAT_WHY = "near-constant rows, every output about 1/N: float16 exponentials or sums lose those digits"
 ASCENDING_WHY = "rows ascending from -1e4 to 1e4: the max grows at every "
 MASKED_WHY = "-inf entries, -inf prefixes, fully masked rows (0s)"
+NEGATIVE_WHY = ("rows 1, 3, 5, ... have every value far below zero, in [-1e4 - 20, -1e4]: exp(x) underflows "
+                "to 0 in those rows unless the row's true max is subtracted (a max that starts at 0 stays 0)")
 
 
 # ---------------------------------------------------------------- 1. softmax_rows
@@ -115,6 +120,7 @@ def _softmax_rows_cases():
              ((8, _odd(200, 300)), F32, "huge", "uniform in [-1e4, 1e4]: exp overflows unless the max is "
                                                 "subtracted"),
              ((8, _odd(200, 300)), F16, "huge", "float16, uniform in [-1e4, 1e4]"),
+             ((6, _odd(65, 127)), F32, "negative", NEGATIVE_WHY),
              ((12, _odd(150, 250)), F32, "masked", "-inf entries, -inf prefixes, every 4th row fully masked "
                                                    "(0s)"),
              ((4, _odd(widest // 2 + 1, widest - 1)), F16, "flat", "float16, " + FLAT_WHY),
@@ -137,6 +143,7 @@ def _online_torch_cases():
              ((6, _odd(41, 63)), 1, F32, "randn", "chunks of one element: the recurrence element by element"),
              ((4, _odd(401, 511)), 32, F32, "ascending", ASCENDING_WHY + "chunk"),
              ((8, _odd(251, 349, c2)), c2, F32, "huge", "uniform in [-1e4, 1e4]"),
+             ((6, _odd(61, 99, c1)), c1, F32, "negative", NEGATIVE_WHY),
              ((12, _odd(151, 249, c3)), c3, F32, "masked", MASKED_WHY),
              ((4, _odd(1501, 2047)), 16, F32, "flat", FLAT_WHY),
              ((10, _odd(251, 349, c4)), c4, F64, "randn", "float64")]
@@ -284,6 +291,8 @@ def _tiled_cases():
              ((4, _odd(401, 511)), 64, F32, "ascending", ASCENDING_WHY + "tile"),
              ((6, _odd(513, 767)), 128, F16, "randn", "float16: accumulate in float32"),
              ((6, _odd(257, 511)), 128, F16, "huge", "float16, uniform in [-1e4, 1e4]"),
+             ((6, _odd(161, 255)), 64, F32, "negative", NEGATIVE_WHY),
+             ((4, _odd(161, 255)), 64, F16, "negative", "float16, " + NEGATIVE_WHY),
              ((12, _odd(257, 383)), 64, F32, "masked", MASKED_WHY),
              ((flat_rows, flat_cols), flat_block, F16, "flat", f"float16, {FLAT_WHY}"),
              ((long_rows, long_cols), long_block, F32, "randn", "a long row, many tiles")]
@@ -410,6 +419,16 @@ def _groupnorm_cases():
         kind = str(dtype).removeprefix("torch.")
         label = f"{'x'.join(map(str, shape))} G{groups} {kind}, eps={eps} ({why})"
         cases.append(Case(label, (x, groups, weight, bias, eps)))
+    # Mish's tails in every draw: per-channel biases spread evenly from -top to top put most outputs
+    # beyond |y| = 44, where exp(y) * (exp(y) + 2) overflows float32, and on both sides of zero.
+    for dtype, top in ((F32, 100.0), (F16, 6e4)):
+        x = _nchw(1, 8, 3, 5, dtype, "contiguous")
+        weight = torch.randn(8, device=DEVICE).to(dtype)
+        bias = torch.linspace(-top, top, 8, device=DEVICE)[torch.randperm(8, device=DEVICE)].to(dtype)
+        kind = str(dtype).removeprefix("torch.")
+        cases.append(Case(f"1x8x3x5 G2 {kind}, eps=1e-05 (biases from {-top:g} to {top:g}: GroupNorm's "
+                          f"outputs reach |y| = {top:g}, where exp(y) overflows float32)",
+                          (x, 2, weight, bias, 1e-5)))
     # Groups whose variance (~1e-5) is the size of eps: here eps changes every output, so a kernel
     # that ignores the eps it is given (a hard-coded 1e-5) fails. eps is kept away from 1e-5.
     x = _nchw(2, 8, 5, 6, F32, "contiguous", mean=0.5, scale=3e-3)

@@ -48,15 +48,40 @@ def attention_reference(q, k, v, causal=False, sm_scale=None):
     return out, lse.to(torch.promote_types(lse.dtype, torch.float32))
 
 
+# The `scale` of a case whose odd query rows score every key around far_below(dtype) (at the default
+# sm_scale): exp() of every such score underflows to 0 unless the row's true maximum is subtracted, so
+# a running maximum that starts at 0 gives 0/0 there. -120 is past float32's smallest exp (about
+# e**-103) and keeps the scores' float32 rounding (|score| * 2**-24 per term) well inside the tolerance;
+# float64 needs -1000 (its exp underflows below about -745).
+FAR = "far below zero"
+FAR_WHY = ("query rows 1, 3, 5, ... score every key at about -120 (-1000 in float64): every value in those "
+           "rows is far below zero, so exp() underflows to 0 there unless the row's true max is subtracted, "
+           "and their lse is that low too")
+
+
+def far_below(dtype):
+    return -1000.0 if dtype == torch.float64 else -120.0
+
+
 def qkv(B, H, N, D, dtype, scale=1.0, strided=False, count=3):
-    """`count` fresh (B, H, N, D) tensors; q and k multiplied by `scale` (scores grow as scale**2)."""
+    """`count` fresh (B, H, N, D) tensors; q and k multiplied by `scale` (scores grow as scale**2).
+
+    scale=FAR: q and k unscaled, except that the first coordinate of every key is 40 and that of the
+    odd queries is chosen so that their scores (at sm_scale = 1/sqrt(D)) are far_below(dtype) + about N(0, 1).
+    """
     def one(i):
         if strided:  # stored (B, N, H, D), as a projection produces it, seen as (B, H, N, D)
             t = torch.randn(B, N, H, D, device=DEVICE, dtype=dtype).transpose(1, 2)
         else:
             t = torch.randn(B, H, N, D, device=DEVICE, dtype=dtype)
-        return t * scale if i < 2 else t
-    return tuple(one(i) for i in range(count))
+        return t * scale if i < 2 and scale != FAR else t
+    tensors = tuple(one(i) for i in range(count))
+    if scale == FAR:
+        q, k = tensors[:2]
+        k[..., 0] = 40.0
+        q[..., 0] = 0.0
+        q[..., 1::2, 0] = far_below(dtype) * D ** 0.5 / 40.0
+    return tensors
 
 
 def random_sm_scale(D):
@@ -74,14 +99,16 @@ KERNEL_SPECS = pick(
          (1, 1, 41, 128, KERNEL_DTYPE, 1.0, False, "head dimension 128"),
          (1, 2, 77, 32, torch.float16, 1.0, False, "float16 inputs, float32 arithmetic"),
          (1, 2, 91, 64, KERNEL_DTYPE, BIG_SCALE, False, "scores up to ~100: exp overflows without the max"),
-         (2, 2, 51, 32, KERNEL_DTYPE, 1.0, True, "strided views of a (B, N, H, D) tensor")],
+         (2, 2, 51, 32, KERNEL_DTYPE, 1.0, True, "strided views of a (B, N, H, D) tensor"),
+         (1, 2, 37, 32, KERNEL_DTYPE, FAR, False, FAR_WHY)],
     gpu=[(1, 1, 1, 64, KERNEL_DTYPE, 1.0, False, "a single query and key"),
          (2, 3, 1001, 64, KERNEL_DTYPE, 1.0, False, "N not a multiple of the blocks"),
          (4, 2, 129, 16, KERNEL_DTYPE, 1.0, False, "head dimension 16, one key past a block"),
          (1, 4, 257, 128, KERNEL_DTYPE, 1.0, False, "head dimension 128"),
          (2, 8, 999, 128, KERNEL_DTYPE, 1.0, False, "16 heads, one key short of whole blocks"),
          (1, 4, 701, 128, KERNEL_DTYPE, BIG_SCALE, False, "scores up to ~100: exp overflows without the max"),
-         (2, 2, 333, 64, KERNEL_DTYPE, 1.0, True, "strided views of a (B, N, H, D) tensor")])
+         (2, 2, 333, 64, KERNEL_DTYPE, 1.0, True, "strided views of a (B, N, H, D) tensor"),
+         (1, 2, 37, 32, KERNEL_DTYPE, FAR, False, FAR_WHY)])
 
 
 def _label(B, H, N, D, dtype, why):
@@ -134,7 +161,9 @@ def _torch_backward_cases():
              (1, 2, 77, 16, torch.float64, 1.0, False, "float64", False, False),
              (1, 2, 91, 64, torch.float32, BIG_SCALE, False, "scores up to ~100", False, False),
              (1, 2, 91, 64, torch.float64, BIG_SCALE, False, "scores up to ~100", True, False),
-             (2, 2, 51, 32, torch.float32, 1.0, True, "strided views", True, True)]
+             (2, 2, 51, 32, torch.float32, 1.0, True, "strided views", True, True),
+             (1, 2, 37, 32, torch.float32, FAR, False, FAR_WHY, True, False),
+             (1, 1, 29, 16, torch.float64, FAR, False, FAR_WHY, False, False)]
     return [_backward_case(*spec, saved=True) for spec in specs]
 
 
@@ -146,7 +175,9 @@ def _tiled_cases():
              (2, 1, 131, 32, torch.float64, True, 1.0, False, "causal, float64"),
              (1, 2, 91, 64, torch.float32, False, BIG_SCALE, False, "scores up to ~100"),
              (1, 2, 91, 64, torch.float64, True, BIG_SCALE, False, "scores up to ~100, causal"),
-             (2, 2, 51, 32, torch.float32, True, 1.0, True, "strided views, causal")]
+             (2, 2, 51, 32, torch.float32, True, 1.0, True, "strided views, causal"),
+             (1, 2, 37, 32, torch.float32, False, FAR, False, FAR_WHY),
+             (1, 1, 29, 16, torch.float64, True, FAR, False, FAR_WHY + ", causal")]
     cases = []
     for i, (B, H, N, D, dtype, causal, scale, strided, why) in enumerate(specs):
         label, kwargs = _label(B, H, N, D, dtype, why), {"causal": causal}

@@ -307,6 +307,12 @@ def _random_scale(D):
     return round(float(torch.empty(()).uniform_(0.3, 0.7)) * D ** -0.5, 4)
 
 
+# The scale "negative": every query row scores every key near -800 / sqrt(D) (D = 32: -141, past
+# float32's smallest exp, e**-103), so the saved lse of every row is that low too, and P must be
+# exp(S - lse): exp(S) and exp(lse) both underflow to 0. Half the causal exercise's scores: the
+# rounding of a score (|score| * 2**-24) times k's first column (40) stays well inside dQ's tolerance.
+NEGATIVE_WHY = ("every query row scores every key near -800 / sqrt(D) = -141: every value of every row is "
+                "far below zero and so is the saved lse; exp() of either alone underflows to 0")
 # (B, H, N, D, dtype, scale of q and k, strided, causal, random sm_scale, why). The CPU's tiles: 32 keys
 # per program, 16 queries per step; a GPU's 64 or 128 keys. Every N spans several key blocks, so every
 # query row of dQ receives shares from several programs.
@@ -317,13 +323,15 @@ BACKWARD_SPECS = pick(
          (1, 1, 1, 16, F32, 1.0, False, True, False, "one token"),
          (1, 2, 65, 64, F32, 1.0, True, False, True, "strided (B, N, H, D) views"),
          (1, 1, 45, 128, F16, 1.0, False, False, True, "head dimension 128, float16"),
-         (1, 1, 63, 32, F32, 5.0, False, True, False, "scores up to ~100")],
+         (1, 1, 63, 32, F32, 5.0, False, True, False, "scores up to ~100"),
+         (1, 1, 37, 32, F32, "negative", False, True, False, NEGATIVE_WHY)],
     gpu=[(1, 1, 1, 64, F16, 1.0, False, True, False, "one token"),
          (2, 2, 1001, 64, F16, 1.0, False, False, True, "full: several key blocks add into every row"),
          (1, 4, 999, 128, F16, 1.0, False, True, True, "causal, head dimension 128"),
          (1, 2, 513, 64, F32, 1.0, False, True, True, "float32 (TF32 in tl.dot)"),
          (2, 2, 333, 64, F16, 1.0, True, False, False, "strided (B, N, H, D) views"),
-         (1, 2, 701, 128, F16, 5.0, False, True, False, "scores up to ~100")])
+         (1, 2, 701, 128, F16, 5.0, False, True, False, "scores up to ~100"),
+         (1, 2, 259, 32, F16, "negative", False, True, False, NEGATIVE_WHY)])
 
 
 def _backward_cases():
@@ -333,7 +341,10 @@ def _backward_cases():
         q, k, v, dout = (torch.randn(*shape, device=DEVICE).to(dtype) for _ in range(4))
         if strided:
             q, k, v, dout = (t.transpose(1, 2) for t in (q, k, v, dout))
-        q, k = q * scale, k * scale
+        if scale == "negative":
+            q[..., 0], k[..., 0] = LARGE / 2, -LARGE
+        else:
+            q, k = q * scale, k * scale
         kwargs = {"causal": causal}
         label = f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why}), {'causal' if causal else 'full'}"
         if with_scale:
@@ -420,6 +431,9 @@ def _rows(M, n, dtype, kind="randn", view=False):
         x = torch.linspace(-1e4, 1e4, width, device=DEVICE).repeat(M, 1) + torch.rand(M, 1, device=DEVICE)
     elif kind == "flat":          # a level plus noise of 0.1: every output about 1 / n
         x = torch.rand(M, 1, device=DEVICE) * 10 - 5 + torch.rand(M, width, device=DEVICE) * 0.1
+    elif kind == "negative":      # odd rows wholly in [-1e4 - 20, -1e4]: exp(x) is 0 there without the max
+        x = torch.randn(M, width, device=DEVICE) * 3
+        x[1::2] = -1e4 - torch.rand(M // 2, width, device=DEVICE) * 20
     elif kind == "-inf head":     # the first half of each row -inf (a whole tile of any size up to n / 2)
         x = torch.randn(M, width, device=DEVICE) * 3
         x[:, : n // 2] = NEG_INF
@@ -444,6 +458,9 @@ def _softmax_cases():
              (3, _odd(*long), F16, "huge", False, "float16, uniform in [-1e4, 1e4]"),
              (2, _odd(*long), F32, "ascending", False, "rows ascending from -1e4 to 1e4: a new max in "
                                                       "every tile"),
+             (4, _odd(*long), F32, "negative", False, "rows 1 and 3 have every value far below zero, in "
+              "[-1e4 - 20, -1e4]: exp(x) underflows to 0 in those rows unless the row's true max is "
+              "subtracted (a running max that starts at 0 stays 0)"),
              (2, _odd(*long), F16, "flat", False, "float16, every output about 1/n: float16 sums lose it"),
              (3, _odd(*long), F32, "randn", True, "a slice of a wider matrix: rows n + 13 values apart"),
              (2, _odd(*long), F16, "randn", True, "float16, a slice of a wider matrix"),

@@ -44,6 +44,9 @@ WRONG = [
     Wrong("bias_gelu", "x + bias added in low precision, then upcast", edit(
         "02", "bias_gelu", (GELU_LOADS, GELU_LOADS_AS_IS),
         ("y = gelu_tanh(x + bias)", "y = gelu_tanh((x + bias).to(tl.float32))"))),
+    Wrong("bias_gelu", "tanh(u) as (exp(2u) - 1) / (exp(2u) + 1): inf / inf for large x", edit(
+        "02", "bias_gelu", ("return x * tl.sigmoid(2.0 * u)",
+                            "return 0.5 * x * (1.0 + (tl.exp(2.0 * u) - 1.0) / (tl.exp(2.0 * u) + 1.0))"))),
     Wrong("bias_gelu", "exact GELU (erf) instead of the tanh approximation", edit(
         "02", "bias_gelu", ("return x * tl.sigmoid(2.0 * u)",
                             "return 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))"))),

@@ -33,6 +33,9 @@ WRONG += [
     Wrong("roofline", "ridge compared the wrong way round", edit(
         "03", "roofline", ('"bound": "memory" if intensity < ridge else "compute"',
                            '"bound": "compute" if intensity < ridge else "memory"'))),
+    Wrong("roofline", "memory-bound up to the ridge included (<= instead of <)", edit(
+        "03", "roofline", ('"bound": "memory" if intensity < ridge else "compute"',
+                           '"bound": "memory" if intensity <= ridge else "compute"'))),
     Wrong("roofline", "intensity inverted (bytes / FLOPs)", edit(
         "03", "roofline", ("intensity = flops / nbytes", "intensity = nbytes / flops"))),
     Wrong("roofline", "the roof not capped at the peak", edit(

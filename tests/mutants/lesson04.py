@@ -116,6 +116,8 @@ WRONG += [
     Wrong("matmul_bias_gelu", "GELU applied before the bias", _epilogue(
         (_X, "x = acc"), (_GELU, "y = x * tl.sigmoid(2.0 * u) + bias[None, :]"))),
     Wrong("matmul_bias_gelu", "sigmoid(u) instead of sigmoid(2u)", _epilogue((_GELU, "y = x * tl.sigmoid(u)"))),
+    Wrong("matmul_bias_gelu", "tanh(u) as (exp(2u) - 1) / (exp(2u) + 1): inf / inf for large x", _epilogue(
+        (_GELU, "y = 0.5 * x * (1.0 + (tl.exp(2.0 * u) - 1.0) / (tl.exp(2.0 * u) + 1.0))"))),
     Wrong("matmul_bias_gelu", "GELU through erf, not the tanh form the lesson asks", _epilogue(
         (_GELU, "y = 0.5 * x * (1.0 + tl.math.erf(0.7071067811865476 * x))"))),
     Wrong("matmul_bias_gelu", "bias add and GELU's polynomial in float16 (only the sigmoid in float32)", _epilogue(

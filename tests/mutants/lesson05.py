@@ -40,6 +40,8 @@ WRONG = [
         "05", "softmax_rows", ("    l = tl.sum(e, axis=0)  ", "    l = tl.sum(e.to(tl.float16), axis=0).to(tl.float32)  "))),
     Wrong("softmax_rows", "stride_xn ignored", edit(
         "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("offs * stride_xn", "offs")))),
+    Wrong("softmax_rows", "max clamped at 0 (fully masked rows handled by max(m, 0))", edit(
+        "05", "softmax_rows", ("    m = tl.where(m == -float(\"inf\"), 0.0, m)   # fully", "    m = tl.maximum(m, 0.0)   # fully"))),
     Wrong("softmax_rows", "masked lanes load 0", edit(
         "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("other=-float(\"inf\")", "other=0.0")))),
 ]
@@ -98,6 +100,9 @@ WRONG += [
     Wrong("online_softmax_torch", "three chunked passes: max, then sum, then output", three_passes),
     Wrong("online_softmax_torch", "running sum not rescaled when the max grows", edit(
         "05", "online_softmax_torch", (ONLINE_RESCALE, ONLINE_RESCALE.replace("l * torch.exp(m - safe)", "l")))),
+    Wrong("online_softmax_torch", "running maximum starts at 0, not -inf", edit(
+        "05", "online_softmax_torch", ("    m = torch.full((n_rows,), -math.inf, dtype=x.dtype, device=x.device)",
+                                       "    m = torch.zeros(n_rows, dtype=x.dtype, device=x.device)"))),
     Wrong("online_softmax_torch", "no safe max", edit(
         "05", "online_softmax_torch",
         ("        safe = torch.where(m_new == -math.inf, 0.0, m_new)  # all", "        safe = m_new  # all"))),
@@ -194,6 +199,8 @@ WRONG += [
         (TILED_SUM, "        l = l + tl.exp(x)  # rescale"),
         ("    l_row = tl.sum(l * tl.exp(m - m_row), axis=0)", "    l_row = tl.sum(l, axis=0)"),
         ("(tl.exp(x - m_row) / l_row)", "(tl.exp(x) / l_row)"))),
+    Wrong("softmax_tiled", "running maximum starts at 0, not -inf", edit(
+        "05", "softmax_tiled", ("    m = tl.full((BLOCK,), -float(\"inf\"), tl.float32)", "    m = tl.zeros((BLOCK,), tl.float32)"))),
     Wrong("softmax_tiled", "no safe max while the row is all -inf", edit(
         "05", "softmax_tiled", ("        safe = tl.where(m_new == -float(\"inf\"), 0.0, m_new)  # nothing",
                                 "        safe = m_new  # nothing"))),

@@ -5,6 +5,10 @@ import torch
 from helpers.exercises.lesson06 import attention_reference
 from mutants import Right, Wrong, edit
 
+# The first lines of both forward kernels' bodies: the running max, and the same one started at 0.
+FWD_M_INIT = "    m_i = tl.full([BLOCK_M], float(\"-inf\"), tl.float32)\n    l_i = tl.zeros([BLOCK_M], tl.float32)\n"
+FWD_M_ZERO = "    m_i = tl.zeros([BLOCK_M], tl.float32)\n    l_i = tl.zeros([BLOCK_M], tl.float32)\n"
+
 
 def naive(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16):
     """The N x N reference itself, with the exercise's signature."""
@@ -77,6 +81,9 @@ WRONG = [
     Wrong("attention_tiled", "sm_scale hard-coded to 1/sqrt(D)", edit(
         "06", "attention_tiled", ("    B, H, N, D = q.shape\n    sm_scale = D ** -0.5 if sm_scale is None else sm_scale",
                                   "    B, H, N, D = q.shape\n    sm_scale = D ** -0.5"))),
+    Wrong("attention_tiled", "running maximum starts at 0, not -inf", edit(
+        "06", "attention_tiled", ("m = torch.full(qi.shape[:3], float(\"-inf\"), dtype=stats, device=q.device)",
+                                  "m = torch.zeros(qi.shape[:3], dtype=stats, device=q.device)"))),
     Wrong("attention_tiled", "causal mask off by one (keys j < i)", edit(
         "06", "attention_tiled", ("cols[None, :] > rows[:, None]", "cols[None, :] >= rows[:, None]"))),
     Wrong("attention_tiled", "lse without the max (log of l only)", edit(
@@ -95,6 +102,9 @@ WRONG = [
                                 "            s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        m_new",
                                 "        if MASK == \"causal\":\n"
                                 "            s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        m_new"))),
+    Wrong("flash_forward", "running maximum starts at 0, not -inf", edit(
+        "06", "flash_forward", (FWD_M_INIT + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    n_full",
+                                FWD_M_ZERO + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    n_full"))),
     Wrong("flash_forward", "lse without the max (log of l only)", edit(
         "06", "flash_forward", ("(m_i + tl.log2(l_i)) * LN2, mask=row_ok)   # back", "tl.log2(l_i) * LN2, mask=row_ok)   #"))),
     Wrong("flash_forward", "lse stored in the inputs' dtype", edit(
@@ -118,6 +128,9 @@ WRONG = [
                                        "offs_m, start_m, hi, n_ctx, qk_scale,\n                                  HEAD_DIM, BLOCK_N, \"keys\")"))),
     Wrong("flash_forward_causal", "sm_scale hard-coded to 1/sqrt(D)", edit(
         "06", "flash_forward_causal", HARD_CODED_SCALE)),
+    Wrong("flash_forward_causal", "running maximum starts at 0, not -inf", edit(
+        "06", "flash_forward_causal", (FWD_M_INIT + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    # keys 0",
+                                       FWD_M_ZERO + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    # keys 0"))),
     Wrong("flash_forward_causal", "lse without the max (log of l only)", edit(
         "06", "flash_forward_causal", ("(m_i + tl.log2(l_i)) * LN2, mask=row_ok)\n\n\ndef flash_forward_causal",
                                        "tl.log2(l_i) * LN2, mask=row_ok)\n\n\ndef flash_forward_causal"))),
@@ -135,6 +148,9 @@ WRONG = [
     Wrong("attention_backward_torch", "P recomputed without the causal mask", edit(
         "06", "attention_backward_torch", ("        s = s.masked_fill(future, float(\"-inf\"))\n    p = torch.exp",
                                            "    p = torch.exp"))),
+    Wrong("attention_backward_torch", "P = exp(S) / exp(lse): both underflow when the lse is far below zero", edit(
+        "06", "attention_backward_torch", ("p = torch.exp(s - lse[..., None])                      #",
+                                           "p = torch.exp(s) / torch.exp(lse[..., None])  #"))),
     Wrong("attention_backward_torch", "P = exp(S): the lse not subtracted", edit(
         "06", "attention_backward_torch", ("p = torch.exp(s - lse[..., None])                      #", "p = torch.exp(s)  #"))),
 
@@ -148,6 +164,8 @@ WRONG = [
         "06", "flash_backward_dkdv", ("offs_m[None, :] >= offs_n[:, None]", "offs_m[None, :] > offs_n[:, None]"))),
     Wrong("flash_backward_dkdv", "diagonal query blocks not masked", edit(
         "06", "flash_backward_dkdv", ("n_ctx, qk_scale, HEAD_DIM, BLOCK_M, True)", "n_ctx, qk_scale, HEAD_DIM, BLOCK_M, False)"))),
+    Wrong("flash_backward_dkdv", "P = exp2(S) / exp2(lse): both underflow when the lse is far below zero", edit(
+        "06", "flash_backward_dkdv", ("pT = tl.exp2(sT * qk_scale - lse2[None, :])", "pT = tl.exp2(sT * qk_scale) / tl.exp2(lse2[None, :])"))),
     Wrong("flash_backward_dkdv", "lse used in natural-log units by exp2", edit(
         "06", "flash_backward_dkdv", ("other=float(\"inf\")) * LOG2E", "other=float(\"inf\"))"))),
     Wrong("flash_backward_dkdv", "causal: the query blocks below the diagonal skipped", edit(
@@ -166,6 +184,8 @@ WRONG = [
     Wrong("flash_backward_dq", "diagonal tiles not masked", edit(
         "06", "flash_backward_dq", ("offs_m, start_m, hi, n_ctx, qk_scale,\n                         HEAD_DIM, BLOCK_N, \"causal\")",
                                     "offs_m, start_m, hi, n_ctx, qk_scale,\n                         HEAD_DIM, BLOCK_N, \"keys\")"))),
+    Wrong("flash_backward_dq", "P = exp2(S) / exp2(lse): both underflow when the lse is far below zero", edit(
+        "06", "flash_backward_dq", ("p = tl.exp2(s * qk_scale - lse2[:, None])", "p = tl.exp2(s * qk_scale) / tl.exp2(lse2[:, None])"))),
     Wrong("flash_backward_dq", "lse used in natural-log units by exp2", edit(
         "06", "flash_backward_dq", ("lse2 = tl.load(lse_ptr + offs_m, mask=row_ok, other=0.0) * LOG2E",
                                     "lse2 = tl.load(lse_ptr + offs_m, mask=row_ok, other=0.0)"))),
@@ -182,6 +202,11 @@ WRONG = [
         "06", "attention", ("return dq, dk, dv, None, None", "return dk, dq, dv, None, None"))),
     Wrong("attention_backward", "backward always full: ctx.causal not passed on", edit(
         "06", "attention", ("lse, dout, ctx.causal, ctx.sm_scale)", "lse, dout, False, ctx.sm_scale)"))),
+    Wrong("attention_backward", "the forward kernels' running maximum starts at 0, not -inf", edit(
+        "06", "attention", (FWD_M_INIT + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    n_full",
+                            FWD_M_ZERO + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    n_full"),
+        (FWD_M_INIT + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    # keys 0",
+         FWD_M_ZERO + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    # keys 0"))),
     Wrong("attention_backward", "forward always full: causal ignored", edit(
         "06", "attention", ("out, lse = (flash_forward_causal if causal else flash_forward)(q, k, v, sm_scale)",
                             "out, lse = flash_forward(q, k, v, sm_scale)"))),

@@ -106,6 +106,8 @@ BACKWARD_WRONG = [
         "10", "attention_backward", (SHARE, "        dq = tl.dot(dsT.T, k)\n"))),
     Wrong("atomic_backward", "dQ's share scaled by qk_scale (log2(e) too many)", edit(
         "10", "attention_backward", (SHARE, "        dq = tl.dot(dsT.T, k) * qk_scale\n"))),
+    Wrong("atomic_backward", "P = exp2(S) / exp2(lse): both underflow when the scores are far below zero", edit(
+        "10", "attention_backward", ("pT = tl.exp2(sT * qk_scale - lse2[None, :])", "pT = tl.exp2(sT * qk_scale) / tl.exp2(lse2[None, :])"))),
     Wrong("atomic_backward", "dS = P * dP: delta not subtracted", edit(
         "10", "attention_backward", ("        dsT = (pT * (dpT - delta[None, :])).to(q.dtype)",
                                      "        dsT = (pT * dpT).to(q.dtype)"))),
@@ -180,6 +182,8 @@ SOFTMAX_WRONG = [
         "10", "softmax_long", (PASS_1, THREE_PASSES))),
     Wrong("softmax_long", "exp(m - m_new) while both are -inf: NaN after a tile of -inf", edit(
         "10", "softmax_long", (SHIFT, "        shift = m_new\n"))),
+    Wrong("softmax_long", "the running max starts at 0, not -inf", edit(
+        "10", "softmax_long", (INIT, INIT.replace('tl.full((1,), -float("inf"), tl.float32)', "tl.zeros((1,), tl.float32)")))),
     Wrong("softmax_long", "the running sum not rescaled when the max grows", edit(
         "10", "softmax_long", (SUM, "        l = l + tl.sum(tl.exp(x - shift), axis=0)\n"))),
     Wrong("softmax_long", "no max subtracted: sum of exp(x), then exp(x) / sum", edit(
