@@ -324,14 +324,16 @@ BACKWARD_SPECS = pick(
          (1, 2, 65, 64, F32, 1.0, True, False, True, "strided (B, N, H, D) views"),
          (1, 1, 45, 128, F16, 1.0, False, False, True, "head dimension 128, float16"),
          (1, 1, 63, 32, F32, 5.0, False, True, False, "scores up to ~100"),
-         (1, 1, 37, 32, F32, "negative", False, True, False, NEGATIVE_WHY)],
+         (1, 1, 37, 32, F32, "negative", False, True, False, NEGATIVE_WHY),
+         (1, 1, 37, 32, F32, "negative", False, False, False, "full, " + NEGATIVE_WHY)],
     gpu=[(1, 1, 1, 64, F16, 1.0, False, True, False, "one token"),
          (2, 2, 1001, 64, F16, 1.0, False, False, True, "full: several key blocks add into every row"),
          (1, 4, 999, 128, F16, 1.0, False, True, True, "causal, head dimension 128"),
          (1, 2, 513, 64, F32, 1.0, False, True, True, "float32 (TF32 in tl.dot)"),
          (2, 2, 333, 64, F16, 1.0, True, False, False, "strided (B, N, H, D) views"),
          (1, 2, 701, 128, F16, 5.0, False, True, False, "scores up to ~100"),
-         (1, 2, 259, 32, F16, "negative", False, True, False, NEGATIVE_WHY)])
+         (1, 2, 259, 32, F16, "negative", False, True, False, NEGATIVE_WHY),
+         (1, 2, 259, 32, F16, "negative", False, False, False, "full, " + NEGATIVE_WHY)])
 
 
 def _backward_cases():
