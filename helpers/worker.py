@@ -78,10 +78,9 @@ class _Pickler(cloudpickle.CloudPickler):
                 and getattr(module, fn.__name__, None) is obj:
             return _import_kernel, (fn.__module__, fn.__name__)
         lines = linecache.getlines(fn.__code__.co_filename)
-        source = "".join(lines) or ""
-        names = {n: fn.__globals__[n] for n in set(re.findall(r"[A-Za-z_]\w*", source))
-                 if n in fn.__globals__ and n not in fn.__code__.co_names and not n.startswith("__")}
-        names = {n: v for n, v in names.items() if v is not obj and _sendable(v)}
+        named = set(re.findall(r"[A-Za-z_]\w*", "".join(lines))) - set(fn.__code__.co_names)
+        names = {n: fn.__globals__[n] for n in named if n in fn.__globals__ and not n.startswith("__")
+                 and fn.__globals__[n] is not obj and _sendable(fn.__globals__[n])}
         options = {k: getattr(obj, k) for k in ("debug", "noinline") if getattr(obj, k, None)}
         return _rebuild_kernel, (fn, lines, options, names)
 
