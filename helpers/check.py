@@ -298,17 +298,19 @@ def _on_meta(x):
 
 
 def _expected(ex, case):
-    """(expected values, expected form): values in float64, form (shape, dtype) on the case's own dtypes."""
+    """(expected values, expected form): values in float64, form (shape, dtype) on the case's own dtypes.
+    A case with `reference_args` (too large to compute on whole) gives those of its compared part."""
+    args = case.args if case.reference_args is None else case.reference_args
     if not ex.reference_in_float64:
-        expected = ex.run(ex.reference, *case.args, **case.kwargs)
+        expected = ex.run(ex.reference, *args, **case.kwargs)
         return expected, expected
-    values = ex.run(ex.reference, *_upcast(case.args), **_upcast(case.kwargs))
+    values = ex.run(ex.reference, *_upcast(args), **_upcast(case.kwargs))
     if next(_tensors(values), None) is None:
         return values, values
     try:
-        form = ex.run(ex.reference, *_on_meta(case.args), **_on_meta(case.kwargs))
+        form = ex.run(ex.reference, *_on_meta(args), **_on_meta(case.kwargs))
     except Exception:  # a reference that cannot run on shapes alone runs on the real inputs
-        form = ex.run(ex.reference, *case.args, **case.kwargs)
+        form = ex.run(ex.reference, *args, **case.kwargs)
     return values, form
 
 
@@ -450,6 +452,18 @@ def _aliased(out, inputs):
         if i is not None:
             return (f"your output shares memory with input #{i} (it is that input, or a view of it): "
                     f"allocate a new output and write the result there.")
+    return None
+
+
+def _not_contiguous(out):
+    """A message if an output tensor is not contiguous (where the lesson asks for contiguous outputs)."""
+    for i, t in enumerate(_tensors(out)):
+        if t.dim() and not t.is_contiguous():
+            which = "your output" if isinstance(out, torch.Tensor) else f"output [{i}]"
+            return (f"{which} has the right values but strides {tuple(t.stride())} for shape "
+                    f"{tuple(t.shape)}: it is not contiguous, and the lesson asks for a contiguous "
+                    f"output (the next kernel reads it as a plain row-major array). Allocate it with "
+                    f"torch.empty(shape) and write it in that layout.")
     return None
 
 
@@ -625,7 +639,7 @@ def _display(obj):
 
 def _run_cases(ex, fn, on_case=None):
     """Run every case of `ex` on `fn`; return how many there were, or raise what check() reports.
-    `on_case(label)` is told each case as it starts (the worker process sends it to the notebook)."""
+    `on_case(label, hint)` is told each case as it starts (the worker process sends it to the notebook)."""
     if fn is None:
         raise NotDone("Pass your function to check(), not the result of calling it.")
     if not callable(fn):
@@ -639,7 +653,7 @@ def _run_cases(ex, fn, on_case=None):
             skipped += 1  # one failure is known: the rest only while they are quick
             continue
         if on_case is not None:
-            on_case(case.label)
+            on_case(case.label, case.hint)
         try:
             problem, wrote = _run_case(ex, fn, case, tol_for)
         except GPUCrashed as crash:  # nothing more can run in this CUDA context
@@ -696,8 +710,8 @@ def _run_case(ex, fn, case, tol_for):
         if timeout is not None:
             raise KernelTimeout(f"on case '{case.label}': {timeout}") from None
         if _gpu_crash(e):  # nothing more can run on this GPU context
-            raise GPUCrashed(_explain_exception(e)) from None
-        return _explain_exception(e, case), True
+            raise GPUCrashed("\n".join(filter(None, (_explain_exception(e), case.hint)))) from None
+        return "\n".join(filter(None, (_explain_exception(e, case), case.hint))), True
     launched = interpreter.launch_count() - launches
     if out is None:
         if launched == 0:
@@ -710,9 +724,15 @@ def _run_case(ex, fn, case, tol_for):
     stray += [_halo_problem(i, halo) for i, (_, halo) in enumerate(guarded) if halo]
     stray = next((p for p in stray if p), None)
     aliased = None if ex.may_alias_input else _aliased(out, args)
+    compared = out if case.part is None else case.part(out)
     if ex.explain is not None:
-        problem = ex.explain(out, expected)
+        problem = ex.explain(compared, expected)
     else:
-        problem = compare(out, expected, tol_for, form=form, nan_hint=ex.nan_hint)
+        problem = compare(compared, expected, tol_for, form=form, nan_hint=ex.nan_hint)
+    if not problem and ex.contiguous_output:
+        problem = _not_contiguous(out)
     nothing_written = bool(problem) and "none of its" in problem and not (stray or aliased)
-    return stray or aliased or problem or _changed_inputs(before, args), not nothing_written
+    problem = stray or aliased or problem or _changed_inputs(before, args)
+    if problem and case.hint:
+        problem = f"{problem}\n{case.hint}"
+    return problem, not nothing_written

@@ -136,7 +136,7 @@ def main(fd):
             conn.send(("unsendable",))
             continue
         try:
-            n = _run_cases(ex, fn, on_case=lambda label: conn.send(("case", label)))
+            n = _run_cases(ex, fn, on_case=lambda label, hint="": conn.send(("case", label, hint)))
             conn.send(("done", n))
         except CheckFailed as e:
             conn.send(("raise", e))
@@ -212,7 +212,7 @@ def run_cases(ex, fn):
         return _run_cases(ex, fn)
     worker = _get_worker()
     worker.conn.send(payload)
-    case, deadline = None, time.monotonic() + START_TIMEOUT_S + ex.timeout_s
+    case, hint, deadline = None, "", time.monotonic() + START_TIMEOUT_S + ex.timeout_s
     while True:
         if not worker.conn.poll(max(0.0, deadline - time.monotonic())):
             _retire()
@@ -226,13 +226,14 @@ def run_cases(ex, fn):
             how = worker.ended()
             _retire()
             where = f"case '{case}'" if case else "the exercise's first case"
-            raise GPUCrashed(f"failed on {where}: the process running your function {how}. "
+            hint = f"\n{hint}" if hint else ""
+            raise GPUCrashed(f"failed on {where}: the process running your function {how}.{hint}\n"
                              f"{_CRASH_ADVICE}") from None
         kind = message[0]
         if kind == "unsendable":
             return _run_cases(ex, fn)
         if kind == "case":
-            case, deadline = message[1], time.monotonic() + ex.timeout_s + SLACK_S
+            case, hint, deadline = message[1], message[2], time.monotonic() + ex.timeout_s + SLACK_S
         elif kind == "print":
             sys.stdout.write(message[1])
         elif kind == "done":

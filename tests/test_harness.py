@@ -589,3 +589,50 @@ def test_a_compile_error_on_a_gpu_names_the_kernel_line():
     text = _message(compile_fails)
     assert "Triton could not compile add_kernel: ValueError('axis 1 out of bounds for shape [256]')" in text
     assert "at line 3 of add_kernel (counting its `def` as line 1): `total = tl.sum(x, axis=1)`" in text
+
+
+@pytest.fixture
+def doubling_exercise(monkeypatch):
+    """A small exercise of its own (out = 2 x, contiguous), with a case compared only on its end."""
+    def cases():
+        x = torch.randn(30, device=DEVICE)
+        return [exercises.Case("30 values", (x,)),
+                exercises.Case("compared on its last ten", (x,), reference_args=(x[-10:],),
+                               part=lambda out: out[-10:])]
+    ex = exercises.Exercise("00", "doubling", "doubling", lambda x: 2 * x, cases, contiguous_output=True)
+    monkeypatch.setitem(exercises.all_exercises(), "doubling", ex)
+    return ex
+
+
+def test_a_case_compared_on_a_part(doubling_exercise):
+    def wrong_at_the_start(x):  # the second case compares only the last ten: the first case sees it
+        out = lesson01.add(x, x)
+        out[0] += 1
+        return out
+    with pytest.raises(CheckFailed, match=r"case '30 values'") as caught:
+        check("doubling", wrong_at_the_start)
+    assert "Also failing" not in str(caught.value)
+
+    def wrong_at_the_end(x):
+        out = lesson01.add(x, x)
+        out[-1] += 1
+        return out
+    with pytest.raises(CheckFailed, match=r"(?s)Also failing: 'compared on its last ten'"):
+        check("doubling", wrong_at_the_end)
+    check("doubling", lambda x: lesson01.add(x, x))
+
+
+def test_a_case_hint_follows_its_failure(doubling_exercise):
+    doubling_exercise.cases = lambda: [exercises.Case(
+        "12 values", (torch.randn(12, device=DEVICE),), hint="(a hint for this case)")]
+    with pytest.raises(CheckFailed, match=r"(?s)case '12 values'.*\(a hint for this case\)"):
+        check("doubling", lambda x: lesson01.add(x, x) + 1)
+
+
+def test_an_output_asked_contiguous_must_be(doubling_exercise):
+    def strided(x):
+        out = torch.empty(2 * x.numel(), device=x.device)[::2]  # every other element of a larger one
+        out.copy_(lesson01.add(x, x))
+        return out
+    with pytest.raises(CheckFailed, match=r"not contiguous, and the lesson asks for a contiguous output"):
+        check("doubling", strided)

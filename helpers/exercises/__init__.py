@@ -18,6 +18,12 @@ class Case:
     label: str
     args: tuple
     kwargs: dict = dataclasses.field(default_factory=dict)
+    # Said after any failure on this case: what the case is there to catch (e.g. int32 offsets).
+    hint: str = ""
+    # A case too large to compute the reference on whole (more than 2**31 elements): the reference runs
+    # on `reference_args` instead, and is compared with `part(output)`.
+    reference_args: Optional[tuple] = None
+    part: Optional[Callable[[Any], Any]] = None
 
 
 @dataclasses.dataclass
@@ -48,6 +54,8 @@ class Exercise:
     nan_hint: str = ""
     # The output may be (a view of) one of the inputs (an in-place exercise).
     may_alias_input: bool = False
+    # The lesson asks for contiguous outputs (the next kernel reads them as plain row-major arrays).
+    contiguous_output: bool = False
 
 
 _registry = {}
