@@ -8,6 +8,9 @@ One module per lesson (`lessonNN.py`) defines two lists:
 * `RIGHT`: `Right(exercise, why, fn)`: a different correct answer (other block sizes, another
   loop order), which the check must not reject.
 
+A `Wrong(..., gpu_only=True)` is caught only by a case that exists on a GPU (int32 offsets, which
+wrap past 2**31 elements): it is skipped on the CPU.
+
 tests/test_mutants.py runs them all and requires at least four wrong and one right answer for
 every exercise of the course.
 """
@@ -30,6 +33,8 @@ class Wrong:
     exercise: str
     why: str
     fn: Callable
+    # Rejected only where the case that catches it exists: a GPU (a case past 2**31 elements).
+    gpu_only: bool = False
 
 
 @dataclasses.dataclass
