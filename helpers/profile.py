@@ -47,6 +47,7 @@ import sys
 import torch
 
 from helpers.bench import PREFERRED, slug  # the same GPUs first, the same names
+from helpers.compiled import compiler_quiet
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "helpers" / "recorded" / "profile"   # one folder per GPU
@@ -73,7 +74,10 @@ def profile_step(fn, warmup=2, memory=True):
     for _ in range(warmup):
         fn()
     sync()
-    with profile(activities=activities, record_shapes=True, profile_memory=memory) as prof:
+    # acc_events: one step is one cycle (without it torch warns that a cycle's end clears the events);
+    # compiler_quiet: the profiler's own log lines, printed below Python on some builds, stay out of view
+    with compiler_quiet(), profile(activities=activities, record_shapes=True, profile_memory=memory,
+                                   acc_events=True) as prof:
         with record_function("step"):
             fn()
         sync()

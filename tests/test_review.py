@@ -272,7 +272,7 @@ def test_answers_persist_across_a_restart(state, deck):
     code = (f"from helpers import review; import datetime; "
             f"print(review.load_state()['cards']['{deck[0]['id']}']['due'])")
     fresh_process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                   env=dict(os.environ, PYTHONPATH=str(ROOT)), check=True)
+                                   env=child_env(), check=True)
     assert fresh_process.stdout.strip() == later(2).isoformat()
     assert json.loads(state.read_text())["version"] == review.VERSION
 
@@ -456,7 +456,7 @@ def test_a_writer_waits_for_the_lock(state, deck):
 def test_a_stale_copy_in_memory_never_overwrites_another_writers_answers(state, deck):
     in_memory = review.load_state()  # e.g. the drill's, read at the start of its session
     code = f"from helpers import review; review.record({deck[0]['id']!r}, True)"
-    subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)), check=True)
+    subprocess.run([sys.executable, "-c", code], env=child_env(), check=True)
     assert deck[0]["id"] not in in_memory["cards"]
     review.record(deck[1]["id"], False, today=DAY)
     assert set(review.load_state()["cards"]) == {deck[0]["id"], deck[1]["id"]}
@@ -476,7 +476,7 @@ for i in range(n):
 
 def test_two_processes_answering_at_once_both_keep_every_answer(state, tmp_path):
     go, n = tmp_path / "go", 60
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = child_env()
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, name, str(n), str(go)], env=env)
                for name in ("widget", "terminal")]
     deadline = time.monotonic() + 120
@@ -546,8 +546,14 @@ def test_drill_stops_cleanly_on_q_or_end_of_input_keeping_answers(state, deck):
     assert entries[deck[0]["id"]]["lapses"] == 0 and entries[deck[1]["id"]]["lapses"] == 1
 
 
+def child_env():
+    """The environment of a child Python: this checkout first on its path, then whatever was there."""
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    return dict(os.environ, PYTHONPATH=path)
+
+
 def run_cli(*args, stdin="", state=None):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = child_env()
     if state:
         env["COURSE_STATE"] = str(state)
     return subprocess.run([sys.executable, "-m", "helpers.review", "--cards", str(FIXTURES), *args],

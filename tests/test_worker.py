@@ -67,7 +67,8 @@ def test_a_dying_process_is_reported_on_its_case_and_the_next_check_runs(isolate
     def dies(x, y):
         os._exit(3)
 
-    with pytest.raises(GPUCrashed, match="failed on case .*exited with status 3.*next check runs normally"):
+    crashed = "(?s)failed on case .*exited with status 3.*next check runs normally"
+    with pytest.raises(GPUCrashed, match=crashed):
         check("vector_add", dies)
     check("vector_add", notebook_cell(CELL, "cell_vector_add"))
 
