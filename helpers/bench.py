@@ -33,6 +33,7 @@ from typing import Callable
 import torch
 
 from helpers import solutions
+from helpers.compiled import compiler_quiet
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "helpers" / "recorded" / "bench"   # one JSON file per GPU
@@ -145,7 +146,8 @@ def time_bench(b, ceiling):
     over; return one row per implementation with the median of its rounds."""
     first = None
     for name, fn in b.impls.items():
-        out = fn()
+        with compiler_quiet():  # the first call compiles (max-autotune prints tables and logs)
+            out = fn()
         out = out[0] if isinstance(out, (tuple, list)) else out
         if first is None:
             first = out

@@ -10,16 +10,20 @@ A thing to look for is a name, matched where a name starts: `red.global` is foun
 (where `red` is the end of `shared`); an IR op keeps its dialect prefix (`ttng.warp_group_dot` holds
 `warp_group_dot`), and `ttg.warp_specialize` (the op) is not `tt.warp_specialize` (the attribute).
 
-`compiler_quiet()` keeps what the compiler prints on its own (an MLIR pass that fails prints the
-failing module, tens of kB, straight to file descriptor 2) out of the notebook.
+`compiler_quiet()` keeps what compilers print on their own out of the notebook: an MLIR pass that
+fails prints the failing module, tens of kB, straight to file descriptor 2; inductor's max-autotune
+prints its timing tables and logs the templates that do not fit.
 """
 
 import contextlib
 import functools
+import io
+import logging
 import os
 import re
 import sys
 import tempfile
+import warnings
 
 # What to look for in each stage: the loads and the matmul, then shared memory and asynchronous
 # copies, then the instructions themselves (wgmma is Hopper's tensor-core matmul, mma.sync the
@@ -55,16 +59,21 @@ def compiled_excerpt(kernel, look_for=LOOK_FOR):
 
 @contextlib.contextmanager
 def compiler_quiet():
-    """Send file descriptor 2 (where MLIR and LLVM print, below Python) to a temporary file for the
-    block: trying a configuration that this Triton cannot compile for this GPU prints nothing. Yields
-    a function that returns what was printed so far."""
+    """Keep what compilers print on their own out of view for the block: file descriptor 2 (where MLIR
+    and LLVM print, below Python: trying a configuration that this Triton cannot compile for this GPU
+    prints the failing module), Python's sys.stderr (inductor's autotuning tables), logging and
+    warnings. Errors are still raised. Yields a function that returns what was printed so far."""
     sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as kept:
+    saved, python_side = os.dup(2), io.StringIO()
+    logging_was = logging.root.manager.disable
+    with tempfile.TemporaryFile() as kept, warnings.catch_warnings(), contextlib.redirect_stderr(python_side):
+        warnings.simplefilter("ignore")
+        logging.disable(logging.CRITICAL)
         os.dup2(kept.fileno(), 2)
         try:
-            yield lambda: (kept.seek(0), kept.read().decode(errors="replace"))[1]
+            yield lambda: (kept.seek(0), kept.read().decode(errors="replace") + python_side.getvalue())[1]
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
+            logging.disable(logging_was)

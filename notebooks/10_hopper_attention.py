@@ -423,13 +423,16 @@ for gpu in hopper:
 #
 # `attention_backward_kernel` and the launcher `attention_backward` are written: a program per key
 # block loads K and V, then calls `_attend_backward` over the query blocks that see its keys (the
-# diagonal ones with `MASK = "causal"`, the interior ones with `"none"`, the last, partial one with
-# `"rows"`), and stores dK and dV. Write `_attend_backward`, the step, for each query block `start_m`:
+# diagonal ones with `MASK = "causal"`, the interior ones with `"none"`, and with `"ends"` the last,
+# partial query block, or every query block when its own key block runs past the end), and stores dK
+# and dV. Write `_attend_backward`, the step, for each query block `start_m`:
 #
 # - the Q and dO tiles (`q_desc.load([head, start_m, 0])`, a `(1, BLOCK_M, D)` box: reshape it), and
 #   the rows' `lse` (times `lesson06.LOG2E`: the kernel works in base 2) and `delta`; unless `MASK` is
 #   `"none"`, mask the rows past `n_ctx` (lse `+inf`, which makes their P exactly 0; delta 0);
-# - `sT = k qᵀ`, masked where the key comes after the query if `MASK == "causal"`;
+# - `sT = k qᵀ`, masked where the key comes after the query if `MASK == "causal"`, and at the keys
+#   past `n_ctx` if `MASK == "ends"` (they read 0: a score of 0, and once every real score is far
+#   below zero, `exp2(0 - lse2)` overflows to inf);
 #   `pT = exp2(sT · qk_scale - lse2)`; then `dV += Pᵀ dO`, `dPᵀ = V dOᵀ`, `dSᵀ = Pᵀ (dPᵀ - delta)`
 #   (in the inputs' dtype for the next products), `dK += dSᵀ Q`;
 # - these keys' share of dQ, `dS K · sm_scale`, added with `tl.atomic_add` into the float32 dQ at
@@ -447,10 +450,12 @@ for gpu in hopper:
 def _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n, lo, hi, n_ctx,
                      qk_scale, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr):
     """Query blocks lo, lo + BLOCK_M, ... < hi past one key block: dK, dV accumulate here, dQ in memory.
-    MASK: "none" (every query row exists and sees every key), "rows" (rows past n_ctx) or "causal"."""
+    MASK: "none" (every query row and key exists, every row sees every key), "ends" (rows or keys may lie
+    past n_ctx) or "causal"."""
     # YOUR CODE HERE: for start_m in range(lo, hi, BLOCK_M): the q and do tiles; lse2 and delta of the
-    # rows (masked unless MASK == "none"); sT, the causal mask, pT; dv; dpT; dsT; dk; then this key
-    # block's share of dQ, added into dq_ptr with tl.atomic_add (masked unless MASK == "none").
+    # rows (masked unless MASK == "none"); sT, its mask (causal, or the keys past n_ctx), pT; dv; dpT;
+    # dsT; dk; then this key block's share of dQ, added into dq_ptr with tl.atomic_add (masked unless
+    # MASK == "none").
     return dk, dv
 
 
@@ -468,11 +473,12 @@ def attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc,
     lse_ptr += head.to(tl.int64) * n_ctx
     delta_ptr += head.to(tl.int64) * n_ctx
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = k_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # keys past the end read 0
-    v = v_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+    k = k_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # keys past the end read 0 (masked
+    v = v_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # in "ends": their scores are not 0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    n_full = (n_ctx // BLOCK_M) * BLOCK_M    # query blocks below this have every row
+    n_full = (n_ctx // BLOCK_M) * BLOCK_M    # query blocks below this have every row,
+    n_plain = tl.where(start_n + BLOCK_N <= n_ctx, n_full, 0)   # and every key, unless the keys run out
     lo = 0
     if CAUSAL:   # queries before start_n see none of these keys; those on the diagonal see some
         lo = start_n + BLOCK_N
@@ -480,10 +486,10 @@ def attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc,
                                   start_n, tl.minimum(lo, n_ctx), n_ctx, qk_scale, sm_scale, HEAD_DIM,
                                   BLOCK_M, "causal")
     dk, dv = _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n, lo,
-                              n_full, n_ctx, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, "none")
+                              n_plain, n_ctx, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, "none")
     dk, dv = _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n,
-                              tl.maximum(lo, n_full), n_ctx, n_ctx, qk_scale, sm_scale, HEAD_DIM, BLOCK_M,
-                              "rows")
+                              tl.maximum(lo, n_plain), n_ctx, n_ctx, qk_scale, sm_scale, HEAD_DIM, BLOCK_M,
+                              "ends")
     dk_desc.store([head, start_n, 0], (dk * sm_scale).to(dk_desc.dtype).reshape(1, BLOCK_N, HEAD_DIM))
     dv_desc.store([head, start_n, 0], dv.to(dv_desc.dtype).reshape(1, BLOCK_N, HEAD_DIM))
 

@@ -343,8 +343,8 @@ def attention(q, k, v, causal=False, sm_scale=None):
 def _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n, lo, hi, n_ctx,
                      qk_scale, sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr):
     """Query blocks lo, lo + BLOCK_M, ... < hi past one key block: dK, dV accumulate here, dQ in memory.
-    MASK: "none" (every query row and key exists, every row sees every key), "keys" (keys past n_ctx),
-    "rows" (rows and keys past n_ctx) or "causal"."""
+    MASK: "none" (every query row and key exists, every row sees every key), "ends" (rows or keys may lie
+    past n_ctx) or "causal"."""
     offs_d = tl.arange(0, HEAD_DIM)
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -359,7 +359,7 @@ def _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, 
         sT = tl.dot(k, q.T)                             # S^T: (BLOCK_N, BLOCK_M)
         if MASK == "causal":
             sT = tl.where(offs_m[None, :] >= offs_n[:, None], sT, -float("inf"))
-        elif MASK != "none":    # keys past the end read 0: a score of 0, whose exp2(0 - lse) can be inf
+        elif MASK == "ends":    # keys past the end read 0: a score of 0, whose exp2(0 - lse2) can be inf
             sT = tl.where(offs_n[:, None] < n_ctx, sT, -float("inf"))
         pT = tl.exp2(sT * qk_scale - lse2[None, :])     # P^T, recomputed from the saved lse
         dv = tl.dot(pT.to(do.dtype), do, dv)            # dV += P^T dO
@@ -414,22 +414,19 @@ def attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc,
     v = v_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # below: their scores are not 0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    n_full = (n_ctx // BLOCK_M) * BLOCK_M    # query blocks below this have every row
+    n_full = (n_ctx // BLOCK_M) * BLOCK_M    # query blocks below this have every row,
+    n_plain = tl.where(start_n + BLOCK_N <= n_ctx, n_full, 0)   # and every key, unless the keys run out
     lo = 0
     if CAUSAL:   # queries before start_n see none of these keys; those on the diagonal see some
         lo = start_n + BLOCK_N
         dk, dv = _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n,
                                   start_n, tl.minimum(lo, n_ctx), n_ctx, qk_scale, sm_scale, HEAD_DIM,
                                   BLOCK_M, "causal")
-    if start_n + BLOCK_N <= n_ctx:   # every key of this block exists: the loop without masks
-        dk, dv = _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n,
-                                  lo, n_full, n_ctx, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, "none")
-    else:                            # the last key block: its keys past the end must count for nothing
-        dk, dv = _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n,
-                                  lo, n_full, n_ctx, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, "keys")
+    dk, dv = _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n, lo,
+                              n_plain, n_ctx, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, "none")
     dk, dv = _attend_backward(dk, dv, k, v, q_desc, do_desc, dq_ptr, lse_ptr, delta_ptr, head, offs_n,
-                              tl.maximum(lo, n_full), n_ctx, n_ctx, qk_scale, sm_scale, HEAD_DIM, BLOCK_M,
-                              "rows")
+                              tl.maximum(lo, n_plain), n_ctx, n_ctx, qk_scale, sm_scale, HEAD_DIM, BLOCK_M,
+                              "ends")
     dk_desc.store([head, start_n, 0], (dk * sm_scale).to(dk_desc.dtype).reshape(1, BLOCK_N, HEAD_DIM))
     dv_desc.store([head, start_n, 0], dv.to(dv_desc.dtype).reshape(1, BLOCK_N, HEAD_DIM))
 
