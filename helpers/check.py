@@ -467,8 +467,17 @@ def _not_contiguous(out):
     return None
 
 
-def _changed_inputs(before, after):
+def _fingerprint(x):
+    """A floating tensor's float64 sum (NaN counted as 0.5), to tell whether it changed without keeping
+    a copy of it (a case too large to copy); anything else as it is."""
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return torch.sum(x.detach().nan_to_num(0.5), dtype=torch.float64)
+    return x
+
+
+def _changed_inputs(before, after, fingerprints=False):
     for i, (b, a) in enumerate(zip(before, after)):
+        a = _fingerprint(a) if fingerprints else a
         if isinstance(b, torch.Tensor) and not torch.equal(b.nan_to_num(), a.detach().nan_to_num()):
             return f"your function changed its input #{i} (arguments are inputs: write only to the output)"
     return None
@@ -690,8 +699,8 @@ def _run_cases(ex, fn, on_case=None):
 def _run_case(ex, fn, case, tol_for):
     """(problem or None, whether anything was written) for one case."""
     expected, form = _expected(ex, case)
-    before = _clone(case.args)
-    guarded = [_with_halo(a) for a in case.args]
+    before = _clone(case.args) if case.guard else tuple(_fingerprint(a) for a in case.args)
+    guarded = [_with_halo(a) if case.guard else (a, None) for a in case.args]
     args = tuple(a for a, _ in guarded)
     what = "your function"
     launches = interpreter.launch_count()
@@ -732,7 +741,7 @@ def _run_case(ex, fn, case, tol_for):
     if not problem and ex.contiguous_output:
         problem = _not_contiguous(out)
     nothing_written = bool(problem) and "none of its" in problem and not (stray or aliased)
-    problem = stray or aliased or problem or _changed_inputs(before, args)
+    problem = stray or aliased or problem or _changed_inputs(before, args, fingerprints=not case.guard)
     if problem and case.hint:
         problem = f"{problem}\n{case.hint}"
     return problem, not nothing_written

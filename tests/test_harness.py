@@ -636,3 +636,16 @@ def test_an_output_asked_contiguous_must_be(doubling_exercise):
         return out
     with pytest.raises(CheckFailed, match=r"not contiguous, and the lesson asks for a contiguous output"):
         check("doubling", strided)
+
+
+def test_an_unguarded_case_still_sees_a_changed_input(doubling_exercise):
+    doubling_exercise.cases = lambda: [exercises.Case(
+        "no copies of the input", (torch.randn(40, device=DEVICE),), guard=False)]
+    check("doubling", lambda x: lesson01.add(x, x))
+
+    def doubles_in_place(x):
+        out = lesson01.add(x, x)
+        x.mul_(2)
+        return out
+    with pytest.raises(CheckFailed, match="changed its input #0"):
+        check("doubling", doubles_in_place)

@@ -24,6 +24,18 @@ class Case:
     # on `reference_args` instead, and is compared with `part(output)`.
     reference_args: Optional[tuple] = None
     part: Optional[Callable[[Any], Any]] = None
+    # False for such a case: no guard-band copy of each input, and its inputs are compared before and
+    # after by a float64 sum each instead of a whole copy (the check's own memory stays near the case's).
+    guard: bool = True
+
+
+def room_for(nbytes):
+    """Whether the GPU has `nbytes` free, with a margin: a case past 2**31 elements is built only then
+    (on a smaller GPU, or one whose memory the notebook holds, the check goes on without it)."""
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    return free > 1.25 * nbytes
 
 
 @dataclasses.dataclass
