@@ -70,6 +70,8 @@ def _wrong(why):
     ("roofline_point", "the course's counted bytes instead of ncu's", "counted bytes"),
     # each part of the answer compared before a cause is named (issue 28)
     ("kernel_table", "equal totals ordered by name regardless of case", "capitals come before"),
+    ("kernel_table", "identical events on two streams counted once", "two calls"),
+    ("gpu_time_by_op", "a launch at its operator's end not inside it (< for <=)", "both ends included"),
     ("gpu_time_by_op", "equal times ordered by name regardless of case", "capitals come before"),
     ("gpu_idle_share", "assumes the kernels come sorted by start", "sort them by start first"),
     ("diagnose", "the L2 hit rate read as memory throughput", "L2 hit rate"),

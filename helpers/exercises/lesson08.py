@@ -167,6 +167,13 @@ def _table_cases():
     tied += _random_kernels(r, 20, ["other_a", "other_b"], start=100.0, quantum=0.5)
     cases.append(Case("ties: kernels of equal total time, one name capitalised (the tie-break is the name)",
                       (tied,)))
+    # identical events on two streams (the same kernel launched on each, at the same time): both count
+    twins = _random_kernels(r, 24, r.sample(_NAMES, 4), start=50.0, shuffle=False)
+    for k in r.sample(twins, 3):
+        twins.append({**k, "stream": 13})
+    r.shuffle(twins)
+    cases.append(Case("identical events on two streams (same name, start and duration): each is a call",
+                      (twins,)))
     cases.append(Case("random: two streams, totals in multiples of 0.25 (more ties)",
                       (_random_kernels(r, 80, r.sample(_NAMES, 6), streams=(7, 13), quantum=0.25),)))
     return cases
@@ -196,6 +203,10 @@ def _explain_table(out, expected):
     for i, row in enumerate(answer):
         ref = by_name[row["name"]]
         if row["calls"] != ref["calls"]:
+            distinct = {(k["start_us"], k["dur_us"]) for k in kernels if k["name"] == row["name"]}
+            if row["calls"] == len(distinct):
+                return (f"row {i} ({row['name'][:60]!r}): 'calls' is {row['calls']!r}, one per distinct (start, "
+                        f"duration). Identical events on two streams are two calls: count every event.")
             return (f"row {i} ({row['name'][:60]!r}): 'calls' is {row['calls']!r}; count the events that "
                     f"carry that name.")
         if not (_number(row["total_us"]) and _close(row["total_us"], ref["total_us"])):
@@ -482,7 +493,10 @@ def _hand_traces(r):
     t.launch(145.0, 2.0, name="fill_kernel", tid=2)
     t.op("aten::copy_", 210.0, 30.0)
     t.launch(220.0, 9.0, "gpu_memcpy")
-    out.append(("two CPU threads: an operator of thread 2 spans a launch of thread 1", t.done(r)))
+    t.op("aten::zero_", 250.0, 12.5)
+    t.launch(262.5, 3.0, name="zero_kernel")              # exactly at the operator's end: still inside
+    out.append(("two CPU threads: an operator of thread 2 spans a launch of thread 1; a launch exactly at "
+                "its operator's end", t.done(r)))
     t = _Trace()   # launches that no operator made, and a GPU event whose launch was not recorded
     t.op("aten::mm", 0.0, 30.0)
     t.launch(10.0, 50.0, name="gemm_kernel")

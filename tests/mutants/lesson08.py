@@ -25,6 +25,10 @@ WRONG = [
         ("all_kernels = sum(row[\"total_us\"] for row in rows.values())",
          "all_kernels = (max(k['start_us'] + k['dur_us'] for k in kernels)\n"
          "                   - min(k['start_us'] for k in kernels))"))),
+    Wrong("kernel_table", "identical events on two streams counted once", edit(
+        "08", "kernel_table", ("    for k in kernels:\n        row = rows",
+                               "    for k in {(k['name'], k['start_us'], k['dur_us']): k for k in kernels}.values():\n"
+                               "        row = rows"))),
     Wrong("kernel_table", "calls counted as 1 per name", edit(
         "08", "kernel_table", ('row["calls"] += 1', 'row["calls"] = 1'))),
     Wrong("kernel_table", "total_us holds the last duration, not the sum", edit(
@@ -125,6 +129,9 @@ WRONG += [
         "08", "gpu_time_by_op", ('row["gpu_us"] += gpu["dur"]', 'row["gpu_us"] += launch["dur"] if launch else gpu["dur"]'))),
     Wrong("gpu_time_by_op", "equal times left in first-seen order", edit(
         "08", "gpu_time_by_op", ('key=lambda row: (-row["gpu_us"], row["op"]))', 'key=lambda row: -row["gpu_us"])'))),
+    Wrong("gpu_time_by_op", "a launch at its operator's end not inside it (< for <=)", edit(
+        "08", "gpu_time_by_op", ('op["ts"] <= launch["ts"] <= op["ts"] + op["dur"]',
+                                 'op["ts"] <= launch["ts"] < op["ts"] + op["dur"]'))),
     Wrong("gpu_time_by_op", "equal times ordered by name regardless of case", edit(
         "08", "gpu_time_by_op", ('key=lambda row: (-row["gpu_us"], row["op"]))',
                                  'key=lambda row: (-row["gpu_us"], row["op"].lower()))'))),
