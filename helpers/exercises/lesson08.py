@@ -205,8 +205,8 @@ def _explain_table(out, expected):
         if row["calls"] != ref["calls"]:
             distinct = {(k["start_us"], k["dur_us"]) for k in kernels if k["name"] == row["name"]}
             if row["calls"] == len(distinct):
-                return (f"row {i} ({row['name'][:60]!r}): 'calls' is {row['calls']!r}, one per distinct (start, "
-                        f"duration). Identical events on two streams are two calls: count every event.")
+                return (f"row {i} ({row['name'][:60]!r}): 'calls' is {row['calls']!r}, one per distinct "
+                        f"(start, duration). Identical events on two streams are two calls: count each.")
             return (f"row {i} ({row['name'][:60]!r}): 'calls' is {row['calls']!r}; count the events that "
                     f"carry that name.")
         if not (_number(row["total_us"]) and _close(row["total_us"], ref["total_us"])):
