@@ -229,7 +229,9 @@ check("attention_tiled", attention_tiled)
 # float64, strided inputs, random `sm_scale`s, and scores up to about 100, where $e^{S}$ overflows
 # float32: only the running max keeps those finite. Once the values are right, it runs your function
 # at $N = 256$ with `block_m=32, block_n=64` and watches every tensor PyTorch makes: none may be larger
-# than `q`, as a whole row of $N$ scores per query block would be.
+# than `q`, as a whole row of $N$ scores per query block would be. Then once more with tiles of 8 x 8:
+# apart from tensors the size of `q` and the lse, none may hold more than a tile's worth of values
+# (`block_m` times the larger of `block_n` and $D$), as even one query's row of $N$ scores would.
 #
 # ### How much memory does it need?
 #

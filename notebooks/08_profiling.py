@@ -351,7 +351,8 @@ for cat in ("cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gp
 #   `aten::matmul` calls `aten::mm`). With no launch of that id in the trace, or no operator around
 #   it, charge the event to `"(no operator)"`;
 # - return one row per operator name, `{"op", "gpu_us", "events"}`: the sum of its GPU events' `dur`
-#   and how many there are; most `gpu_us` first, equal `gpu_us` in alphabetical order of `op`.
+#   and how many there are; most `gpu_us` first, equal `gpu_us` in alphabetical order of `op`
+#   (Python's `<` on strings).
 #
 # The check uses every GPU's recorded traces and hand-made ones: driver-API launches, nested
 # operators, two CPU threads, a GPU far behind the CPU, a Triton kernel launched from Python, ties.

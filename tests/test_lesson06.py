@@ -122,6 +122,10 @@ def test_reference_keeps_lse_in_float32_at_least(dtype, lse_dtype):
     ("flash_forward_causal", "no tile skipping: every tile loaded, then masked", "should not be loaded"),
     ("attention_backward_torch", "autograd through the naive reference", "autograd recorded a graph"),
     ("attention_backward", "Triton forward, autograd over the naive graph backward", "ran no Triton kernel"),
+    ("attention_tiled", "an exact softmax one query at a time (a whole row of scores each)", "one tile"),
+    ("attention_backward_torch", "torch.func.vjp through the naive reference", "through torch.func"),
+    ("flash_backward_dkdv", "dout passed to the kernel without .contiguous()", "strided views"),
+    ("flash_backward_dq", "lse passed to the kernel without .contiguous()", "strided views"),
 ])
 def test_mistake_is_named(exercise, why, message, monkeypatch):
     """What the lesson teaches beyond the values (tiles, lse dtype, skipping, own backward) is checked."""
@@ -223,3 +227,20 @@ def test_backward_returning_too_few_gradients_fails():
         return None, None, None
     with pytest.raises(CheckFailed, match="no gradient reached q"):
         check("attention_backward", _attention_with_backward(no_grads))
+
+
+def test_the_case_past_int32_compares_the_last_head(monkeypatch):
+    """The GPU-only case past 2**31 elements, built at a stand-in size: the reference runs on the last
+    head, a mistake there is caught with the int32 hint, and the right kernel passes."""
+    from helpers.exercises.lesson06 import past_int32_case
+
+    ex = exercises.get("flash_forward")
+    monkeypatch.setattr(ex, "cases", lambda: [past_int32_case(H=3, N=37, D=16, dtype=torch.float32)])
+    check("flash_forward", lesson06.flash_forward)
+
+    def off_in_the_last_head(q, k, v, sm_scale=None):
+        out, lse = lesson06.flash_forward(q, k, v, sm_scale)
+        out[:, -1, -1] += 1.0
+        return out, lse
+    with pytest.raises(CheckFailed, match=r"(?s)last head.*int32 wraps"):
+        check("flash_forward", off_in_the_last_head)

@@ -1,5 +1,6 @@
 """Lesson 07: the solutions pass their checks, typical mistakes fail them, and the counters count right."""
 
+import importlib
 import json
 import pathlib
 import re
@@ -74,6 +75,21 @@ def test_counting_the_word_fusion_fails():
         return jax.jit(fn).lower(*args).compile().as_text().count("fusion")
     with pytest.raises(CheckFailed, match="where ENTRY has"):
         check("xla_fusions", count_word)
+
+
+@pytest.mark.parametrize("why, message", [
+    ("counts the word 'fusion' in the whole module", "wherever it appears"),
+    ("counts fusion instructions in every computation, not only ENTRY", "every computation"),
+    ("counts ENTRY's lines that mention fusion", "lines that mention"),
+])
+def test_a_miscount_is_named_when_one_slip_gives_it(monkeypatch, why, message):
+    """The count is recomputed the way each usual slip would: the one that gives the answer is named."""
+    from mutants.lesson07 import WRONG
+
+    monkeypatch.setattr(importlib.import_module("helpers.check"), "MORE_CASES_S", 0.0)
+    (wrong,) = [w for w in WRONG if (w.exercise, w.why) == ("xla_fusions", why)]
+    with pytest.raises(CheckFailed, match=message):
+        check("xla_fusions", wrong.fn)
 
 
 def test_cases_hold_a_tuple_shaped_root_fusion_and_fusions_outside_entry():

@@ -68,12 +68,33 @@ def _wrong(why):
     ("diagnose", "limiter: the resource that allows the most blocks", "allows the fewest"),
     ("roofline_point", "ns taken as µs", "nanoseconds"),
     ("roofline_point", "the course's counted bytes instead of ncu's", "counted bytes"),
+    # each part of the answer compared before a cause is named (issue 28)
+    ("kernel_table", "equal totals ordered by name regardless of case", "capitals come before"),
+    ("kernel_table", "identical events on two streams counted once", "two calls"),
+    ("gpu_time_by_op", "a launch at its operator's end not inside it (< for <=)", "both ends included"),
+    ("gpu_time_by_op", "equal times ordered by name regardless of case", "capitals come before"),
+    ("gpu_idle_share", "assumes the kernels come sorted by start", "sort them by start first"),
+    ("diagnose", "the L2 hit rate read as memory throughput", "L2 hit rate"),
+    ("diagnose", "tensor-pipe % in place of SM %", "tensor pipe"),
+    ("diagnose", "the first of DRAM and SM to reach 60 names the bound (not the larger)",
+     "the larger of the two"),
+    ("roofline_point", "bytes taken as gigabytes", "plain counts"),
+    ("roofline_point", "TB/s given in GB/s", "the time is read right"),
+    ("roofline_point", "the chip argument ignored (always the H100's roof)", "another chip"),
+    ("roofline_point", "the FLOPs read from metrics['counted'], the argument ignored", "`flops` argument"),
 ])
 def test_messages_name_the_mistake(monkeypatch, exercise, why, message):
     monkeypatch.setattr(importlib.import_module("helpers.check"), "MORE_CASES_S", 0.0)
     with pytest.raises(CheckFailed, match=message.replace("?", r"\?")) as caught:
         check(exercise, _wrong(why))
     assert not isinstance(caught.value, NotDone)
+
+
+def test_a_function_that_sorts_is_not_asked_whether_it_assumes_sorted_input(monkeypatch):
+    monkeypatch.setattr(importlib.import_module("helpers.check"), "MORE_CASES_S", 100.0)  # every case
+    with pytest.raises(CheckFailed) as caught:
+        check("gpu_idle_share", _wrong("sorts its input but is off by a little"))
+    assert "sort them by start" not in str(caught.value) and "assume" not in str(caught.value)
 
 
 def test_idle_share_message_gives_no_value_away(monkeypatch):

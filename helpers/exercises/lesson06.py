@@ -24,6 +24,7 @@ kernels and holds no N x N tensor.
 import math
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
@@ -115,15 +116,49 @@ def _label(B, H, N, D, dtype, why):
     return f"B{B} H{H} N{N} D{D} {str(dtype).removeprefix('torch.')} ({why})"
 
 
+STRIDED_HINT = ("This case's inputs are strided views of (B, N, H, D) tensors (in the backward, out and lse "
+                "too). If the other cases pass, a tensor reached the kernel with its strides while the "
+                "kernel walks rows of D contiguous values: the launcher makes each one contiguous first.")
+INT32_HINT = ("This case has more than 2**31 elements per tensor: an offset computed in int32 wraps past "
+              "2**31 and points outside the tensor (wrong values, or an illegal memory access). Make the "
+              "(batch, head) program id tl.int64 before it is multiplied by n_ctx * HEAD_DIM.")
+
+
+def _last_head(out):
+    """(out, lse) of the last head only; anything else as it is (the comparison then says what is wrong)."""
+    if isinstance(out, (tuple, list)) and len(out) == 2 and all(
+            isinstance(t, torch.Tensor) and t.dim() >= 2 for t in out):
+        return tuple(t[:, -1:] for t in out)
+    return out
+
+
+def past_int32_case(H=2**15 + 1, N=512, D=128, dtype=torch.float16):
+    """(1, H, N, D) inputs of just over 2**31 elements each (4 GiB in float16), for a GPU: the last head
+    starts past element 2**31. The reference runs on the last head alone, compared with the output's.
+
+    H stays below 65536, the grid's limit on its second axis (one program per (b, h) there); N = 512
+    keeps the kernel's work to milliseconds. The check holds q, k, v, a guard-band copy and a clone of
+    each, and the output: about 48 GiB at the default size.
+    """
+    q, k, v = qkv(1, H, N, D, dtype)
+    return Case(_label(1, H, N, D, dtype, "past 2**31 elements per tensor; compared on its last head"),
+                (q, k, v), {}, hint=INT32_HINT, reference_args=tuple(t[:, -1:] for t in (q, k, v)),
+                part=_last_head)
+
+
 def _kernel_cases():
-    """Cases for the forward kernels: every other one with a random sm_scale (never the large-score one)."""
+    """Cases for the forward kernels: every other one with a random sm_scale (never the large-score one);
+    on a GPU, a last one past 2**31 elements (the lesson asks for int64 offsets)."""
     cases = []
     for i, (B, H, N, D, dtype, scale, strided, why) in enumerate(KERNEL_SPECS):
         label, kwargs = _label(B, H, N, D, dtype, why), {}
         if i % 2 == 0 and scale == 1.0:
             kwargs["sm_scale"] = random_sm_scale(D)
             label += f", sm_scale={kwargs['sm_scale']}"
-        cases.append(Case(label, qkv(B, H, N, D, dtype, scale, strided), kwargs))
+        cases.append(Case(label, qkv(B, H, N, D, dtype, scale, strided), kwargs,
+                          hint=STRIDED_HINT if strided else ""))
+    if ON_GPU:
+        cases.append(past_int32_case())
     return cases
 
 
@@ -144,8 +179,13 @@ def _backward_case(B, H, N, D, dtype, scale, strided, why, causal, with_scale, s
     if with_scale:
         kwargs["sm_scale"] = random_sm_scale(D)
         label += f", sm_scale={kwargs['sm_scale']}"
-    args = (q, k, v, *_saved(q, k, v, causal, kwargs.get("sm_scale")), dout) if saved else (q, k, v, dout)
-    return Case(label, args, kwargs)
+    hint = STRIDED_HINT if strided else ""
+    if not saved:
+        return Case(label, (q, k, v, dout), kwargs, hint=hint)
+    out, lse = _saved(q, k, v, causal, kwargs.get("sm_scale"))
+    if strided:   # out and lse stored (B, N, H, ...) too: every tensor the launchers read is a strided view
+        out, lse = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (out, lse))
+    return Case(label, (q, k, v, out, lse, dout), kwargs, hint=hint)
 
 
 def _backward_cases(saved=True):
@@ -166,7 +206,10 @@ def _torch_backward_cases():
              (2, 2, 51, 32, torch.float32, 1.0, True, "strided views", True, True),
              (1, 2, 37, 32, torch.float32, FAR, False, FAR_WHY, True, False),
              (1, 1, 29, 16, torch.float64, FAR, False, FAR_WHY, False, False)]
-    return [_backward_case(*spec, saved=True) for spec in specs]
+    cases = [_backward_case(*spec, saved=True) for spec in specs]
+    for case in cases:
+        case.hint = ""   # PyTorch follows any strides: the kernels' hint is not for this exercise
+    return cases
 
 
 def _tiled_cases():
@@ -253,10 +296,29 @@ def _once_unmeasured(call):
     return _calling(call)[1] if ON_GPU else None
 
 
-def _tiles_only(fn):
-    """attention_tiled never holds more than a tile of scores: no tensor it makes is larger than q.
+class _FloatingTensors(TorchDispatchMode):
+    """Inside `with _FloatingTensors() as seen:`, seen.made lists (op, shape) of every floating-point
+    tensor an ATen op made."""
 
-    At N = 256 and D = 16, a whole row of scores per query block (block_m x N) is; so is N x N.
+    def __init__(self):
+        super().__init__()
+        self.made = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                self.made.append((func.overloadpacket.__name__, tuple(t.shape)))
+        return out
+
+
+def _tiles_only(fn):
+    """attention_tiled never holds more than a tile of scores.
+
+    At N = 256 and D = 16 with block_m=32, block_n=64, no tensor it makes is larger than q (a whole
+    row of scores per query block, block_m x N, is; so is N x N). With tiles of 8 x 8, no tensor is
+    larger than a tile (block_m x max(block_n, D)) except those the size of q, and the lse: one query's
+    whole row of N scores is, so an exact softmax taken one query at a time shows.
     """
     n, d = MEASURE_N // 2, MEASURE_D
     q, k, v = qkv(1, 1, n, d, torch.float32)
@@ -270,6 +332,22 @@ def _tiles_only(fn):
                     f"causal={causal}, it made a tensor larger than q: {largest}. A query block should "
                     f"meet the keys one tile of block_n at a time; a whole row of scores (or the N x N "
                     f"matrix) is the memory FlashAttention exists to avoid.")
+    tile = 8
+    limit = tile * max(tile, d)
+    lse_shapes = ((1, 1, n), (1, 1, n, 1))
+    for causal in (False, True):
+        with _FloatingTensors() as seen:
+            _, problem = _calling(fn, q, k, v, causal=causal, block_m=tile, block_n=tile)
+        if problem:
+            return problem
+        for op, shape in seen.made:
+            numel = math.prod(shape)
+            if numel > limit and numel != q.numel() and shape not in lse_shapes:
+                return (f"called with N = {n}, D = {d}, block_m={tile}, block_n={tile} and causal={causal}, "
+                        f"{op} made a tensor of shape {shape}: more values than one tile of the computation "
+                        f"holds (block_m x max(block_n, D) = {limit}). A whole row of scores, even for one "
+                        f"query, grows with N; each query block should meet the keys one tile of block_n at "
+                        f"a time, the running max and sum carrying the rest.")
     return None
 
 
@@ -310,6 +388,10 @@ def _by_hand(fn):
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
         _, problem = _calling(fn, *case.args, **case.kwargs)
+    if problem and "saved tensor hooks" in problem:   # torch.func refuses to run under the meter
+        return ("your function differentiates through torch.func (vjp, grad, ...): the gradients come from "
+                "autograd, not from the formulas. Write dV, dP, dS, dQ and dK yourself, with P recomputed "
+                "from the lse, as the kernels will.")
     if problem:
         return problem
     if saved:

@@ -272,9 +272,48 @@ def xla_fusions_reference(fn, *args):
     return fusion_count(optimized_hlo(fn, *args))
 
 
+def _run_keeping_inputs(fn, *args):
+    """fn(*args), with the arguments beside it: `explain` recounts the HLO the usual slips would."""
+    return fn(*args), args
+
+
+# Patterns a slip would use: an instruction of ENTRY without its ROOT line, or with a shape that has
+# no spaces (a tuple-shaped fusion missed); the regex that defines fusion_count, over the whole module.
+_FUSION_NO_ROOT = re.compile(r"^\s*%[\w.\-]+\s*=\s*(?:\([^)]*\)|\S+)\s+fusion\(", re.M)
+_FUSION_NO_TUPLE = re.compile(r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=\s*\S+\s+fusion\(", re.M)
+
+
+def _fusion_slips(fn, args):
+    """[(count, what it counts)] for the usual slips, on this case's function and inputs."""
+    import jax
+
+    hlo = optimized_hlo(fn, *args)
+    entry = entry_computation(hlo)
+    before = jax.jit(fn).lower(*args).as_text(dialect="hlo")
+    return [
+        (len(_FUSION_NO_ROOT.findall(entry)), "it misses the ROOT line: the instruction that gives ENTRY's "
+         "result starts with `ROOT %name = ...` and may be a fusion too."),
+        (len(_FUSION_NO_TUPLE.findall(entry)), "it misses the fusions whose shape is a tuple, such as "
+         "`(f32[8]{0}, s32[8]{0}) fusion(...)`: a tuple shape holds spaces."),
+        (len(_FUSION.findall(hlo)), "it counts fusion instructions in every computation of the module; only "
+         "ENTRY's count (a fusion's body or a branch is a computation ENTRY calls)."),
+        (hlo.count("fusion"), "it counts the word 'fusion' wherever it appears; only the opcode counts."),
+        (sum("fusion" in line for line in entry.splitlines()), "it counts ENTRY's lines that mention "
+         "'fusion' (in a name, an operand or an attribute); only the opcode counts."),
+        (fusion_count(before) if "\nENTRY " in before else None, "it reads the HLO before optimisation: "
+         "fusions are made by the compiler, so compile first (`.compile()`), then read `.as_text()`."),
+    ]
+
+
 def _judge_fusion_count(out, expected):
+    out, (fn, *args) = out
+    expected, _ = expected
     if isinstance(out, bool) or not isinstance(out, numbers.Integral):
         return f"return the count as a whole number (an int), got {type(out).__name__} {_short(out)}"
+    if out != expected:
+        whys = list(dict.fromkeys(why for count, why in _fusion_slips(fn, args) if count == out))
+        if len(whys) == 1:
+            return f"you counted {out} fusions where ENTRY has {expected}: {whys[0]}"
     if out > expected:
         return (f"you counted {out} fusions where ENTRY has {expected}. Count only the instructions of "
                 f"ENTRY (not the computations above it: a fusion's body, a branch) whose opcode is "
@@ -298,5 +337,5 @@ EXERCISES = [
     Exercise("07", "no_graph_breaks", "one graph, no breaks", gelu_residual_reference, _residual_cases,
              run=_run_without_breaks),
     Exercise("07", "xla_fusions", "count XLA's fusions", xla_fusions_reference, _jax_cases,
-             explain=_judge_fusion_count),
+             run=_run_keeping_inputs, explain=_judge_fusion_count),
 ]

@@ -157,15 +157,23 @@ def _table_cases():
     mixed = many + one + mid
     r.shuffle(mixed)
     cases.append(Case("often and short vs once and long (calls, mean and total disagree)", (mixed,)))
-    # equal totals: the tie-break is the name, alphabetical; names drawn so that first-seen order
-    # is not alphabetical
+    # equal totals: the tie-break is the name, by Python's < (capitals before lowercase, as in
+    # "Memset (Device)"); first-seen order is neither that nor the case-blind order
     tied = []
-    for name in ("zeta_kernel", "alpha_kernel", "mid_kernel"):
-        for i, dur in enumerate((1.5, 2.5) if name != "mid_kernel" else (4.0,)):
+    for name in ("zeta_kernel", "alpha_kernel", "Mid_kernel"):
+        for i, dur in enumerate((1.5, 2.5) if name != "Mid_kernel" else (4.0,)):
             tied.append({"name": name, "cat": "kernel", "start_us": 20.0 * len(tied), "dur_us": dur,
                          "stream": 7})
     tied += _random_kernels(r, 20, ["other_a", "other_b"], start=100.0, quantum=0.5)
-    cases.append(Case("ties: kernels of equal total time (the tie-break is the name)", (tied,)))
+    cases.append(Case("ties: kernels of equal total time, one name capitalised (the tie-break is the name)",
+                      (tied,)))
+    # identical events on two streams (the same kernel launched on each, at the same time): both count
+    twins = _random_kernels(r, 24, r.sample(_NAMES, 4), start=50.0, shuffle=False)
+    for k in r.sample(twins, 3):
+        twins.append({**k, "stream": 13})
+    r.shuffle(twins)
+    cases.append(Case("identical events on two streams (same name, start and duration): each is a call",
+                      (twins,)))
     cases.append(Case("random: two streams, totals in multiples of 0.25 (more ties)",
                       (_random_kernels(r, 80, r.sample(_NAMES, 6), streams=(7, 13), quantum=0.25),)))
     return cases
@@ -195,6 +203,10 @@ def _explain_table(out, expected):
     for i, row in enumerate(answer):
         ref = by_name[row["name"]]
         if row["calls"] != ref["calls"]:
+            distinct = {(k["start_us"], k["dur_us"]) for k in kernels if k["name"] == row["name"]}
+            if row["calls"] == len(distinct):
+                return (f"row {i} ({row['name'][:60]!r}): 'calls' is {row['calls']!r}, one per distinct "
+                        f"(start, duration). Identical events on two streams are two calls: count each.")
             return (f"row {i} ({row['name'][:60]!r}): 'calls' is {row['calls']!r}; count the events that "
                     f"carry that name.")
         if not (_number(row["total_us"]) and _close(row["total_us"], ref["total_us"])):
@@ -223,7 +235,7 @@ def _explain_table(out, expected):
                     f"total_us, most first: row 0 is the kernel to look at first.")
         if a["total_us"] == b["total_us"] and a["name"] > b["name"]:
             return (f"rows {i - 1} and {i} have the same total_us: the tie-break is the name, in "
-                    f"alphabetical order (Python's < on strings).")
+                    f"Python's order of strings (<), where capitals come before lowercase letters.")
     return None
 
 
@@ -287,6 +299,29 @@ def busy_us(kernels):
     return covered
 
 
+def _in_list_order(kernels):
+    """Idle shares that two usual merges of intervals give when they skip the sort: each kernel taken
+    in the list's order, the span from the first listed start or from the earliest one."""
+    intervals = [(k["start_us"], k["start_us"] + k["dur_us"]) for k in kernels]
+    last = max(end for _, end in intervals)
+    shares = []
+    for first in (intervals[0][0], min(start for start, _ in intervals)):
+        busy, reached = 0.0, first                      # only what is past the latest end seen
+        for start, end in intervals:
+            busy += max(0.0, end - max(start, reached))
+            reached = max(reached, end)
+        run_busy, (run_start, run_end) = 0.0, intervals[0]   # runs closed at a gap after the run's end
+        for start, end in intervals[1:]:
+            if start > run_end:
+                run_busy += run_end - run_start
+                run_start, run_end = start, end
+            else:
+                run_end = max(run_end, end)
+        run_busy += run_end - run_start
+        shares += [(last - first - b) / (last - first) for b in (busy, run_busy) if last > first]
+    return shares
+
+
 def _explain_idle(out, expected):
     answer, (kernels,) = out
     want, _ = expected
@@ -325,8 +360,9 @@ def _explain_idle(out, expected):
         return (f"your idle share is {answer:.6g}: that is the share during which kernels run. The "
                 f"exercise asks for the rest, the share during which none runs.")
     unsorted = any(a["start_us"] > b["start_us"] for a, b in zip(kernels, kernels[1:]))
-    hint = (" This case's list is not sorted by start time: does your function assume it is?"
-            if unsorted else "")
+    in_order = unsorted and any(_close(answer, share) for share in _in_list_order(kernels))
+    hint = (" This case's list is not sorted by start time, and your answer is what merging the intervals "
+            "in the list's order gives: sort them by start first." if in_order else "")
     which = "high" if answer > want else "low"
     return (f"your idle share is {answer:.6g}, too {which}. Idle time is the span from the first "
             f"event's start to the last end, minus the time covered by at least one event.{hint}")
@@ -440,14 +476,16 @@ def _hand_traces(r):
         t.launch(30.0 * i + 10.0, dur, name=f"{name[6:]}_kernel")
     out.append(("a queue: each kernel starts on the GPU long after its launch, when the CPU is already "
                 "in a later operator", t.done(r)))
-    t = _Trace()   # equal totals: the tie-break is the name, and first-seen order is not alphabetical
-    tied = (("aten::sub", (1.5, 2.5)), ("aten::add", (4.0,)), ("aten::mul", (3.0, 1.0)),
+    t = _Trace()   # equal totals: the tie-break is the name by Python's < ("aten::Int" before "aten::add"),
+    # and first-seen order is neither that nor the case-blind order
+    tied = (("aten::sub", (1.5, 2.5)), ("aten::add", (4.0,)), ("aten::Int", (3.0, 1.0)),
             ("aten::cat", (2.0,)))
     for i, (name, durs) in enumerate(tied):
         t.op(name, 40.0 * i, 30.0)
         for j, dur in enumerate(durs):
             t.launch(40.0 * i + 5.0 + 10.0 * j, dur, name=f"{name[6:]}_kernel")
-    out.append(("ties: operators with equal GPU time (the tie-break is the name)", t.done(r)))
+    out.append(("ties: operators with equal GPU time, one name capitalised (the tie-break is the name)",
+                t.done(r)))
     t = _Trace()   # a second CPU thread whose operator, shorter, spans the main thread's launch time
     t.op("aten::mm", 100.0, 100.0)
     t.launch(150.0, 40.0, name="gemm_kernel")
@@ -455,7 +493,10 @@ def _hand_traces(r):
     t.launch(145.0, 2.0, name="fill_kernel", tid=2)
     t.op("aten::copy_", 210.0, 30.0)
     t.launch(220.0, 9.0, "gpu_memcpy")
-    out.append(("two CPU threads: an operator of thread 2 spans a launch of thread 1", t.done(r)))
+    t.op("aten::zero_", 250.0, 12.5)
+    t.launch(262.5, 3.0, name="zero_kernel")              # exactly at the operator's end: still inside
+    out.append(("two CPU threads: an operator of thread 2 spans a launch of thread 1; a launch exactly at "
+                "its operator's end", t.done(r)))
     t = _Trace()   # launches that no operator made, and a GPU event whose launch was not recorded
     t.op("aten::mm", 0.0, 30.0)
     t.launch(10.0, 50.0, name="gemm_kernel")
@@ -606,30 +647,41 @@ def _explain_by_op(out, expected):
                     f"first.")
         if a["gpu_us"] == b["gpu_us"] and a["op"] > b["op"]:
             return (f"rows {i - 1} and {i} have the same gpu_us: the tie-break is the operator's name, in "
-                    f"alphabetical order (Python's < on strings).")
+                    f"Python's order of strings (<), where capitals come before lowercase letters.")
     return None
 
 
 # ---------------------------------------------------------------- diagnose
 
 
+def _bound(dram, sm, at=BOUND_AT, strict=False, first_over=None):
+    """The speed-of-light rule on (dram, sm); the other arguments are slips `explain` names: the rule
+    with > for >=, or with the first of the two that reaches 60 named without comparing them."""
+    if (max(dram, sm) > at) if strict else (max(dram, sm) >= at):
+        if first_over == "dram":
+            return "memory" if dram >= at else "compute"
+        if first_over == "sm":
+            return "compute" if sm >= at else "memory"
+        return "memory" if dram >= sm else "compute"
+    return "latency"
+
+
 def diagnose_reference(metrics):
-    dram, sm = metrics[DRAM_PCT], metrics[SM_PCT]
-    if max(dram, sm) >= BOUND_AT:
-        bound = "memory" if dram >= sm else "compute"
-    else:
-        bound = "latency"
+    bound = _bound(metrics[DRAM_PCT], metrics[SM_PCT])
     limits = {what: metrics[f"launch__occupancy_limit_{key}"] for what, key in LIMITS.items()}
     limiter = min(limits, key=limits.get)   # min keeps the first of equal values: the tie order
     return bound, limiter
 
 
-def _random_metrics(r, dram=None, sm=None, limits=None, tensor=None):
+L2_HIT = "lts__t_sector_hit_rate.pct"
+
+
+def _random_metrics(r, dram=None, sm=None, limits=None, tensor=None, l2_hit=None):
     """A kernel's metrics as ncu records them, with chosen or random values."""
     m = {DRAM_PCT: round(r.uniform(0, 100), 2) if dram is None else dram,
          SM_PCT: round(r.uniform(0, 100), 2) if sm is None else sm,
          TENSOR_PCT: round(r.uniform(0, 100), 2) if tensor is None else tensor,
-         "lts__t_sector_hit_rate.pct": round(r.uniform(0, 100), 2),
+         L2_HIT: round(r.uniform(0, 100), 2) if l2_hit is None else l2_hit,
          "sm__warps_active.avg.pct_of_peak_sustained_active": round(r.uniform(5, 100), 2),
          "launch__registers_per_thread": float(r.choice([26, 40, 64, 128, 168, 255])),
          "launch__shared_mem_per_block": float(r.choice([0, 1024, 49152, 132096, 214212]))}
@@ -646,10 +698,23 @@ def _diagnose_cases():
         for k in data.get("kernels", []):
             cases.append(Case(f"{device}: {k.get('target') or k.get('Kernel Name')}, recorded", (k,)))
     lo = round(r.uniform(5, 55), 2)
+    hi, higher = sorted(round(r.uniform(61, 98), 2) for _ in range(2))
+    higher += 1.0 if higher == hi else 0.0
+    # At the threshold, the L2 hit rate and the tensor pipe are drawn where reading them by mistake
+    # gives the right answer: a wrong answer there is the comparison's, and the message can say so.
     cases += [
         Case("DRAM exactly at 60% of peak, SM below: the rule says >= 60", (_random_metrics(
-            r, dram=60.0, sm=lo, limits=[4, 9, 8, 32]),)),
-        Case("SM exactly at 60%, DRAM below", (_random_metrics(r, dram=lo, sm=60.0, limits=[7, 3, 8, 32]),)),
+            r, dram=60.0, sm=lo, limits=[4, 9, 8, 32], tensor=round(r.uniform(0, 60), 2),
+            l2_hit=round(r.uniform(60, 100), 2)),)),
+        Case("SM exactly at 60%, DRAM below", (_random_metrics(
+            r, dram=lo, sm=60.0, limits=[7, 3, 8, 32], tensor=round(r.uniform(60, 100), 2),
+            l2_hit=round(r.uniform(0, lo), 2)),)),
+        Case("both above 60%, SM the larger: compute", (_random_metrics(
+            r, dram=hi, sm=higher, tensor=round(r.uniform(higher, 100), 2),
+            l2_hit=round(r.uniform(0, hi), 2)),)),
+        Case("both above 60%, DRAM the larger: memory", (_random_metrics(
+            r, dram=higher, sm=hi, tensor=round(r.uniform(0, hi), 2),
+            l2_hit=round(r.uniform(higher, 100), 2)),)),
         Case("DRAM% equal to SM%, above 60%: a tie names memory", (_random_metrics(
             r, dram=(both := round(r.uniform(60, 95), 2)), sm=both, limits=[5, 9, 8, 32]),)),
         Case("both just under 60%: latency",
@@ -686,9 +751,27 @@ def _explain_diagnose(out, expected):
         return f"limiter is {limiter!r}: it is one of {', '.join(map(repr, LIMITS))}."
     dram, sm = metrics[DRAM_PCT], metrics[SM_PCT]
     if bound != want_bound:
-        said = f"DRAM at {dram:g}% and SM at {sm:g}% of peak (tensor pipe {metrics[TENSOR_PCT]:g}%)"
-        if max(dram, sm) == BOUND_AT:
-            return f"bound is {bound!r} with {said}: the rule is 'at least 60%' (>=), and here one is at 60."
+        said = f"DRAM at {dram:g}% and SM at {sm:g}% of peak"
+        # each part of the rule in turn: the metrics read, the comparison with 60, the comparison of the two
+        slips = [
+            (_bound(dram, sm, strict=True), "the rule is 'at least 60%' (>=), and here one is at 60."),
+            (_bound(metrics.get(L2_HIT, -1.0), sm),
+             f"it reads as DRAM% the L2 hit rate ({L2_HIT}, here {metrics.get(L2_HIT, -1.0):g}%), which says "
+             f"how often L2 serves a request, not how busy DRAM is: DRAM% is gpu__dram_throughput."),
+            (_bound(dram, metrics.get(TENSOR_PCT, -1.0)),
+             f"it reads as SM% the tensor pipe's activity (here {metrics.get(TENSOR_PCT, -1.0):g}%), one "
+             f"unit of the SM: SM% is sm__throughput, the busiest unit's share of its peak."),
+            (_bound(dram, sm, first_over="dram") if min(dram, sm) >= BOUND_AT else None,
+             "both are at least 60% here: the larger of the two names the bound, whichever is tested first."),
+            (_bound(dram, sm, first_over="sm") if min(dram, sm) >= BOUND_AT else None,
+             "both are at least 60% here: the larger of the two names the bound, whichever is tested first."),
+            (_bound(dram, sm, at=80.0), "the threshold is 60% of peak (ncu's rule as the lesson states it)."),
+        ]
+        whys = list(dict.fromkeys(why for value, why in slips if value == bound))
+        if len(whys) == 1:
+            return f"bound is {bound!r} with {said}: {whys[0]}"
+        if whys:   # this case cannot tell these slips apart: name each
+            return f"bound is {bound!r} with {said}. Either " + " Or ".join(whys)
         return (f"bound is {bound!r} with {said}. Take the larger of DRAM% and SM% (gpu__dram_throughput "
                 f"and sm__throughput); if it is at least 60% of peak it names the bound, else the kernel is "
                 f"latency-bound.")
@@ -734,8 +817,10 @@ def _random_ncu_kernel(r, intensity_range, chip):
                "lts__t_bytes.sum": round((read + write) * r.uniform(1.5, 6)),
                "gpu__time_duration.sum": ns,
                DRAM_PCT: round(r.uniform(1, 95), 2), SM_PCT: round(r.uniform(1, 95), 2),
-               "counted": {"bytes": int((read + write) * r.uniform(0.4, 0.9)), "flops": flops,
-                           "what": "random"}}
+               # the course's own counts differ from ncu's bytes and from the FLOPs passed in: an answer
+               # that reads them instead of its inputs shows
+               "counted": {"bytes": int((read + write) * r.uniform(0.4, 0.9)),
+                           "flops": int(flops * r.uniform(0.5, 0.9)), "what": "random"}}
     return metrics, flops
 
 
@@ -772,6 +857,11 @@ def _explain_roofline(out, expected):
         return f"{key} is {got!r}: a positive number."
     ratio = got / want[key]
     read, write = metrics["dram__bytes_read.sum"], metrics["dram__bytes_write.sum"]
+    counted_flops = metrics.get("counted", {}).get("flops")
+    if key in ("intensity", "tflops") and counted_flops and counted_flops != flops and _close(
+            ratio, counted_flops / flops):
+        return (f"{key} is off: it uses metrics['counted']['flops'] rather than the `flops` argument. Work "
+                f"from what you are given: the FLOPs passed in, ncu's bytes and time.")
     if key in ("intensity", "tbs"):
         for nbytes, why in ((read, "the bytes read only: DRAM traffic is read + write"),
                             (metrics.get("counted", {}).get("bytes"), "the course's counted bytes: this "
@@ -783,11 +873,23 @@ def _explain_roofline(out, expected):
             used = (read + write) / nbytes if key == "intensity" else nbytes / (read + write)
             if _close(ratio, used):
                 return f"{key} is off: it uses {why}."
-    for factor, unit in ((1e3, "microseconds"), (1e6, "milliseconds"), (1e9, "seconds")):
-        for f in (factor, 1 / factor):
-            if _close(ratio, f):
-                return (f"{key} is {ratio:.3g}x the right value: gpu__time_duration.sum is in nanoseconds "
-                        f"(ncu.json's 'units'), not {unit}.")
+    prefix = next((f for f in (1e3, 1e6, 1e9, 1e12) if _close(ratio, f) or _close(ratio, 1 / f)), None)
+    if prefix and key == "intensity":   # the time plays no part in it: the bytes' (or FLOPs') unit does
+        return (f"intensity is {ratio:.3g}x the right value: the FLOPs and dram__bytes_*.sum are plain "
+                f"counts (ncu.json's 'units' say 'byte'), and intensity is FLOPs per byte, with no prefix.")
+    if prefix and key in ("tflops", "tbs"):
+        other = "tbs" if key == "tflops" else "tflops"
+        if _number(answer[other]) and _close(answer[other] / want[other], ratio):
+            if ratio < 1:   # the time taken too long: read in a larger unit
+                unit = {1e3: "microseconds", 1e6: "milliseconds", 1e9: "seconds"}.get(prefix, "a larger unit")
+            else:
+                unit = {1e3: "picoseconds"}.get(prefix, "a smaller unit")
+            return (f"tflops and tbs are both {ratio:.3g}x the right value, the intensity is right: the "
+                    f"time is off. gpu__time_duration.sum is in nanoseconds (ncu.json's 'units'), not "
+                    f"{unit}.")
+        rate = "10**12 FLOPs per second" if key == "tflops" else "10**12 bytes per second"
+        return (f"{key} is {ratio:.3g}x the right value, while {other} is right, so the time is read right: "
+                f"{key} is asked in {'TFLOP/s' if key == 'tflops' else 'TB/s'}, {rate}.")
     if key == "roof_tflops":
         spec = CHIPS[chip]
         fp32 = min(spec.tflops["fp32"], want["intensity"] * spec.bandwidth_tbs)
@@ -798,6 +900,10 @@ def _explain_roofline(out, expected):
                     "tensor-core peak, CHIPS[chip].tflops['fp16'].")
         if _close(got, spec.tflops["fp16"]):
             return "roof_tflops is off: below the ridge, the roof is intensity x bandwidth, not the peak."
+        for other, c in CHIPS.items():
+            if other != chip and _close(got, min(c.tflops["fp16"], want["intensity"] * c.bandwidth_tbs)):
+                return (f"roof_tflops is off: it is the roof of another chip ({other!r}). This case places "
+                        f"the kernel on the roofline of the chip named by the `chip` argument.")
     if key == "fraction":
         return "fraction is off: it is the achieved TFLOP/s over the roof at this intensity."
     return f"{key} is {got:.6g}, off by a factor {ratio:.4g}. Check the units of each metric."

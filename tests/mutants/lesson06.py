@@ -70,6 +70,38 @@ def autograd_backward(q, k, v, causal=False, sm_scale=None):
 
 HARD_CODED_SCALE = ("    sm_scale = D ** -0.5 if sm_scale is None else sm_scale\n    return q.contiguous()",
                     "    sm_scale = D ** -0.5\n    return q.contiguous()")
+# The (batch, head) program id left in int32: bh * N * D wraps once a tensor passes 2**31 elements.
+INT32_FWD = ("bh = tl.program_id(1).to(tl.int64)                # int64: B*H*N*D may pass 2**31",
+             "bh = tl.program_id(1)")
+INT32_CAUSAL = ("    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M\n    bh = tl.program_id(1).to(tl.int64)\n"
+                "    q_ptr += bh * n_ctx * HEAD_DIM\n    k_ptr += bh * n_ctx * HEAD_DIM\n    v_ptr += bh * n_ctx * HEAD_DIM\n"
+                "    o_ptr",
+                "    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M\n    bh = tl.program_id(1)\n"
+                "    q_ptr += bh * n_ctx * HEAD_DIM\n    k_ptr += bh * n_ctx * HEAD_DIM\n    v_ptr += bh * n_ctx * HEAD_DIM\n"
+                "    o_ptr")
+
+
+def per_query(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16):
+    """An exact softmax one query at a time: no tile of keys, a whole row of N scores per query."""
+    B, H, N, D = q.shape
+    sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    stats = torch.promote_types(q.dtype, torch.float32)
+    out, lse = torch.empty_like(q), torch.empty(B, H, N, dtype=stats, device=q.device)
+    for i in range(N):
+        s = (q[:, :, i:i + 1] @ k.transpose(-2, -1)).to(stats) * sm_scale
+        if causal:
+            s[..., i + 1:] = float("-inf")
+        lse[:, :, i] = torch.logsumexp(s, dim=-1)[..., 0]
+        out[:, :, i:i + 1] = (torch.softmax(s, dim=-1) @ v.to(stats)).to(q.dtype)
+    return out, lse
+
+
+def by_torch_func(q, k, v, out, lse, dout, causal=False, sm_scale=None):
+    """The gradients by torch.func.vjp through the naive reference: autograd under another name."""
+    _, pull = torch.func.vjp(lambda q, k, v: attention_reference(q, k, v, causal, sm_scale)[0], q, k, v)
+    return pull(dout)
+
+
 FWD_BLOCKS = [("FWD_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]", "FWD_CONFIGS = _configs(cpu=[(32, 16, 4, 1)]"),
               ("gpu=[(64, 64, 4, 3), (128, 64, 8, 3)", "gpu=[(32, 32, 4, 2), (128, 64, 8, 3)")]
 
@@ -88,6 +120,7 @@ WRONG = [
         "06", "attention_tiled", ("cols[None, :] > rows[:, None]", "cols[None, :] >= rows[:, None]"))),
     Wrong("attention_tiled", "lse without the max (log of l only)", edit(
         "06", "attention_tiled", ("= m + torch.log(l)", "= torch.log(l)"))),
+    Wrong("attention_tiled", "an exact softmax one query at a time (a whole row of scores each)", per_query),
     Wrong("attention_tiled", "causal loop stops before the diagonal tile", edit(
         "06", "attention_tiled", ("stop = min(N, i + block_m) if causal", "stop = i if causal"))),
 
@@ -113,6 +146,11 @@ WRONG = [
     Wrong("flash_forward", "strided inputs used without .contiguous()", edit(
         "06", "flash_forward", ("return q.contiguous(), k.contiguous(), v.contiguous(), sm_scale",
                                 "return q, k, v, sm_scale"))),
+    Wrong("flash_forward", "v used without .contiguous() (q and k made contiguous)", edit(
+        "06", "flash_forward", ("return q.contiguous(), k.contiguous(), v.contiguous(), sm_scale",
+                                "return q.contiguous(), k.contiguous(), v, sm_scale"))),
+    Wrong("flash_forward", "int32 offsets: bh * N * D wraps past 2**31 elements", edit(
+        "06", "flash_forward", INT32_FWD), gpu_only=True),
 
     Wrong("flash_forward_causal", "pure PyTorch, no kernel", lambda q, k, v, sm_scale=None: attention_reference(
         q, k, v, True, sm_scale)),
@@ -126,6 +164,8 @@ WRONG = [
     Wrong("flash_forward_causal", "diagonal tiles not masked", edit(
         "06", "flash_forward_causal", ("offs_m, start_m, hi, n_ctx, qk_scale,\n                                  HEAD_DIM, BLOCK_N, \"causal\")",
                                        "offs_m, start_m, hi, n_ctx, qk_scale,\n                                  HEAD_DIM, BLOCK_N, \"keys\")"))),
+    Wrong("flash_forward_causal", "int32 offsets: bh * N * D wraps past 2**31 elements", edit(
+        "06", "flash_forward_causal", INT32_CAUSAL), gpu_only=True),
     Wrong("flash_forward_causal", "sm_scale hard-coded to 1/sqrt(D)", edit(
         "06", "flash_forward_causal", HARD_CODED_SCALE)),
     Wrong("flash_forward_causal", "running maximum starts at 0, not -inf", edit(
@@ -136,6 +176,7 @@ WRONG = [
                                        "tl.log2(l_i) * LN2, mask=row_ok)\n\n\ndef flash_forward_causal"))),
 
     Wrong("attention_backward_torch", "autograd through the naive reference", naive_grads),
+    Wrong("attention_backward_torch", "torch.func.vjp through the naive reference", by_torch_func),
     Wrong("attention_backward_torch", "dS = P * dP: delta not subtracted", edit(
         "06", "attention_backward_torch", ("ds = p * (dp - delta)  ", "ds = p * dp  "))),
     Wrong("attention_backward_torch", "dQ and dK not multiplied by sm_scale", edit(
@@ -156,6 +197,12 @@ WRONG = [
 
     Wrong("flash_backward_dkdv", "pure PyTorch, no kernel", lambda *args, **kwargs: attention_backward_torch(
         *args[:6], **kwargs)[1:]),
+    Wrong("flash_backward_dkdv", "dout passed to the kernel without .contiguous()", edit(
+        "06", "flash_backward_dkdv", ("dout.contiguous(), lse.contiguous(), delta, dk, dv",
+                                      "dout, lse.contiguous(), delta, dk, dv"))),
+    Wrong("flash_backward_dkdv", "lse passed to the kernel without .contiguous()", edit(
+        "06", "flash_backward_dkdv", ("dout.contiguous(), lse.contiguous(), delta, dk, dv",
+                                      "dout.contiguous(), lse, delta, dk, dv"))),
     Wrong("flash_backward_dkdv", "dK not multiplied by sm_scale", edit(
         "06", "flash_backward_dkdv", ("(dk * sm_scale).to(dk_ptr.dtype.element_ty)", "dk.to(dk_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dkdv", "dS = P * dP: delta not subtracted", edit(
@@ -174,6 +221,9 @@ WRONG = [
 
     Wrong("flash_backward_dq", "pure PyTorch, no kernel", lambda *args, **kwargs: attention_backward_torch(
         *args[:6], **kwargs)[0]),
+    Wrong("flash_backward_dq", "lse passed to the kernel without .contiguous()", edit(
+        "06", "flash_backward_dq", ("dout.contiguous(), lse.contiguous(), delta, dq, N",
+                                    "dout.contiguous(), lse, delta, dq, N"))),
     Wrong("flash_backward_dq", "dQ not multiplied by sm_scale", edit(
         "06", "flash_backward_dq", ("(dq * sm_scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dq", "dS = P * dP: delta not subtracted", edit(

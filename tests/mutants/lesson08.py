@@ -16,6 +16,8 @@ WRONG = [
         "08", "kernel_table", (_SORT, 'key=lambda row: (-row["total_us"] / row["calls"], row["name"]))'))),
     Wrong("kernel_table", "equal totals not ordered by name", edit(
         "08", "kernel_table", (_SORT, 'key=lambda row: -row["total_us"])'))),
+    Wrong("kernel_table", "equal totals ordered by name regardless of case", edit(
+        "08", "kernel_table", (_SORT, 'key=lambda row: (-row["total_us"], row["name"].lower()))'))),
     Wrong("kernel_table", "equal totals in reverse name order", edit(
         "08", "kernel_table", (_SORT, 'key=lambda row: (row["total_us"], row["name"]), reverse=True)'))),
     Wrong("kernel_table", "share of the step's wall time (first start to last end)", edit(
@@ -23,6 +25,10 @@ WRONG = [
         ("all_kernels = sum(row[\"total_us\"] for row in rows.values())",
          "all_kernels = (max(k['start_us'] + k['dur_us'] for k in kernels)\n"
          "                   - min(k['start_us'] for k in kernels))"))),
+    Wrong("kernel_table", "identical events on two streams counted once", edit(
+        "08", "kernel_table", ("    for k in kernels:\n        row = rows",
+                               "    for k in {(k['name'], k['start_us'], k['dur_us']): k for k in kernels}.values():\n"
+                               "        row = rows"))),
     Wrong("kernel_table", "calls counted as 1 per name", edit(
         "08", "kernel_table", ('row["calls"] += 1', 'row["calls"] = 1'))),
     Wrong("kernel_table", "total_us holds the last duration, not the sum", edit(
@@ -95,6 +101,14 @@ def _idle_by_sweep(kernels):
 
 RIGHT.append(Right("gpu_idle_share", "a sweep over start and end events", _idle_by_sweep))
 
+
+def _idle_sorted_then_off(kernels):
+    """Sorts its input, then leaves out the last event's time: wrong, but not for want of a sort."""
+    return _idle_by_sweep(kernels) * 0.99 + 0.001
+
+
+WRONG.append(Wrong("gpu_idle_share", "sorts its input but is off by a little", _idle_sorted_then_off))
+
 # ---------------------------------------------------------------- gpu_time_by_op
 
 _AROUND = """around = [op for op in operators if launch is not None and op["tid"] == launch["tid"]
@@ -115,6 +129,12 @@ WRONG += [
         "08", "gpu_time_by_op", ('row["gpu_us"] += gpu["dur"]', 'row["gpu_us"] += launch["dur"] if launch else gpu["dur"]'))),
     Wrong("gpu_time_by_op", "equal times left in first-seen order", edit(
         "08", "gpu_time_by_op", ('key=lambda row: (-row["gpu_us"], row["op"]))', 'key=lambda row: -row["gpu_us"])'))),
+    Wrong("gpu_time_by_op", "a launch at its operator's end not inside it (< for <=)", edit(
+        "08", "gpu_time_by_op", ('op["ts"] <= launch["ts"] <= op["ts"] + op["dur"]',
+                                 'op["ts"] <= launch["ts"] < op["ts"] + op["dur"]'))),
+    Wrong("gpu_time_by_op", "equal times ordered by name regardless of case", edit(
+        "08", "gpu_time_by_op", ('key=lambda row: (-row["gpu_us"], row["op"]))',
+                                 'key=lambda row: (-row["gpu_us"], row["op"].lower()))'))),
     Wrong("gpu_time_by_op", "unattributed GPU events dropped", edit(
         "08", "gpu_time_by_op", ('        name = min(around', '        if not around:\n            continue\n        name = min(around'))),
     Wrong("gpu_time_by_op", "record_function spans taken for operators", edit(
@@ -172,6 +192,8 @@ WRONG += [
                            "limiter = min(reversed(limits), key=lambda item: item[1])[0]"))),
     Wrong("diagnose", "a tie of DRAM and SM called compute", edit(
         "08", "diagnose", ("elif dram >= sm:", "elif dram > sm:"))),
+    Wrong("diagnose", "the first of DRAM and SM to reach 60 names the bound (not the larger)", edit(
+        "08", "diagnose", ("elif dram >= sm:", "elif dram >= 60:"))),
     Wrong("diagnose", "threshold at 80% (ncu's 'greater than 80%' note)", edit(
         "08", "diagnose", ("if max(dram, sm) < 60:", "if max(dram, sm) < 80:"))),
 ]
@@ -211,6 +233,17 @@ WRONG += [
     Wrong("roofline_point", "the roof not capped at the peak", edit(
         "08", "roofline_point", ('roof = min(spec.tflops["fp16"], intensity * spec.bandwidth_tbs)',
                                  "roof = intensity * spec.bandwidth_tbs"))),
+    Wrong("roofline_point", "bytes taken as gigabytes", edit(
+        "08", "roofline_point", ('nbytes = metrics["dram__bytes_read.sum"] + metrics["dram__bytes_write.sum"]',
+                                 'nbytes = (metrics["dram__bytes_read.sum"] + metrics["dram__bytes_write.sum"]) / 1e9'))),
+    Wrong("roofline_point", "TB/s given in GB/s", edit(
+        "08", "roofline_point", ('"tbs": nbytes / seconds / 1e12', '"tbs": nbytes / seconds / 1e9'))),
+    Wrong("roofline_point", "the chip argument ignored (always the H100's roof)", edit(
+        "08", "roofline_point", ("spec = CHIPS[chip]", "spec = CHIPS['H100 SXM']"))),
+    Wrong("roofline_point", "the FLOPs read from metrics['counted'], the argument ignored", edit(
+        "08", "roofline_point", ("intensity = flops / nbytes\n    tflops = flops / seconds / 1e12",
+                                 "flops = metrics['counted']['flops']\n    intensity = flops / nbytes\n"
+                                 "    tflops = flops / seconds / 1e12"))),
     Wrong("roofline_point", "the fp32 peak instead of fp16", edit(
         "08", "roofline_point", ('roof = min(spec.tflops["fp16"], intensity * spec.bandwidth_tbs)',
                                  'roof = min(spec.tflops["fp32"], intensity * spec.bandwidth_tbs)'))),
