@@ -203,6 +203,8 @@ SOFTMAX_WRONG = [
         ("(tl.exp(x - m) / l)", "(tl.exp(x) / l)"))),
     Wrong("softmax_long", "rows taken to be n_cols apart, not x's row stride", edit(
         "10", "softmax_long", ("    x_row = x_ptr + row * stride_xm\n", "    x_row = x_ptr + row * n_cols\n"))),
+    Wrong("softmax_long", "the output's rows placed x's row stride apart, not the output's", edit(
+        "10", "softmax_long", ("    out_row = out_ptr + row * stride_om\n", "    out_row = out_ptr + row * stride_xm\n"))),
     Wrong("softmax_long", "the output allocated in float32, whatever x's dtype", edit(
         "10", "softmax_long", ("    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)\n",
                                "    out = torch.empty(x.shape, dtype=torch.float32, device=x.device)\n"))),
