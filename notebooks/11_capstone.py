@@ -380,6 +380,10 @@ verdicts(swiglu, "course: one matmul, SiLU*mul epilogue",
 # viewed as (B, N, H, D) and transposed to (B, H, N, D): views, no copy. For the peak memory, `del`
 # each intermediate as soon as the next step has read it.
 #
+# The check's cases include MLP gates of about ±150 (SiLU's exponential overflows at both tails) and a
+# batch whose every attention score is near -150 (each exponential underflows unless the row's
+# maximum is subtracted): a SiLU or an attention of your own meets its edges here too.
+#
 # Once the values are right, the check holds the forward to the plan: exactly eight Triton launches,
 # and nothing from PyTorch but views (`view`, `transpose`, slicing, a `reshape` that needs no copy) and
 # allocations (`torch.empty`). An eager norm, an eager RoPE, a `.contiguous()`, a `reshape` that has to

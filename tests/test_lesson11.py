@@ -258,3 +258,22 @@ def test_the_block_gates_case_reaches_both_of_silus_tails_in_every_draw():
         # the MLP's input without the attention: gates of the same size (the attention adds O(1))
         gates = rms_norm(x, w["mlp_norm"], SMALL.eps) @ w["w_gate"].T
         assert (gates > spec.EXP_OVERFLOW).sum() > 1000 and (gates < -spec.EXP_OVERFLOW).sum() > 1000
+
+
+def test_the_block_scores_case_puts_every_score_far_below_zero_in_every_draw():
+    """Every scaled score a query gives a key it sees lies below -104, where exp underflows in float32."""
+    from helpers.block import rms_norm, rope, rope_tables
+    from helpers.exercises import lesson11 as spec
+
+    H, D = SMALL.n_heads, SMALL.head_dim
+    for _ in range(2):
+        (case,) = [c for c in spec._block_cases() if "-150" in c.label and "score" in c.label]
+        x, *weights = (t.double() for t in case.args)
+        w = dict(zip(spec.WEIGHT_NAMES, weights))
+        B, N, d = x.shape
+        h = rms_norm(x, w["attn_norm"], SMALL.eps)
+        q, k = ((h @ w[name].T).view(B, N, H, D).transpose(1, 2) for name in ("wq", "wk"))
+        cos, sin = (t.double() for t in rope_tables(SMALL, N, x.device))
+        scores = rope(q, cos, sin) @ rope(k, cos, sin).transpose(-1, -2) / D**0.5
+        seen = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()
+        assert scores[..., seen].max() < -104

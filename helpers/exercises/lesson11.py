@@ -12,7 +12,9 @@
    and it stores the output once and nothing of the (M, 2f) product.
 3. `decoder_block_fused`: the forward of helpers/block.py's decoder block from the course's
    kernels. Checked against the eager block with PyTorch's SDPA (one case with MLP gates of about
-   +-150, beyond where SiLU's exponential overflows, at both tails), then for its structure: exactly
+   +-150, beyond where SiLU's exponential overflows, at both tails; one whose every attention score
+   is near -150, where exp underflows unless the row's maximum is subtracted), then for its
+   structure: exactly
    the lesson's eight Triton launches, and PyTorch runs nothing but views and allocations for it.
 
 Sizes are odd on purpose; on the CPU everything runs through Triton's interpreter at small sizes.
@@ -280,10 +282,24 @@ GATES_HINT = ("In this case the MLP's gates reach about +-150, beyond +-89, wher
               "gives NaN. Check your swiglu_linear's SiLU at both tails.")
 
 
-def _block_case(B, N, why, gate_scale=1.0):
+SCORES_HINT = ("In this case every attention score of every row lies near -150 (after the 1 / sqrt(D) "
+               "scale): exp of any of them is 0 in float32 unless the row's own maximum is subtracted "
+               "first, and a running maximum that starts at 0 instead of -inf leaves 0 / 0.")
+
+# The far-below-zero case: every token is nearly the same vector (u plus noise of 1%), and in every head
+# the query's and the key's coordinate of RoPE's slowest pair (index D/2 - 1, turned by at most
+# 500 * 1.3e-4 rad over the check's lengths) is made +ALPHA and -ALPHA: each scaled score is about
+# -ALPHA**2 / sqrt(D) = -150, give or take a few. The values V are nearly the same for every token
+# too, so the output hardly depends on how the weights are shared out (TF32's rounding of scores of
+# 150 on a GPU stays inside the tolerance), while exp(score) alone underflows for every key.
+ALPHA = (150 * SMALL.head_dim ** 0.5) ** 0.5
+
+
+def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False):
     """gate_scale: w_gate multiplied by it, so that the MLP's gates are of that size, and w_up divided by
     it, so that SiLU(gate) * up stays of order one (float32's rounding of a large product, summed by the
-    down projection, would leave the outputs that cancel to near zero outside the tolerance)."""
+    down projection, would leave the outputs that cancel to near zero outside the tolerance).
+    scores_far_below: every attention score near -150 (see ALPHA)."""
     seed = int(torch.randint(0, 2**31 - 1, ()))
     w = block_weights(SMALL, DEVICE, seed=seed)
     for norm in ("attn_norm", "mlp_norm"):   # norms of random scale: swapping them shows
@@ -291,9 +307,17 @@ def _block_case(B, N, why, gate_scale=1.0):
     w["w_gate"] *= gate_scale
     w["w_up"] /= gate_scale
     x = block_input(SMALL, B, N, DEVICE, seed=seed + 1)
+    hint = GATES_HINT if gate_scale != 1 else ""
+    if scores_far_below:
+        u = torch.randn(SMALL.dim, device=DEVICE)
+        x = u + 0.01 * x                                            # every token about u
+        z = u * torch.rsqrt(u.pow(2).mean() + SMALL.eps) * w["attn_norm"]   # its normalised row
+        slow = torch.arange(SMALL.n_heads, device=DEVICE) * SMALL.head_dim + SMALL.head_dim // 2 - 1
+        w["wq"][slow] = ALPHA * z / z.pow(2).sum()                  # q's slow coordinate: about +ALPHA
+        w["wk"][slow] = -ALPHA * z / z.pow(2).sum()                 # k's: about -ALPHA
+        hint = SCORES_HINT
     return Case(f"B{B} N{N}, d={SMALL.dim}, {SMALL.n_heads} heads, f={SMALL.hidden} ({why})",
-                (x, *(w[n] for n in WEIGHT_NAMES)), {"cfg": SMALL},
-                hint=GATES_HINT if gate_scale != 1 else "")
+                (x, *(w[n] for n in WEIGHT_NAMES)), {"cfg": SMALL}, hint=hint)
 
 
 def _block_cases():
@@ -304,7 +328,10 @@ def _block_cases():
             # thousands of gates lie beyond +-89 on both sides, where exp of the gate or of its
             # negative overflows float32
             _block_case(1, _odd(9, 17), "MLP gates of about +-150: SiLU's exponential overflows float32 "
-                                        "at both tails", gate_scale=150.0)]
+                                        "at both tails", gate_scale=150.0),
+            _block_case(2, _odd(*pick((21, 41), (201, 401))), "every attention score near -150: exp "
+                        "underflows for every key unless the row's maximum is subtracted",
+                        scores_far_below=True)]
 
 
 # float32: the fused block rounds differently from the eager one at every step (RMSNorm folded

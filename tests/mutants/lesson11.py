@@ -241,6 +241,14 @@ def naive_silu(x, w, cfg):
         SILU, "        y = gate * tl.exp(gate) / (1.0 + tl.exp(gate)) * up")))
 
 
+def attention_max_from_zero(x, w, cfg):
+    """The block with a causal_attention whose running max starts at 0, not -inf."""
+    B, N, d = x.shape
+    attention = edit("10", "causal_attention", ('    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)\n',
+                                                "    m_i = tl.zeros([BLOCK_M], tl.float32)\n"))
+    return _block(x, w, cfg, attend=lambda q, k, v: attention(q, k, v).view(B * N, d))
+
+
 def matmul_down_projection(x, w, cfg):
     return _block(x, w, cfg, down=lambda mlp, p, residual: residual + mlp @ p["w_down"].T)
 
@@ -330,6 +338,8 @@ WRONG += [
     Wrong("decoder_block_fused", "attention by PyTorch's SDPA", sdpa_in_the_middle),
     Wrong("decoder_block_fused", "the down projection as a PyTorch matmul", matmul_down_projection),
     Wrong("decoder_block_fused", "SwiGLU's SiLU as e^g / (1 + e^g): inf / inf for gates past 89", naive_silu),
+    Wrong("decoder_block_fused", "attention's running max started at 0: 0 / 0 when every score is far below zero",
+          attention_max_from_zero),
     Wrong("decoder_block_fused", "the MLP's RMSNorm in eager PyTorch (pow, mean, rsqrt, mul)", eager_mlp_norm),
     Wrong("decoder_block_fused", "RoPE in eager PyTorch (slices, products, cat)", eager_rope),
     Wrong("decoder_block_fused", "V copied by .contiguous() before the attention", v_made_contiguous),
