@@ -406,7 +406,8 @@ for program, tiles in course.tiles_in_order(course.persistent_matmul, a_demo, b_
 #
 # The check launches your kernel with fewer programs than tiles (and more, on small problems), so a
 # program that computes only its first tile leaves tiles unwritten; it also counts the programs your
-# launch ran and checks that each element of C was stored exactly once.
+# launch ran, checks that each element of C was stored exactly once, and that no program took more
+# than its share of the tiles (`cdiv(tiles, programs)`).
 
 # %% tags=["exercise"]
 @triton.jit
@@ -686,7 +687,8 @@ tile_origin, linear_tile = course.tile_origin, course.linear_tile     # for your
 # bare matmul. The check's cases hold random scales of both signs, views, odd M, more tiles than
 # programs, and a float16 case whose scaled product passes float16's largest value before the
 # residual brings it back. It also reads the interpreter's record of your launch: the programs it
-# ran, how often each output element was stored and each residual element read.
+# ran, how many tiles each stored (none more than its share), how often each output element was
+# stored and each residual element read; and the output must be contiguous.
 
 # %% tags=["exercise"]
 @triton.autotune(configs=course.EPILOGUE_CONFIGS, key=["M", "N", "K", "HAS_SCALE", "HAS_RESIDUAL"])

@@ -190,7 +190,8 @@ attention_tiles = course.attention_tiles
 # underflows unless the running max is subtracted, and scores that overflow. Then it checks that
 # every tile moves through a descriptor, counts the bytes of K read against the causal count, checks
 # that V's loads land in V's own memory (not a copy), and compiles your kernel with 16 query rows and
-# tiles of 32 keys.
+# tiles of 32 keys. On a GPU one more case has q's sequences 2³⁰ + 64 values apart, so that `b * sq_b`
+# passes 2³¹ for the third: it needs `b` in int64.
 
 # %% tags=["exercise"]
 @triton.autotune(configs=course.CAUSAL_CONFIGS, key=["n_ctx", "HEAD_DIM"], prune_configs_by=lesson06.PRUNE)
@@ -717,7 +718,8 @@ for gpu in hopper:
 #
 # Beside the values, the check counts how many times x is read (exactly twice), counts the
 # interpreter's exponentials against the tiles loaded, and watches the order in which each program's
-# second pass visits the tiles of its row.
+# passes visit the tiles of its row: the first forwards, the second backwards. On a GPU one case has
+# rows 2³⁰ + 64 values apart, so the third row starts past 2³¹: an int32 row index wraps there.
 
 # %% tags=["exercise"]
 @triton.jit

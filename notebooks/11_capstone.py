@@ -204,8 +204,10 @@ print("q view:", tuple(q_view.shape), "strides", q_view.stride(), "contiguous:",
 #
 # A `@triton.jit` helper that rotates one tile, called once for Q and once for K, keeps it short. The
 # check gives every operand whose strides the kernel takes as a strided view somewhere: Q and K as the
-# projection's views, a Q whose head dimension is not contiguous, cos and sin as column slices of wider
-# tables, each with its own row stride.
+# projection's views, a Q and a K whose head dimension is not contiguous, cos and sin as column slices
+# of wider tables, each with its own row stride; on a GPU, Q's positions and K's sequences 2³⁰ + 64
+# values apart, so that offsets pass 2³¹. Then it watches one run: one launch, each value of cos and
+# sin loaded once per (batch, head), and contiguous outputs.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -278,6 +280,9 @@ print(course.pack_gate_up(w_gate_demo, w_up_demo))
 # - SiLU(gate) · up in float32, stored in the output's dtype. The check's gates reach beyond ±89,
 #   where the exponential of the gate, or of its negative, overflows float32 to inf: your formula
 #   must still give SiLU's limits there (the gate itself, and zero), not NaN.
+#
+# Then the check watches one run: a single launch stores, and what it stores is the (M, f) output,
+# once; nothing of the (M, 2f) product goes to memory.
 
 # %%
 tile_origin, linear_tile = lesson09.tile_origin, lesson09.linear_tile   # for your kernel below
@@ -374,6 +379,10 @@ verdicts(swiglu, "course: one matmul, SiLU*mul epilogue",
 # Work on x as a (T, d) matrix, T = B·N. Q, K and V are column slices of the projection's output,
 # viewed as (B, N, H, D) and transposed to (B, H, N, D): views, no copy. For the peak memory, `del`
 # each intermediate as soon as the next step has read it.
+#
+# The check's cases include MLP gates of about ±150 (SiLU's exponential overflows at both tails) and a
+# batch whose every attention score is near -150 (each exponential underflows unless the row's
+# maximum is subtracted): a SiLU or an attention of your own meets its edges here too.
 #
 # Once the values are right, the check holds the forward to the plan: exactly eight Triton launches,
 # and nothing from PyTorch but views (`view`, `transpose`, slicing, a `reshape` that needs no copy) and

@@ -263,3 +263,24 @@ def test_each_gpu_recorded_the_profile_of_every_target(gpu):
         assert "error" in row or (row["registers"] > 0 and row["spills"] >= 0), row
     for row in record.get("autotuned", []):
         assert row["kernel"] in ("attention_kernel", "attention_backward_kernel") and row["key"], row
+
+
+@pytest.mark.parametrize("name", ["causal_attention", "softmax_long"])
+def test_the_int64_cases_pass_2_31_with_32_bit_strides(name, monkeypatch):
+    """The GPU's cases, built here with a stand-in spread: the third row (or sequence) starts 2 * SPREAD
+    values in (past 2**31 at full size, each stride below it), and the solution passes them."""
+    from helpers import check, exercises
+    from helpers.exercises import lesson10 as spec
+
+    assert spec.SPREAD < 2**31 <= 2 * spec.SPREAD and spec.SPREAD * 2 % 16 == 0
+    monkeypatch.setattr(spec, "SPREAD", 16384 + 64)
+    if name == "causal_attention":
+        case = spec._causal_int64_case()
+    else:
+        x = spec._far_apart((3, 1001), 0, torch.float16)
+        case = spec.Case("3 rows far apart", (x,), hint=spec.int64_hint("x's rows", "the row index"))
+    assert case.args[0].stride(0) == spec.SPREAD and "int32" in case.hint
+    ex = exercises.get(name)
+    monkeypatch.setattr(ex, "cases", lambda: [case])
+    monkeypatch.setattr(ex, "structure", None)
+    check(name, getattr(lesson10, name))

@@ -211,7 +211,69 @@ def test_every_rope_operand_with_strides_is_a_view_somewhere():
 
     cases = spec._rope_cases()
     q_dims = {c.args[0].stride(3) for c in cases}
+    k_dims = {c.args[1].stride(3) for c in cases}
     assert any(not c.args[0].is_contiguous() for c in cases) and q_dims != {1}
-    assert any(not c.args[1].is_contiguous() for c in cases)
+    assert any(not c.args[1].is_contiguous() for c in cases) and k_dims != {1}
     half = [c.args[2].shape[1] for c in cases]
     assert any(len({c.args[2].stride(0), c.args[3].stride(0), n}) == 3 for c, n in zip(cases, half))
+
+
+def _elements(t):
+    """The storage offsets of every element of t."""
+    index = [torch.arange(n).view(*([1] * i), n, *([1] * (t.dim() - i - 1))) * s
+             for i, (n, s) in enumerate(zip(t.shape, t.stride()))]
+    return set((sum(index) + t.storage_offset()).flatten().tolist())
+
+
+def test_the_rope_int64_case_passes_2_31_in_both_tensors(monkeypatch):
+    """The GPU's case, built here with a stand-in spread: q's positions and k's sequences lie SPREAD apart
+    in one buffer without overlapping, each stride below 2**31 at full size, and the solution passes."""
+    from helpers import exercises
+    from helpers.exercises import lesson10 as spec10
+    from helpers.exercises import lesson11 as spec
+
+    assert spec.SPREAD < 2**31 <= 2 * spec.SPREAD and spec10.SPREAD == spec.SPREAD
+    monkeypatch.setattr(spec, "SPREAD", 4096 + 64)
+    case = spec._rope_int64_case()
+    q, k = case.args[:2]
+    assert q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()
+    assert q.stride(2) == k.stride(0) == spec.SPREAD and not _elements(q) & _elements(k)
+    assert "int32" in case.hint and "offs_pos, b and h" in case.hint
+    ex = exercises.get("rope_qk")
+    monkeypatch.setattr(ex, "cases", lambda: [case])
+    monkeypatch.setattr(ex, "structure", None)
+    from helpers import check
+
+    check("rope_qk", lesson11.rope_qk)
+
+
+def test_the_block_gates_case_reaches_both_of_silus_tails_in_every_draw():
+    from helpers.block import rms_norm
+    from helpers.exercises import lesson11 as spec
+
+    for _ in range(2):
+        (case,) = [c for c in spec._block_cases() if "gates" in c.label]
+        x, *weights = case.args
+        w = dict(zip(spec.WEIGHT_NAMES, weights))
+        # the MLP's input without the attention: gates of the same size (the attention adds O(1))
+        gates = rms_norm(x, w["mlp_norm"], SMALL.eps) @ w["w_gate"].T
+        assert (gates > spec.EXP_OVERFLOW).sum() > 1000 and (gates < -spec.EXP_OVERFLOW).sum() > 1000
+
+
+def test_the_block_scores_case_puts_every_score_far_below_zero_in_every_draw():
+    """Every scaled score a query gives a key it sees lies below -104, where exp underflows in float32."""
+    from helpers.block import rms_norm, rope, rope_tables
+    from helpers.exercises import lesson11 as spec
+
+    H, D = SMALL.n_heads, SMALL.head_dim
+    for _ in range(2):
+        (case,) = [c for c in spec._block_cases() if "-150" in c.label and "score" in c.label]
+        x, *weights = (t.double() for t in case.args)
+        w = dict(zip(spec.WEIGHT_NAMES, weights))
+        B, N, d = x.shape
+        h = rms_norm(x, w["attn_norm"], SMALL.eps)
+        q, k = ((h @ w[name].T).view(B, N, H, D).transpose(1, 2) for name in ("wq", "wk"))
+        cos, sin = (t.double() for t in rope_tables(SMALL, N, x.device))
+        scores = rope(q, cos, sin) @ rope(k, cos, sin).transpose(-1, -2) / D**0.5
+        seen = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()
+        assert scores[..., seen].max() < -104

@@ -3,18 +3,24 @@
 1. `tma_matmul`: a @ b with one program per output tile, every tile of A and B loaded, and every
    tile of C stored, through tensor descriptors (built on the host or in the kernel). Rows must be
    16-byte aligned, so K and N are multiples of 8 values (float16) or 4 (float32), but of no block:
-   the last K step is partial and the last column of tiles is cut by C's edge. M is odd.
+   the last K step is partial and the last column of tiles is cut by C's edge. M is odd. A, and in
+   another case B, is a column slice of a wider matrix (its row stride is not its width).
 2. `persistent_matmul`: the same product with exactly `programs` programs, each walking the tiles
-   a scheduler hands it; more tiles than programs, fewer, and counts that do not divide.
+   a scheduler hands it; more tiles than programs, fewer, and counts that do not divide; A and B as
+   column slices.
 3. `linear`: scale[:, None] * (h @ w.T) + residual from the persistent, flattened tile loop, the
    scale and the residual in its epilogue: each alone and both; h, w and the residual as column
    slices of wider matrices; odd M (the scale's load must be masked past M); random scales of both
    signs; more tiles than programs; float32 and float16, with a residual that brings back a product
-   too large for float16 (the epilogue's arithmetic must stay in float32 until the one store).
+   too large for float16 (the epilogue's arithmetic must stay in float32 until the one store). The
+   output must be contiguous (the next matmul's descriptor reads it so).
 
 Beyond the values, each check measures what the lesson teaches, with the interpreter's record of
 every load and store (on a GPU too, on small inputs): the bytes a tensor descriptor moved, the
-programs a launch ran, which elements each stored, and how often each residual element was read.
+programs a launch ran, which elements each stored, how many tiles each program stored (no program
+more than its share, cdiv(tiles, programs)), and how often each residual element was read.
+Cases whose operands are views carry a hint: NaN there most often means a row stride taken as the
+width. (No case needs int64 offsets: descriptors and the scale's row index stay far below 2**31.)
 """
 
 import math
@@ -47,6 +53,13 @@ def _aligned(lo, hi, dtype):
 
 def _name(dtype):
     return str(dtype).removeprefix("torch.")
+
+
+# Said after a failure on a case whose operands are column slices of wider matrices.
+VIEW_HINT = ("In this case {which}: a row starts stride(0) values after "
+             "the one before, more than the row's width, and the check fills the gap with NaN. NaN here "
+             "most often means a row stride taken as the width: give each descriptor its tensor's own "
+             "row stride.")
 
 
 def _calling(fn, *args):
@@ -83,12 +96,15 @@ def matmul_reference(a, b, *_):
     return a @ b                  # read MK + KN, write MN
 
 
-def _operands(M, K, N, dtype, a_view=False):
+def _operands(M, K, N, dtype, a_view=False, b_view=False):
     """a (M, K) and b (K, N), b scaled by 1 / sqrt(K) so that C's values are of order one.
-    a_view: a is a column slice of a wider matrix (row stride K + 16 values, still aligned)."""
-    a = torch.randn(M, K + 16, device=DEVICE)[:, 8:8 + K] if a_view else torch.randn(M, K, device=DEVICE)
-    b = torch.randn(K, N, device=DEVICE) / math.sqrt(K)
-    return a.to(dtype), b.to(dtype)
+    a_view, b_view: that operand is a column slice of a wider matrix (rows 16 values longer than its
+    width, the first 8 skipped: start and row stride stay 16-byte aligned, as descriptors need)."""
+    def make(rows, cols, view, scale=1.0):
+        wide = torch.randn(rows, cols + 16 if view else cols, device=DEVICE) * scale
+        return wide.to(dtype)[:, 8:8 + cols] if view else wide.to(dtype)
+
+    return make(M, K, a_view), make(K, N, b_view, 1 / math.sqrt(K))
 
 
 def _long_k_case(*programs):
@@ -108,18 +124,29 @@ def _tma_cases():
 
     M_big, K_big, N_big = pick((_odd(97, 159), 200, 100), (_odd(1025, 2047), 1000, 1000))
     dtype_big = pick(F32, F16)
-    specs = [(1, *sizes((40, 100), (40, 100), F32), F32, False, "a single row"),
-             (_odd(33, 95), *sizes((40, 100), (40, 100), F32), F32, False,
+    # (M, K, N, dtype, (a a view, b a view), why)
+    plain, a_view, b_view = (False, False), (True, False), (False, True)
+    specs = [(1, *sizes((40, 100), (40, 100), F32), F32, plain, "a single row"),
+             (_odd(33, 95), *sizes((40, 100), (40, 100), F32), F32, plain,
               "odd M; K and N multiples of no block: a partial last K step, a cut last column of tiles"),
-             (_odd(33, 95), *sizes((40, 100), (40, 100), F16), F16, False,
+             (_odd(33, 95), *sizes((40, 100), (40, 100), F16), F16, plain,
               "float16 inputs, float32 accumulation"),
-             (_odd(9, 31), *sizes((70, 130), (8, 24), F16), F16, False, "N narrower than a tile"),
-             (*pick((64, 128, 64), (256, 256, 256)), F16, False, "sizes that are multiples of the blocks"),
-             (_odd(33, 63), *sizes((40, 100), (40, 100), F32), F32, True,
+             (_odd(9, 31), *sizes((70, 130), (8, 24), F16), F16, plain, "N narrower than a tile"),
+             (*pick((64, 128, 64), (256, 256, 256)), F16, plain, "sizes that are multiples of the blocks"),
+             (_odd(33, 63), *sizes((40, 100), (40, 100), F32), F32, a_view,
               "A is a column slice of a wider matrix: rows K + 16 values apart"),
-             (M_big, *sizes((K_big, K_big + 60), (N_big, N_big + 60), dtype_big), dtype_big, False, "larger")]
-    return [Case(f"M={M} K={K} N={N} {_name(dtype)} ({why})", _operands(M, K, N, dtype, view))
-            for M, K, N, dtype, view, why in specs] + [_long_k_case()]
+             (_odd(33, 63), *sizes((40, 100), (40, 100), F16), F16, b_view,
+              "B is a column slice of a wider matrix: rows N + 16 values apart, not N"),
+             (M_big, *sizes((K_big, K_big + 60), (N_big, N_big + 60), dtype_big), dtype_big, plain, "larger")]
+    def hint(a_view, b_view):
+        which = " and ".join(name for name, view in (("A", a_view), ("B", b_view)) if view)
+        what = ("are column slices of wider matrices" if a_view and b_view
+                else "is a column slice of a wider matrix")
+        return VIEW_HINT.format(which=f"{which} {what}") if which else ""
+
+    return [Case(f"M={M} K={K} N={N} {_name(dtype)} ({why})", _operands(M, K, N, dtype, *views),
+                 hint=hint(*views))
+            for M, K, N, dtype, views, why in specs] + [_long_k_case()]
 
 
 # float32 on the CPU: the interpreter's tl.dot multiplies float32 exactly and sums in float32;
@@ -170,6 +197,9 @@ def _not_dividing(programs, M_range, N_range, dtype):
             return M, N
 
 
+BOTH = "A and B are column slices of wider matrices"
+
+
 def _persistent_cases():
     """On the CPU 2 to 5 programs and tiles of 32 or so; on a GPU odd counts and one per SM, at sizes
     with more tiles than programs (except where fewer is the point)."""
@@ -177,26 +207,51 @@ def _persistent_cases():
     M_odd, N_odd = _not_dividing(p_odd, pick((97, 159), (1001, 1999)), pick((80, 160), (800, 1600)), F32)
     M_many, M_f16, M_big = pick((_odd(97, 159), _odd(65, 127), _odd(161, 255)),
                                 (_odd(1025, 2047), _odd(1025, 1535), _odd(2049, 3071)))
-    specs = [(M_many, pick((40, 100), (200, 300)), pick((100, 160), (1000, 1100)), F32, pick(2, 5),
+    # (M, K range, N range, dtype, programs, A and B column slices of wider matrices, why)
+    specs = [(M_many, pick((40, 100), (200, 300)), pick((100, 160), (1000, 1100)), F32, pick(2, 5), False,
               "more tiles than programs: each walks several; odd M"),
-             (M_odd, (40, 72), N_odd, F32, p_odd, "a tile count the programs do not divide"),
-             (M_f16, pick((70, 130), (264, 300)), pick((64, 136), (1000, 1100)), F16, pick(4, 11),
+             (M_odd, (40, 72), N_odd, F32, p_odd, False, "a tile count the programs do not divide"),
+             (M_f16, pick((70, 130), (264, 300)), pick((64, 136), (1000, 1100)), F16, pick(4, 11), False,
               "float16, several tiles per program"),
-             (_odd(5, 15), (40, 72), (8, 16), F32, pick(5, SMS), "fewer tiles than programs: some have none"),
-             (1, (40, 72), (40, 100), F16, 3, "a single row"),
+             (_odd(5, 15), (40, 72), (8, 16), F32, pick(5, SMS), False,
+              "fewer tiles than programs: some have none"),
+             (1, (40, 72), (40, 100), F16, 3, False, "a single row"),
+             (M_f16, (40, 72), pick((64, 136), (1000, 1100)), F16, pick(3, 11), True,
+              "A and B column slices of wider matrices: rows K + 16 and N + 16 values apart"),
              (M_big, pick((100, 160), (1000, 1060)), pick((160, 260), (1500, 1600)), pick(F32, F16),
-              pick(5, SMS), "larger")]
+              pick(5, SMS), False, "larger")]
     cases = []
-    for M, k_range, n_range, dtype, programs, why in specs:
+    for M, k_range, n_range, dtype, programs, views, why in specs:
         K = _aligned(*k_range, dtype)
         N = n_range if isinstance(n_range, int) else _aligned(*n_range, dtype)
         cases.append(Case(f"M={M} K={K} N={N} {_name(dtype)}, programs={programs} ({why})",
-                          (*_operands(M, K, N, dtype), programs)))
+                          (*_operands(M, K, N, dtype, views, views), programs),
+                          hint=VIEW_HINT.format(which=BOTH) if views else ""))
     return cases + [_long_k_case(pick(3, 11))]
 
 
+def _unshared(stores, programs, where):
+    """A message if one program stored more tiles than its share, cdiv(tiles, programs): the tiles were
+    not handed out among the programs (program 0 walking all of them, say). `stores`: [(pid, offsets)],
+    one per tile stored."""
+    per_program = {}
+    for pid, _offs in stores:
+        per_program[pid[0]] = per_program.get(pid[0], 0) + 1
+    tiles, (busiest, most) = len(stores), max(per_program.items(), key=lambda item: item[1])
+    share = math.ceil(tiles / programs)
+    if most <= share:
+        return None
+    idle = programs - len(per_program)
+    return (f"{where} stored {tiles} tiles, {most} of them from program {busiest}"
+            f"{f', while {idle} program(s) stored none' if idle > 0 else ''}. The programs share the "
+            f"tiles: with {programs} programs each takes at most cdiv({tiles}, {programs}) = {share} of "
+            f"them, so that they all work at once. Check where each program's walk starts and how far "
+            f"it steps.")
+
+
 def _each_tile_once(fn):
-    """The launch has `programs` programs, and every element of C is stored exactly once.
+    """The launch has `programs` programs, every element of C is stored exactly once, and no program
+    stores more than its share of the tiles.
 
     C has at least 2 x 2 tiles of any size up to 256 x 256, so more tiles than programs: a launcher
     that caps the grid at the number of tiles still launches `programs` programs."""
@@ -225,7 +280,7 @@ def _each_tile_once(fn):
                 f"was stored {int(counts.max())} times, by program(s) {by}. Each "
                 f"output tile belongs to one program and is computed once: check how your loop hands "
                 f"the tiles out, so that no two programs, and no program twice, take the same tile.")
-    return None
+    return _unshared(stores, programs, where)
 
 
 EXERCISES = [
@@ -282,7 +337,10 @@ def _large_residual_case(M, K, N):
     r.copy_(-0.5 * p + 10_000 * torch.sign(p))
     return Case(f"M={M} K={K} N={N} float16, scale and residual (a residual of large magnitude: "
                 f"scale * (h @ w.T) passes float16's largest value before the residual brings it back)",
-                (h, w, s.float(), r))
+                (h, w, s.float(), r), hint=VIEW_HINT.format(which=WIDER))
+
+
+WIDER = "h, w and the residual are column slices of wider matrices"
 
 
 def _linear_cases():
@@ -306,14 +364,15 @@ def _linear_cases():
     cases = []
     for (M, K, N), dtype, scale, residual, views, why in specs:
         cases.append(Case(f"M={M} K={K} N={N} {_name(dtype)} ({why})",
-                          _linear_operands(M, K, N, dtype, scale, residual, views)))
+                          _linear_operands(M, K, N, dtype, scale, residual, views),
+                          hint=VIEW_HINT.format(which=WIDER) if views else ""))
     return cases + [_large_residual_case(*sizes(*small, F16))]
 
 
 def _epilogue_structure(fn):
-    """One launch stores the output, with min(SMS, tiles) programs; each element of the output is
-    stored once; each element of the residual is loaded once (its loads are found by the elements they
-    cover, whatever the kernel names its argument)."""
+    """One launch stores the output, with min(SMS, tiles) programs, none storing more than its share
+    of the tiles; each element of the output is stored once; each element of the residual is loaded
+    once (its loads are found by the elements they cover, whatever the kernel names its argument)."""
     # more output tiles than SMS, even at 256 x 256 tiles: one program per tile is then told apart from
     # a persistent grid (on a GPU 132 SMs: about 3,000 x 3,000 outputs, run through the interpreter)
     M, N = pick((_odd(129, 191), _aligned(136, 200, F32)), (_odd(3073, 3199), _aligned(3080, 3200, F32)))
@@ -329,18 +388,21 @@ def _epilogue_structure(fn):
                 f"The epilogue is the end of the kernel that computed the tile: the scale and the "
                 f"residual go onto the accumulator before the tile's one store, in one kernel.")
     (main,) = storing
-    stores = [offs for _pid, _name, kind, offs in main.touches if kind == "store"]
+    stores = [(pid, offs) for pid, _name, kind, offs in main.touches if kind == "store"]
     ran, tiles = math.prod(main.grid), len(stores)     # one store per output tile
     if ran != min(SMS, tiles):
         return (f"{where} launched a grid of {ran} programs {main.grid} for {tiles} output tiles, with "
                 f"SMS = {SMS} (one program per SM on a GPU, two under the interpreter). A persistent "
                 f"kernel runs min(SMS, tiles) programs, and each walks its share of the tiles in a loop.")
-    elements, counts = np.unique(np.concatenate(stores), return_counts=True)
+    elements, counts = np.unique(np.concatenate([offs for _pid, offs in stores]), return_counts=True)
     if counts.max() > 1:
         row, col = divmod(int(elements[np.argmax(counts)]), N)
         return (f"{where} stored {int((counts > 1).sum()):,} elements of the output more than once "
                 f"(out[{row}, {col}] {int(counts.max())} times): each output tile belongs to one "
                 f"program, which stores it once.")
+    unshared = _unshared(stores, ran, where)
+    if unshared:
+        return unshared
     wanted = (np.arange(M)[:, None] * r.stride(0) + np.arange(N)[None, :]).reshape(-1)
     reads = {}
     for _pid, name, kind, offs in main.touches:
@@ -362,5 +424,6 @@ def _epilogue_structure(fn):
 
 EXERCISES += [
     Exercise("09", "linear", "the flattened persistent matmul with its epilogues", linear_reference,
-             _linear_cases, tol=MATMUL_TOL, kernel=True, structure=_epilogue_structure),
+             _linear_cases, tol=MATMUL_TOL, kernel=True, structure=_epilogue_structure,
+             contiguous_output=True),
 ]

@@ -5,13 +5,16 @@
    three different layouts at once; N = 1 and lengths no block divides; float32 and float16; rows
    whose every score is about -280 (each exponential underflows unless the running max is
    subtracted, so a running max started at 0 gives 0 / 0) and scores of about +400 (exp overflows).
-   The output must be (B, N, H, D), contiguous: the heads side by side.
+   The output must be (B, N, H, D), contiguous: the heads side by side (contiguous_output). On a GPU,
+   one more case: q's three sequences 2**30 + 64 values apart, so the last starts past 2**31 (b and h
+   must be int64 before they meet a stride).
 2. `atomic_backward`: the key-block program's step of the one-kernel backward (`_attend_backward`),
    against autograd through PyTorch's attention in float64: full and causal, random scales, lengths
    no block divides and several key blocks adding into every query row of dQ.
 3. `softmax_long`: softmax over rows longer than one tile, in two passes (a running max and sum,
    then the output), the second walking the row from its last tile back to its first. Rows that
-   begin with a whole tile of -inf, values of 1e4, float16, and rows of a wider matrix.
+   begin with a whole tile of -inf, values of 1e4, float16, and rows of a wider matrix; on a GPU,
+   three rows 2**30 + 64 values apart (the row index must be int64 before it meets the stride).
 
 Beyond the values, each check measures what the lesson teaches, with the interpreter's record of
 every load and store (on a GPU too, on small inputs):
@@ -21,7 +24,8 @@ every load and store (on a GPU too, on small inputs):
    tiles of 32 keys, the kernel must refuse to compile (`tl.static_assert`) or still be right;
 2. one launch writes dQ, dK and dV, and every write into dQ is an atomic add;
 3. x read exactly twice, one exponential per element in each pass (the interpreter's exp is
-   counted), and the second pass visiting the tiles from the last to the first, in that order.
+   counted), the first pass visiting the tiles from the first to the last and the second from the
+   last to the first, in those orders.
 """
 
 import contextlib
@@ -137,22 +141,48 @@ CAUSAL_SPECS = pick(
          (1, 2, 129, 128, F16, "mixed", "randn", "head dimension 128, one row past a block")])
 
 
+# On a GPU, a case whose offsets pass 2**31: a few rows, far apart. A tensor's rows (or sequences) are
+# SPREAD values apart, so the third starts past 2**31 values from the tensor's start, while the tensor
+# itself holds few values: the reference runs on it whole. SPREAD stays below 2**31, so the stride
+# reaches the kernel as a 32-bit integer, and only the product with the row index passes 2**31. In
+# float16 the span is 4.3 GB, and the check's NaN-surrounded copy of the input as much again.
+SPREAD = 2**30 + 64        # values; 2**31 + 128 bytes in float16: 16-byte aligned, as descriptors need
+
+
+def _far_apart(shape, dim, dtype):
+    """A random tensor of `shape` whose index 0, 1, 2 along `dim` lie SPREAD values apart (the rest of
+    the layout contiguous inside each): index 2 starts past 2**31 values from the start."""
+    inner = list(shape)
+    inner[dim] = 1
+    strides = list(torch.empty(inner).stride())
+    strides[dim] = SPREAD
+    extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+    t = torch.empty(extent, device=DEVICE, dtype=dtype).as_strided(shape, strides)
+    return t.copy_(torch.randn(shape, device=DEVICE))
+
+
+def int64_hint(what, index):
+    """Said after any failure on a case whose offsets pass 2**31."""
+    return (f"In this case {what} lie {SPREAD:,} values apart, so the third starts past 2**31 values from "
+            f"the tensor's start: an offset computed in int32 wraps round to a negative number (an "
+            f"illegal address on a GPU, or another tensor's values). Make {index} tl.int64 before any "
+            f"product with a stride, so that every such product is computed in 64 bits.")
+
+
+def _causal_int64_case():
+    """q's three sequences SPREAD values apart (b = 2 starts past 2**31); k, v ordinary."""
+    N, D = 200, 64
+    q = _far_apart((3, 1, N, D), 0, F16)
+    k, v = (torch.randn(3, 1, N, D, device=DEVICE).to(F16) for _ in range(2))
+    return Case(f"B3 H1 N{N} D{D} float16 (q's three sequences {SPREAD:,} values apart: offsets past 2**31)",
+                (q, k, v), hint=int64_hint("q's sequences", "b (and h)"))
+
+
 def _causal_cases():
-    return [Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why})",
-                 tuple(_causal_inputs(B, H, N, D, dtype, layout, scores)))
-            for B, H, N, D, dtype, layout, scores, why in CAUSAL_SPECS]
-
-
-def _heads_side_by_side(fn, q, k, v):
-    """Run causal_attention; its output must be the contiguous (B, N, H, D) tensor the next matmul reads."""
-    out = fn(q, k, v)
-    if isinstance(out, torch.Tensor) and out.device.type != "meta" and not out.is_contiguous():
-        from helpers.check import CheckFailed  # here: helpers.check imports this module
-
-        raise CheckFailed(f"your output has the right shape {tuple(out.shape)} but strides {out.stride()}: "
-                          f"not contiguous. The output projection reads it as a (B * N, H * D) matrix, "
-                          f"the heads side by side in each row: allocate (B, N, H, D) and write into it.")
-    return out
+    cases = [Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why})",
+                  tuple(_causal_inputs(B, H, N, D, dtype, layout, scores)))
+             for B, H, N, D, dtype, layout, scores, why in CAUSAL_SPECS]
+    return cases + ([_causal_int64_case()] if ON_GPU else [])
 
 
 def _asserted(e):
@@ -467,8 +497,13 @@ def _softmax_cases():
              (3, _odd(*long), F32, "randn", True, "a slice of a wider matrix: rows n + 13 values apart"),
              (2, _odd(*long), F16, "randn", True, "float16, a slice of a wider matrix"),
              (5, _odd(51, 199), F32, "randn", False, "rows shorter than a tile")]
-    return [Case(f"{M}x{n} {_name(dtype)} ({why})", (_rows(M, n, dtype, kind, view),))
-            for M, n, dtype, kind, view, why in specs]
+    cases = [Case(f"{M}x{n} {_name(dtype)} ({why})", (_rows(M, n, dtype, kind, view),))
+             for M, n, dtype, kind, view, why in specs]
+    if ON_GPU:
+        n = _odd(*long)
+        cases.append(Case(f"3x{n} float16 (rows {SPREAD:,} values apart: offsets past 2**31)",
+                          (_far_apart((3, n), 0, F16),), hint=int64_hint("x's rows", "the row index")))
+    return cases
 
 
 # The tolerances of lesson 05's softmax (relative: the outputs are about 1/n, far below an absolute
@@ -508,8 +543,8 @@ def _exponentials_counted():
 
 def _two_reads_one_exp(fn):
     """x read exactly twice and the output written once; one exponential per element in each pass (as
-    many tile-wide exponentials as tiles loaded); and in every program, the second pass over a row
-    visits its tiles from the last to the first, in that order."""
+    many tile-wide exponentials as tiles loaded); and in every program, the first pass over a row visits
+    its tiles from the first to the last, the second from the last to the first, in that order."""
     M, n = pick((3, _odd(2001, 3071)), (2, _odd(20_001, 30_001)))
     x = torch.randn(M, n, device=DEVICE)
     with _exponentials_counted() as exps:
@@ -546,19 +581,31 @@ def _two_reads_one_exp(fn):
                 f"sum kept per lane rescale the sum at every value: two exponentials per element in pass "
                 f"1. Take the tile's max first (a reduction), then rescale the row's single running sum "
                 f"once per tile.")
-    covered, passes = {}, {}
+    covered, firsts, passes = {}, {}, {}
     for pid, arg, offs in loads:
         if arg != x_arg:
             continue
         seen = covered.setdefault(pid, np.zeros((M, n), dtype=bool))
         rows, cols = np.divmod(np.asarray(offs), n)
         for row in np.unique(rows):
-            if seen[row].all():               # pass 1 has covered the row: this load is pass 2's
-                tile = cols[rows == row]
-                passes.setdefault((pid, int(row)), []).append((int(tile.min()), int(tile.max())))
+            tile = cols[rows == row]
+            # before pass 1 has covered the row, a load is pass 1's; after, pass 2's
+            which = passes if seen[row].all() else firsts
+            which.setdefault((pid, int(row)), []).append((int(tile.min()), int(tile.max())))
         seen[rows, cols] = True
+
+    def listed(tiles):
+        return ", ".join(f"{lo}..{hi}" for lo, hi in tiles[:6]) + (" ..." if len(tiles) > 6 else "")
+
+    for (pid, row), tiles in firsts.items():
+        forwards = tiles[0][0] == 0 and all(b[0] > a[1] for a, b in zip(tiles, tiles[1:]))
+        if not forwards:
+            return (f"{where} read row {row} the first time (program {pid[0]}) in this order of columns: "
+                    f"{listed(tiles)} (of {n}). Walk pass 1 forwards, from the row's first tile to its "
+                    f"last: pass 2, walking back, then starts with the tiles pass 1 read last, the "
+                    f"likeliest still in the L2 cache.")
     for (pid, row), tiles in passes.items():
-        order = ", ".join(f"{lo}..{hi}" for lo, hi in tiles[:6]) + (" ..." if len(tiles) > 6 else "")
+        order = listed(tiles)
         backwards = tiles[0][1] == n - 1 and all(b[1] < a[0] for a, b in zip(tiles, tiles[1:]))
         if not backwards:
             return (f"{where} read row {row} a second time (program {pid[0]}) in this order of columns: "
@@ -571,8 +618,8 @@ def _two_reads_one_exp(fn):
 
 EXERCISES = [
     Exercise("10", "causal_attention", "causal attention on the projection's layout",
-             causal_attention_reference, _causal_cases, run=_heads_side_by_side, tol=CAUSAL_TOL,
-             kernel=True, nan_hint=CAUSAL_NAN, structure=_causal_structure),
+             causal_attention_reference, _causal_cases, tol=CAUSAL_TOL, kernel=True, nan_hint=CAUSAL_NAN,
+             structure=_causal_structure, contiguous_output=True),
     Exercise("10", "atomic_backward", "the one-kernel backward: dQ by atomic adds", attention_gradients,
              _backward_cases, run=_run_backward, tol=GRADS_TOL, kernel=True, nan_hint=BACKWARD_NAN,
              structure=_dq_by_atomics, timeout_s=300.0 if ON_GPU else 120.0),

@@ -1,14 +1,20 @@
 """Lesson 11 exercises: the capstone's kernels and the decoder block assembled from them.
 
 1. `rope_qk`: rotary embeddings on Q and K in one launch, read through any strides (the views
-   the Q|K|V projection makes, a head dimension that is not contiguous, cos and sin as column
-   slices of wider tables), written contiguous, arithmetic in float32.
+   the Q|K|V projection makes, a head dimension that is not contiguous in q and in k, cos and sin as
+   column slices of wider tables), written contiguous, arithmetic in float32; on a GPU, q's
+   positions and k's sequences 2**30 + 64 values apart (int64 offsets). Its structure: one launch,
+   each value of cos and sin loaded once per (batch, head).
 2. `swiglu_linear`: SiLU(h @ w_gate.T) * (h @ w_up.T) as one persistent matmul over the
    interleaved weights, the product in the epilogue: the pairing of the columns, SiLU's two tails
    (gates far past the point where exp overflows float32, in every draw), h and w_gate_up of
-   their own (aligned) row strides, the output contiguous (M, f).
+   their own (aligned) row strides, the output contiguous (M, f). Its structure: one launch stores,
+   and it stores the output once and nothing of the (M, 2f) product.
 3. `decoder_block_fused`: the forward of helpers/block.py's decoder block from the course's
-   kernels. Checked against the eager block with PyTorch's SDPA, then for its structure: exactly
+   kernels. Checked against the eager block with PyTorch's SDPA (one case with MLP gates of about
+   +-150, beyond where SiLU's exponential overflows, at both tails; one whose every attention score
+   is near -150, where exp underflows unless the row's maximum is subtracted), then for its
+   structure: exactly
    the lesson's eight Triton launches, and PyTorch runs nothing but views and allocations for it.
 
 Sizes are odd on purpose; on the CPU everything runs through Triton's interpreter at small sizes.
@@ -25,6 +31,7 @@ import torch.nn.functional as F
 from helpers.block import SMALL, block_input, block_weights, decoder_block
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import Case, Exercise
+from helpers.exercises.lesson10 import SPREAD, _recorded, int64_hint
 from helpers.traffic import NO_DATA_OPS
 
 F16, F32 = torch.float16, torch.float32
@@ -86,6 +93,8 @@ def _rope_cases():
              (1, 4, _odd(21, 41), 32, F32, "k contiguous", True, "q a view, k contiguous: different strides"),
              (2, 3, _odd(9, 25), 16, F32, "q dim-strided", True,
               "q's head dimension not contiguous (stride N), k a view"),
+             (1, 2, _odd(9, 25), 24, F16, "k dim-strided", True,
+              "k's head dimension not contiguous (stride N), q a view"),
              (2, 2, long_n, pick(16, 128), F32, "contiguous", False, "many positions, contiguous inputs"),
              (1, 2, _odd(9, 15), 20, F16, "views", True, "float16, D / 2 = 10")]
     cases = []
@@ -95,12 +104,60 @@ def _rope_cases():
             k = k.contiguous()
         elif layout == "q dim-strided":
             q = _dim_strided(B, H, N, D, dtype)
+        elif layout == "k dim-strided":
+            k = _dim_strided(B, H, N, D, dtype)
         elif layout == "contiguous":
             q, k = q.contiguous(), k.contiguous()
         tables = "cos, sin column slices" if sliced else "cos, sin contiguous"
+        which = layout.removesuffix(" dim-strided")
+        hint = (f"In this case {which}'s head dimension is not contiguous: the values of one position lie "
+                f"s{which}_d = {N} values apart, not 1. Read both halves of {which} through its own "
+                f"s{which}_d."
+                if layout.endswith("dim-strided") else "")
         cases.append(Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why}; {tables})",
-                          (q, k, *_angles(N, D // 2, sliced))))
-    return cases
+                          (q, k, *_angles(N, D // 2, sliced)), hint=hint))
+    return cases + ([_rope_int64_case()] if ON_GPU else [])
+
+
+def _rope_int64_case(D=64):
+    """On a GPU: q's three positions and k's three sequences SPREAD values apart, in one buffer of
+    2 * SPREAD + 6 D values (4.3 GB in float16), so that position 2 of q and sequence 2 of k start
+    past 2**31 values from the buffer's start: offs_pos * sq_n and b * sk_b pass 2**31, while each
+    stride, below 2**31, reaches the kernel as a 32-bit integer."""
+    shape = (3, 1, 3, D)                         # (B, H, N, D)
+    buffer = torch.empty(2 * SPREAD + 6 * D, device=DEVICE, dtype=F16)
+    q = buffer.as_strided(shape, (D, D, SPREAD, 1))                        # positions far apart
+    k = buffer.as_strided(shape, (SPREAD, 3 * D, D, 1), 3 * D)             # sequences far apart
+    q.copy_(torch.randn(shape, device=DEVICE))
+    k.copy_(torch.randn(shape, device=DEVICE))
+    return Case(f"B3 H1 N3 D{D} float16 (q's positions and k's sequences {SPREAD:,} values apart: offsets "
+                f"past 2**31; cos, sin contiguous)", (q, k, *_angles(3, D // 2, False)),
+                hint=int64_hint("q's positions and k's sequences", "offs_pos, b and h"))
+
+
+def _rope_one_launch(fn):
+    """One launch rotates Q and K, and reads each value of cos (and of sin) once per (batch, head)."""
+    B, H, N, D = 2, 3, 21, 16
+    q, k = _projection_views(B, H, N, D, F32)
+    cos, sin = _angles(N, D // 2, True)
+    launches, problem = _recorded(fn, q, k, cos, sin, touches=True)
+    if problem:
+        return problem
+    where = f"for q and k of shape ({B}, {H}, {N}, {D}), your code"
+    if len(launches) != 1:
+        names = ", ".join(launch.kernel for launch in launches)
+        return (f"{where} made {len(launches)} launches ({names}). The exercise rotates Q and K in one "
+                f"launch: each program loads its tile of cos and sin once and uses it for both.")
+    (launch,) = launches
+    table = {name: sum(len(offs) for _pid, arg, kind, offs in launch.touches
+                       if arg == name and kind == "load") for name in ("cos_ptr", "sin_ptr")}
+    once = B * H * N * (D // 2)
+    for name, loaded in table.items():
+        if loaded > once:
+            return (f"{where} loaded {loaded:,} values through {name}: {loaded / once:.3g} times each value "
+                    f"per (batch, head). Load the program's tile of cos and of sin once, before rotating "
+                    f"Q and K, and use it for both.")
+    return None
 
 
 # ---------------------------------------------------------------- 2. swiglu_linear
@@ -183,13 +240,26 @@ def _quietly(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
-def _swiglu_layout(fn):
-    """The output is (M, f), contiguous: the down projection reads its rows through a descriptor."""
-    h, w = _aligned(5, 64, F16, False), _gate_up(24, 64, F16, False, 1.0)
-    out = fn(h, w)
-    if isinstance(out, torch.Tensor) and not out.is_contiguous():
-        return (f"your output has strides {tuple(out.stride())}: make it contiguous (M, f), as the down "
-                f"projection's tensor descriptor reads it (rows of f values, one after the other).")
+def _product_in_the_epilogue(fn):
+    """One launch stores, and what it stores is the output, once: the (M, 2f) product of the matmul
+    never goes to memory (SiLU(gate) * up is computed in the epilogue, from the accumulator)."""
+    M, K, f = 37, 64, 24
+    h, w = _aligned(M, K, F32, False), _gate_up(f, K, F32, False, 1.0)
+    launches, problem = _recorded(fn, h, w)
+    if problem:
+        return problem
+    where = f"for h ({M}, {K}) and w_gate_up ({2 * f}, {K}), your code"
+    storing = [launch for launch in launches if launch.bytes_stored]
+    out_bytes = M * f * h.element_size()
+    if len(storing) != 1:
+        sizes = ", ".join(f"{launch.kernel} {launch.bytes_stored:,} bytes" for launch in storing)
+        return (f"{where} stored from {len(storing)} launches ({sizes}). SwiGLU here is one matmul whose "
+                f"epilogue pairs each gate column with its up column and stores SiLU(gate) * up: the "
+                f"product h @ w_gate_up.T stays in registers, and only the (M, f) output is stored.")
+    stored = storing[0].bytes_stored
+    if stored != out_bytes:
+        return (f"{where} stored {stored:,} bytes, where the (M, f) = ({M}, {f}) output is {out_bytes:,}: "
+                f"store each output element once, and nothing of the (M, 2f) product.")
     return None
 
 
@@ -207,20 +277,61 @@ def decoder_block_reference(x, w, cfg):
     return decoder_block(x, w, cfg, attention="sdpa")
 
 
-def _block_case(B, N, why):
+GATES_HINT = ("In this case the MLP's gates reach about +-150, beyond +-89, where exp of the gate (or of "
+              "minus the gate) is inf in float32: a SiLU that divides inf by inf, or multiplies 0 by inf, "
+              "gives NaN. Check your swiglu_linear's SiLU at both tails.")
+
+
+SCORES_HINT = ("In this case every attention score of every row lies near -150 (after the 1 / sqrt(D) "
+               "scale): exp of any of them is 0 in float32 unless the row's own maximum is subtracted "
+               "first, and a running maximum that starts at 0 instead of -inf leaves 0 / 0.")
+
+# The far-below-zero case: every token is nearly the same vector (u plus noise of 1%), and in every head
+# the query's and the key's coordinate of RoPE's slowest pair (index D/2 - 1, turned by at most
+# 500 * 1.3e-4 rad over the check's lengths) is made +ALPHA and -ALPHA: each scaled score is about
+# -ALPHA**2 / sqrt(D) = -150, give or take a few. The values V are nearly the same for every token
+# too, so the output hardly depends on how the weights are shared out (TF32's rounding of scores of
+# 150 on a GPU stays inside the tolerance), while exp(score) alone underflows for every key.
+ALPHA = (150 * SMALL.head_dim ** 0.5) ** 0.5
+
+
+def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False):
+    """gate_scale: w_gate multiplied by it, so that the MLP's gates are of that size, and w_up divided by
+    it, so that SiLU(gate) * up stays of order one (float32's rounding of a large product, summed by the
+    down projection, would leave the outputs that cancel to near zero outside the tolerance).
+    scores_far_below: every attention score near -150 (see ALPHA)."""
     seed = int(torch.randint(0, 2**31 - 1, ()))
     w = block_weights(SMALL, DEVICE, seed=seed)
     for norm in ("attn_norm", "mlp_norm"):   # norms of random scale: swapping them shows
         w[norm] = 1.0 + 0.5 * torch.randn(SMALL.dim, device=DEVICE)
+    w["w_gate"] *= gate_scale
+    w["w_up"] /= gate_scale
     x = block_input(SMALL, B, N, DEVICE, seed=seed + 1)
+    hint = GATES_HINT if gate_scale != 1 else ""
+    if scores_far_below:
+        u = torch.randn(SMALL.dim, device=DEVICE)
+        x = u + 0.01 * x                                            # every token about u
+        z = u * torch.rsqrt(u.pow(2).mean() + SMALL.eps) * w["attn_norm"]   # its normalised row
+        slow = torch.arange(SMALL.n_heads, device=DEVICE) * SMALL.head_dim + SMALL.head_dim // 2 - 1
+        w["wq"][slow] = ALPHA * z / z.pow(2).sum()                  # q's slow coordinate: about +ALPHA
+        w["wk"][slow] = -ALPHA * z / z.pow(2).sum()                 # k's: about -ALPHA
+        hint = SCORES_HINT
     return Case(f"B{B} N{N}, d={SMALL.dim}, {SMALL.n_heads} heads, f={SMALL.hidden} ({why})",
-                (x, *(w[n] for n in WEIGHT_NAMES)), {"cfg": SMALL})
+                (x, *(w[n] for n in WEIGHT_NAMES)), {"cfg": SMALL}, hint=hint)
 
 
 def _block_cases():
     return [_block_case(1, 1, "one token"),
             _block_case(2, _odd(21, 41), "two sequences, odd length"),
-            _block_case(1, _odd(*pick((51, 71), (301, 501))), "longer than an attention block")]
+            _block_case(1, _odd(*pick((51, 71), (301, 501))), "longer than an attention block"),
+            # gates of about +-150 (w_gate 150 times larger, w_up 150 times smaller): in every draw,
+            # thousands of gates lie beyond +-89 on both sides, where exp of the gate or of its
+            # negative overflows float32
+            _block_case(1, _odd(9, 17), "MLP gates of about +-150: SiLU's exponential overflows float32 "
+                                        "at both tails", gate_scale=150.0),
+            _block_case(2, _odd(*pick((21, 41), (201, 401))), "every attention score near -150: exp "
+                        "underflows for every key unless the row's maximum is subtracted",
+                        scores_far_below=True)]
 
 
 # float32: the fused block rounds differently from the eager one at every step (RMSNorm folded
@@ -383,10 +494,11 @@ def _all_in_triton(fn):
 
 
 EXERCISES = [
-    Exercise("11", "rope_qk", "RoPE on Q and K, one launch", rope_qk_reference, _rope_cases, kernel=True),
+    Exercise("11", "rope_qk", "RoPE on Q and K, one launch", rope_qk_reference, _rope_cases, kernel=True,
+             structure=_rope_one_launch, contiguous_output=True),
     Exercise("11", "swiglu_linear", "SwiGLU as one persistent matmul, the product in its epilogue",
              swiglu_linear_reference, _swiglu_cases, run=_quietly, tol=SWIGLU_TOL, kernel=True,
-             nan_hint=SWIGLU_NAN_HINT, structure=_swiglu_layout),
+             nan_hint=SWIGLU_NAN_HINT, structure=_product_in_the_epilogue, contiguous_output=True),
     Exercise("11", "decoder_block_fused", "the decoder block from the course's kernels",
              decoder_block_reference, _block_cases, run=_run_block, tol=BLOCK_TOL, kernel=True,
              structure=_all_in_triton, timeout_s=300.0),

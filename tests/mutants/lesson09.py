@@ -77,6 +77,8 @@ WRONG = [
     Wrong("tma_matmul", "C stored through pointers", lambda a, b: device_side(a, b, c_desc=False)),
     Wrong("tma_matmul", "b's descriptor told a row stride of K, not N",
           lambda a, b: device_side(a, b, b_row_stride=a.shape[1])),
+    Wrong("tma_matmul", "b's descriptor told a row stride of N, its width (b assumed contiguous)",
+          lambda a, b: device_side(a, b, b_row_stride=b.shape[1])),
     Wrong("tma_matmul", "the K loop stops one step early", edit(
         "09", "tma_matmul", (TMA_K_LOOP, TMA_K_LOOP.replace("range(0, K, BLOCK_K)", "range(0, K - BLOCK_K, BLOCK_K)")))),
     Wrong("tma_matmul", "the K loop over whole tiles only: the partial last step skipped", edit(
@@ -132,6 +134,11 @@ WRONG += [
         ("acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc)",
          "acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc, "
          "out_dtype=c_desc.dtype)"))),
+    Wrong("persistent_matmul", "a's descriptor built with a row stride of K, its width (a assumed contiguous)", edit(
+        "09", "persistent_matmul", (LAUNCH + "descriptor(a, [BM, BK])",
+                                    LAUNCH + "TensorDescriptor(a, [M, K], [K, 1], [BM, BK])"))),
+    Wrong("persistent_matmul", "program 0 walks every tile, the other programs none", edit(
+        "09", "persistent_matmul", (LOOP, "    for tile in range(tl.program_id(0) * num_pid_m * num_pid_n, num_pid_m * num_pid_n):"))),
     Wrong("persistent_matmul", "C allocated in float32, whatever the inputs' dtype", edit(
         "09", "persistent_matmul", (PERSISTENT_OUT, PERSISTENT_OUT.replace("dtype=a.dtype", "dtype=torch.float32")))),
 ]
@@ -195,6 +202,17 @@ WRONG += [
                                 "            acc = acc * tl.load(s_ptr + cols, mask=cols < N, other=0.0)[None, :]\n"))),
     Wrong("linear", "the residual's descriptor given h's row stride", edit(
         "09", "linear", (R_DESC, R_DESC.replace("strides=[stride_r, 1]", "strides=[stride_h, 1]")))),
+    Wrong("linear", "w's descriptor given a row stride of K, its width (w assumed contiguous)", edit(
+        "09", "linear", ("w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_w, 1],",
+                         "w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1],"))),
+    Wrong("linear", "h's descriptor given a row stride of K, its width (h assumed contiguous)", edit(
+        "09", "linear", ("h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],",
+                         "h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[K, 1],"))),
+    Wrong("linear", "program 0 walks every tile, the other programs none", edit(
+        "09", "linear", (LINEAR_LOOP, LINEAR_LOOP.replace("tl.program_id(0), n_tiles, tl.num_programs(0)",
+                                                          "tl.program_id(0) * n_tiles, n_tiles, 1")))),
+    Wrong("linear", "the output returned as a transposed copy's view: right values, not contiguous",
+          lambda h, w, s=None, r=None: course.linear(h, w, s, r).T.contiguous().T),
     Wrong("linear", "each program computes only its first tile", edit(
         "09", "linear", (LINEAR_LOOP, LINEAR_LOOP.replace("n_tiles, tl.num_programs(0)",
                                                           "tl.program_id(0) + 1, tl.num_programs(0)")))),

@@ -65,6 +65,11 @@ CAUSAL_WRONG = [
                                    "    offs_d = tl.arange(0, HEAD_DIM)\n"
                                    "    q = tl.load(q_ptr + b * sq_b + h * sq_h + offs_m[:, None] * sq_n + "
                                    "offs_d[None, :],\n                mask=offs_m[:, None] < n_ctx, other=0.0)\n"))),
+    Wrong("causal_attention", "b and h left int32: b * sq_b wraps past 2**31", edit(
+        "10", "causal_attention", ("    b = (tl.program_id(1) // n_heads).to(tl.int64)\n"
+                                   "    h = (tl.program_id(1) % n_heads).to(tl.int64)\n",
+                                   "    b = tl.program_id(1) // n_heads\n    h = tl.program_id(1) % n_heads\n")),
+          gpu_only=True),
     Wrong("causal_attention", "V copied into a contiguous tensor first", edit(
         "10", "causal_attention", ("    out = torch.empty((B, N, H, D), device=q.device, dtype=q.dtype)\n",
                                    "    v = v.contiguous()\n"
@@ -178,6 +183,13 @@ SOFTMAX_WRONG = [
         "10", "softmax_long", (BACKWARDS, "        cols = ((i + n_tiles - 1) % n_tiles) * BLOCK + offs\n"))),
     Wrong("softmax_long", "lesson 05's pass 1: a running max and sum per lane, two exps per element", edit(
         "10", "softmax_long", (INIT + PASS_1, PER_LANE))),
+    Wrong("softmax_long", "both passes walk backwards: pass 2 starts with the tiles read longest ago", edit(
+        "10", "softmax_long", (PASS_1, PASS_1.replace(
+            "    for start in range(0, n_cols, BLOCK):\n",
+            "    for i in range(0, tl.cdiv(n_cols, BLOCK)):\n        start = (tl.cdiv(n_cols, BLOCK) - 1 - i) * BLOCK\n")))),
+    Wrong("softmax_long", "the row index left int32: row * stride_xm wraps past 2**31", edit(
+        "10", "softmax_long", ("    row = tl.program_id(0).to(tl.int64)\n", "    row = tl.program_id(0)\n")),
+          gpu_only=True),
     Wrong("softmax_long", "three passes: the max, then the sum, then the output", edit(
         "10", "softmax_long", (PASS_1, THREE_PASSES))),
     Wrong("softmax_long", "exp(m - m_new) while both are -inf: NaN after a tile of -inf", edit(
@@ -191,6 +203,8 @@ SOFTMAX_WRONG = [
         ("(tl.exp(x - m) / l)", "(tl.exp(x) / l)"))),
     Wrong("softmax_long", "rows taken to be n_cols apart, not x's row stride", edit(
         "10", "softmax_long", ("    x_row = x_ptr + row * stride_xm\n", "    x_row = x_ptr + row * n_cols\n"))),
+    Wrong("softmax_long", "the output's rows placed x's row stride apart, not the output's", edit(
+        "10", "softmax_long", ("    out_row = out_ptr + row * stride_om\n", "    out_row = out_ptr + row * stride_xm\n"))),
     Wrong("softmax_long", "the output allocated in float32, whatever x's dtype", edit(
         "10", "softmax_long", ("    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)\n",
                                "    out = torch.empty(x.shape, dtype=torch.float32, device=x.device)\n"))),

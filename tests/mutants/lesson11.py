@@ -4,6 +4,7 @@ The block's mutants are written out here from the solution's launchers (not text
 forward), so that they keep applying while the solution's SwiGLU kernel and layout change.
 """
 
+import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
@@ -21,6 +22,23 @@ ROPE_MASK = "    mask = (offs_pos[:, None] < seq) & (offs_half[None, :] < half)\
 ROPE_Q = "    rotate_tile(q_ptr + b * sq_b + h * sq_h, qo_ptr + out_head, sq_n, sq_d,"
 ROPE_SIN = "    sin = tl.load(sin_ptr + offs_pos[:, None] * s_sin + offs_half[None, :], mask=mask, other=0.0)"
 ROPE_FIRST = "    first = src_ptr + offs_pos[:, None] * s_pos + offs_half[None, :] * s_dim\n"
+ROPE_K = ("    rotate_tile(k_ptr + b * sk_b + h * sk_h, ko_ptr + out_head, sk_n, sk_d, offs_pos, offs_half, half,\n"
+          "                cos, sin, mask)\n")
+ROPE_POS = "    offs_pos = (tl.program_id(0) * BLOCK_POS + tl.arange(0, BLOCK_POS)).to(tl.int64)\n"
+ROPE_BH = "    b, h = (bh // n_heads).to(tl.int64), (bh % n_heads).to(tl.int64)\n"
+
+
+def rope_two_launches(q, k, cos, sin):
+    """Right values: Q rotated by one launch, K by another."""
+    q_rot, _ = course.rope_qk(q, q, cos, sin)
+    _, k_rot = course.rope_qk(k, k, cos, sin)
+    return q_rot, k_rot
+
+
+def rope_not_contiguous(q, k, cos, sin):
+    """Right values, returned as views of (B, H, D, N) copies: not contiguous."""
+    return tuple(t.transpose(2, 3).contiguous().transpose(2, 3) for t in course.rope_qk(q, k, cos, sin))
+
 
 WRONG = [
     Wrong("rope_qk", "pure PyTorch, no kernel", course.rope_qk_reference),
@@ -45,6 +63,21 @@ WRONG = [
     Wrong("rope_qk", "the head dimension taken to be contiguous (its stride ignored)", edit(
         "11", "rope_qk", (ROPE_FIRST, ROPE_FIRST.replace("offs_half[None, :] * s_dim", "offs_half[None, :]")),
         ("    x2 = tl.load(first + half * s_dim,", "    x2 = tl.load(first + half,"))),
+    Wrong("rope_qk", "k's head dimension taken to be contiguous (sk_d ignored)", edit(
+        "11", "rope_qk", (ROPE_K, ROPE_K.replace("sk_n, sk_d,", "sk_n, 1,")))),
+    Wrong("rope_qk", "Q and K rotated by two launches", rope_two_launches),
+    Wrong("rope_qk", "cos and sin loaded again for K", edit(
+        "11", "rope_qk", (ROPE_K, ROPE_K.replace(
+            "                cos, sin, mask)\n",
+            "                tl.load(cos_ptr + offs_pos[:, None] * s_cos + offs_half[None, :], mask=mask, other=0.0),\n"
+            "                tl.load(sin_ptr + offs_pos[:, None] * s_sin + offs_half[None, :], mask=mask, other=0.0),\n"
+            "                mask)\n")))),
+    Wrong("rope_qk", "outputs with the right values, not contiguous", rope_not_contiguous),
+    Wrong("rope_qk", "offs_pos, b and h left int32: offs_pos * sq_n and b * sk_b wrap past 2**31", edit(
+        "11", "rope_qk", (ROPE_POS, ROPE_POS.replace(".to(tl.int64)", "")),
+        (ROPE_BH, "    b, h = bh // n_heads, bh % n_heads\n")), gpu_only=True),
+    Wrong("rope_qk", "offs_pos left int32: offs_pos * sq_n wraps past 2**31", edit(
+        "11", "rope_qk", (ROPE_POS, ROPE_POS.replace(".to(tl.int64)", ""))), gpu_only=True),
 ]
 
 RIGHT = [
@@ -53,6 +86,25 @@ RIGHT = [
 ]
 
 # ---------------------------------------------------------------- 2. swiglu_linear
+
+
+@triton.jit
+def _silu_pairs_kernel(gu_ptr, out_ptr, f, BLOCK: tl.constexpr):
+    """out[row, j] = SiLU(gu[row, 2j]) * gu[row, 2j + 1], gu (M, 2f) contiguous: one row per program."""
+    row = tl.program_id(0)
+    for start in range(0, f, BLOCK):
+        j = start + tl.arange(0, BLOCK)
+        gate = tl.load(gu_ptr + row * 2 * f + 2 * j, mask=j < f, other=0.0)
+        up = tl.load(gu_ptr + row * 2 * f + 2 * j + 1, mask=j < f, other=0.0)
+        tl.store(out_ptr + row * f + j, (gate * tl.sigmoid(gate) * up).to(out_ptr.dtype.element_ty), mask=j < f)
+
+
+def silu_pairs(gate_up, dtype):
+    """SiLU(gate) * up from a stored (M, 2f) product: the unfused epilogue, a second launch."""
+    M, f = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty((M, f), device=gate_up.device, dtype=dtype)
+    _silu_pairs_kernel[(M,)](gate_up, out, f, BLOCK=64)
+    return out
 # The stub gives the descriptors of h and w_gate_up, the persistent walk and the mainloop; the
 # learner writes the output's descriptor and the epilogue. Most wrong answers are slips there.
 
@@ -93,6 +145,10 @@ WRONG += [
                                 'contiguous."""\n    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[K, 1],'))),
     Wrong("swiglu_linear", "w_gate_up's row stride taken to be K", edit(
         "11", "swiglu_linear", (W_DESC, W_DESC.replace("strides=[stride_w, 1]", "strides=[K, 1]")))),
+    Wrong("swiglu_linear", "the (M, 2f) product stored by lesson 09's linear, SiLU(gate) * up by a second kernel",
+          lambda h, w: silu_pairs(course.lesson09.linear(h.float(), w.float()), h.dtype)),
+    Wrong("swiglu_linear", "right values, returned as a view of an (f, M) copy: not contiguous",
+          lambda h, w: course.swiglu_linear(h, w).T.contiguous().T),
     Wrong("swiglu_linear", "the output allocated in float32, whatever h's dtype", edit(
         "11", "swiglu_linear", ("    out = torch.empty((M, N // 2), device=h.device, dtype=h.dtype)",
                                 "    out = torch.empty((M, N // 2), device=h.device, dtype=torch.float32)"))),
@@ -128,7 +184,7 @@ def _views(qkv, B, N, cfg):
 
 
 def _block(x, w, cfg, project=None, qkv_order=(0, 1, 2), rotate=None, attend=None, mlp_norm=None,
-           mlp_residual_from_input=False, down=None):
+           mlp_residual_from_input=False, down=None, swiglu=None):
     """The solution's forward, each step replaceable by a (wrong) variant."""
     w = _packed(w, cfg)
     B, N, d = x.shape
@@ -141,7 +197,7 @@ def _block(x, w, cfg, project=None, qkv_order=(0, 1, 2), rotate=None, attend=Non
     a = attend(q, k, v) if attend else lesson10.causal_attention(q, k, v).view(B * N, d)
     h1 = course.linear(a, w["wo"], residual=x2)
     h = mlp_norm(h1, w, cfg) if mlp_norm else lesson05.rms_norm_rows(h1, w["mlp_norm"], cfg.eps)
-    mlp = course.swiglu_linear(h, w["w_gate_up"])
+    mlp = (swiglu or course.swiglu_linear)(h, w["w_gate_up"])
     residual = x2 if mlp_residual_from_input else h1
     out = down(mlp, w, residual) if down else course.linear(mlp, w["w_down"], residual=residual)
     return out.view(B, N, d)
@@ -177,6 +233,20 @@ def sdpa_in_the_middle(x, w, cfg):
     B, N, d = x.shape
     return _block(x, w, cfg, attend=lambda q, k, v: F.scaled_dot_product_attention(
         q, k, v, is_causal=True).transpose(1, 2).reshape(B * N, d))
+
+
+def naive_silu(x, w, cfg):
+    """The block with a swiglu_linear whose SiLU is e^g / (1 + e^g): inf / inf past g = 89."""
+    return _block(x, w, cfg, swiglu=edit("11", "swiglu_linear", (
+        SILU, "        y = gate * tl.exp(gate) / (1.0 + tl.exp(gate)) * up")))
+
+
+def attention_max_from_zero(x, w, cfg):
+    """The block with a causal_attention whose running max starts at 0, not -inf."""
+    B, N, d = x.shape
+    attention = edit("10", "causal_attention", ('    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)\n',
+                                                "    m_i = tl.zeros([BLOCK_M], tl.float32)\n"))
+    return _block(x, w, cfg, attend=lambda q, k, v: attention(q, k, v).view(B * N, d))
 
 
 def matmul_down_projection(x, w, cfg):
@@ -267,6 +337,9 @@ WRONG += [
     Wrong("decoder_block_fused", "the MLP's residual taken from the block's input", mlp_residual_from_the_input),
     Wrong("decoder_block_fused", "attention by PyTorch's SDPA", sdpa_in_the_middle),
     Wrong("decoder_block_fused", "the down projection as a PyTorch matmul", matmul_down_projection),
+    Wrong("decoder_block_fused", "SwiGLU's SiLU as e^g / (1 + e^g): inf / inf for gates past 89", naive_silu),
+    Wrong("decoder_block_fused", "attention's running max started at 0: 0 / 0 when every score is far below zero",
+          attention_max_from_zero),
     Wrong("decoder_block_fused", "the MLP's RMSNorm in eager PyTorch (pow, mean, rsqrt, mul)", eager_mlp_norm),
     Wrong("decoder_block_fused", "RoPE in eager PyTorch (slices, products, cat)", eager_rope),
     Wrong("decoder_block_fused", "V copied by .contiguous() before the attention", v_made_contiguous),
