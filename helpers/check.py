@@ -455,15 +455,16 @@ def _aliased(out, inputs):
     return None
 
 
-def _not_contiguous(out):
-    """A message if an output tensor is not contiguous (where the lesson asks for contiguous outputs)."""
+def _not_contiguous(out, why=True):
+    """A message if an output tensor is not contiguous (where the lesson asks for contiguous outputs);
+    `why`: what reads the output next, in the lesson's words (True: a plain row-major array)."""
+    why = why if isinstance(why, str) else "the next kernel reads it as a plain row-major array"
     for i, t in enumerate(_tensors(out)):
         if t.dim() and not t.is_contiguous():
             which = "your output" if isinstance(out, torch.Tensor) else f"output [{i}]"
             return (f"{which} has the right values but strides {tuple(t.stride())} for shape "
                     f"{tuple(t.shape)}: it is not contiguous, and the lesson asks for a contiguous "
-                    f"output (the next kernel reads it as a plain row-major array). Allocate it with "
-                    f"torch.empty(shape) and write it in that layout.")
+                    f"output ({why}). Allocate it with torch.empty(shape) and write it in that layout.")
     return None
 
 
@@ -739,7 +740,7 @@ def _run_case(ex, fn, case, tol_for):
     else:
         problem = compare(compared, expected, tol_for, form=form, nan_hint=ex.nan_hint)
     if not problem and ex.contiguous_output:
-        problem = _not_contiguous(out)
+        problem = _not_contiguous(out, ex.contiguous_output)
     nothing_written = bool(problem) and "none of its" in problem and not (stray or aliased)
     problem = stray or aliased or problem or _changed_inputs(before, args, fingerprints=not case.guard)
     if problem and case.hint:

@@ -8,7 +8,7 @@ awkward on purpose). `helpers.check(name, fn)` looks the exercise up here.
 import dataclasses
 import importlib
 import pkgutil
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 
 @dataclasses.dataclass
@@ -68,8 +68,8 @@ class Exercise:
     nan_hint: str = ""
     # The output may be (a view of) one of the inputs (an in-place exercise).
     may_alias_input: bool = False
-    # The lesson asks for contiguous outputs (the next kernel reads them as plain row-major arrays).
-    contiguous_output: bool = False
+    # The lesson asks for contiguous outputs: True, or why, in the lesson's words (what reads them next).
+    contiguous_output: Union[bool, str] = False
 
 
 _registry = {}

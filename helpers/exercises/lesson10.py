@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import Case, Exercise
+from helpers.exercises import Case, Exercise, room_for
 from helpers.exercises.lesson05 import SOFTMAX_TOL
 
 F16, F32 = torch.float16, torch.float32
@@ -147,6 +147,7 @@ CAUSAL_SPECS = pick(
 # reaches the kernel as a 32-bit integer, and only the product with the row index passes 2**31. In
 # float16 the span is 4.3 GB, and the check's NaN-surrounded copy of the input as much again.
 SPREAD = 2**30 + 64        # values; 2**31 + 128 bytes in float16: 16-byte aligned, as descriptors need
+SPAN_BYTES = 2 * SPREAD * 2  # a float16 span of three rows: built only where the GPU has room for its copies
 
 
 def _far_apart(shape, dim, dtype):
@@ -182,7 +183,7 @@ def _causal_cases():
     cases = [Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why})",
                   tuple(_causal_inputs(B, H, N, D, dtype, layout, scores)))
              for B, H, N, D, dtype, layout, scores, why in CAUSAL_SPECS]
-    return cases + ([_causal_int64_case()] if ON_GPU else [])
+    return cases + ([_causal_int64_case()] if ON_GPU and room_for(2 * SPAN_BYTES) else [])
 
 
 def _asserted(e):
@@ -499,7 +500,7 @@ def _softmax_cases():
              (5, _odd(51, 199), F32, "randn", False, "rows shorter than a tile")]
     cases = [Case(f"{M}x{n} {_name(dtype)} ({why})", (_rows(M, n, dtype, kind, view),))
              for M, n, dtype, kind, view, why in specs]
-    if ON_GPU:
+    if ON_GPU and room_for(2 * SPAN_BYTES):
         n = _odd(*long)
         cases.append(Case(f"3x{n} float16 (rows {SPREAD:,} values apart: offsets past 2**31)",
                           (_far_apart((3, n), 0, F16),), hint=int64_hint("x's rows", "the row index")))
@@ -619,7 +620,9 @@ def _two_reads_one_exp(fn):
 EXERCISES = [
     Exercise("10", "causal_attention", "causal attention on the projection's layout",
              causal_attention_reference, _causal_cases, tol=CAUSAL_TOL, kernel=True, nan_hint=CAUSAL_NAN,
-             structure=_causal_structure, contiguous_output=True),
+             structure=_causal_structure,
+             contiguous_output="the output projection reads it as a (B * N, H * D) matrix, the heads "
+                               "side by side in each row"),
     Exercise("10", "atomic_backward", "the one-kernel backward: dQ by atomic adds", attention_gradients,
              _backward_cases, run=_run_backward, tol=GRADS_TOL, kernel=True, nan_hint=BACKWARD_NAN,
              structure=_dq_by_atomics, timeout_s=300.0 if ON_GPU else 120.0),

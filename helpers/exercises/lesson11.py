@@ -30,8 +30,8 @@ import torch.nn.functional as F
 
 from helpers.block import SMALL, block_input, block_weights, decoder_block
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import Case, Exercise
-from helpers.exercises.lesson10 import SPREAD, _recorded, int64_hint
+from helpers.exercises import Case, Exercise, room_for
+from helpers.exercises.lesson10 import SPAN_BYTES, SPREAD, _recorded, int64_hint
 from helpers.traffic import NO_DATA_OPS
 
 F16, F32 = torch.float16, torch.float32
@@ -116,7 +116,7 @@ def _rope_cases():
                 if layout.endswith("dim-strided") else "")
         cases.append(Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why}; {tables})",
                           (q, k, *_angles(N, D // 2, sliced)), hint=hint))
-    return cases + ([_rope_int64_case()] if ON_GPU else [])
+    return cases + ([_rope_int64_case()] if ON_GPU and room_for(3 * SPAN_BYTES) else [])
 
 
 def _rope_int64_case(D=64):
