@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
-from helpers.device import DEVICE, pick
+from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import Case, Exercise
 
 NEG_INF = float("-inf")
@@ -100,6 +100,40 @@ def _strided_rows(n_rows, n_cols, dtype=torch.float32):
             (f"{n_rows}x{n_cols} every other column (column stride 2)", every_other)]
 
 
+# Past 2**31 elements (cases built on a GPU only). The matrix is a slice of rows far apart (a few
+# columns of each row of a wide buffer): its addresses pass 2**31 elements while the check copies
+# only what the slice holds (about 9 GB of GPU memory in all: the buffer, and the check's copy of its
+# span). Its last rows start at or past element 2**31, where `row * stride_xm` wraps in int32.
+INT32_SPAN = 2**31
+INT32_ROW_STRIDE = 2**16
+
+
+def int32_hint(what, how):
+    """Said after any failure on a case past 2**31 elements: `what` is the index to widen, `how` shows it."""
+    return ("This case spans more than 2**31 elements. If the smaller cases pass, suspect an offset computed "
+            "in int32: it wraps past 2**31 - 1 (to a negative address, or another row's), which reads the "
+            f"wrong values or crashes the GPU. Make {what} an int64 before it meets a stride ({how}), as the "
+            "lesson's kernels do.")
+
+
+def _far_rows(n_cols, dtype, compared, span=INT32_SPAN, row_stride=INT32_ROW_STRIDE):
+    """(x, its last `compared` rows): x (span // row_stride + compared, n_cols), rows `row_stride` apart,
+    filled with randn; the rows from `span // row_stride` on start at element `span` or later."""
+    n_rows = span // row_stride + compared
+    buffer = torch.empty(n_rows, row_stride, device=DEVICE, dtype=dtype)
+    x = buffer[:, :n_cols]
+    x.normal_(0.0, 3.0)
+    return x, x[-compared:].clone()
+
+
+def past_int32_case(label, n_cols, dtype, compared, hint, kwargs=None, extra=(), **sizes):
+    """A Case whose x spans more than 2**31 elements, compared on its last `compared` rows only."""
+    x, last = _far_rows(n_cols, dtype, compared, **sizes)
+    return Case(f"{x.shape[0]}x{n_cols} {str(dtype)[6:]}, {label}: rows {x.stride(0)} apart, x spans "
+                f"more than 2**31 elements (compared on its last {compared} rows)", (x, *extra), kwargs or {},
+                hint=hint, reference_args=(last, *extra), part=lambda out: out[-compared:])
+
+
 FLAT_WHY = "near-constant rows, every output about 1/N: float16 exponentials or sums lose those digits"
 ASCENDING_WHY = "rows ascending from -1e4 to 1e4: the max grows at every "
 MASKED_WHY = "-inf entries, -inf prefixes, fully masked rows (0s)"
@@ -129,6 +163,9 @@ def _softmax_rows_cases():
     cases = [Case(f"{m}x{n} {str(dt)[6:]} ({why})", (_rows(m, n, dt, kind),))
              for (m, n), dt, kind, why in specs]
     cases += [Case(label, (x,)) for label, x in _strided_rows(_odd(9, 15), _odd(101, 199))]
+    if ON_GPU:
+        cases.append(past_int32_case("a slice of a wide buffer", _odd(1001, 2047), F16, 3,
+                                     int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`")))
     return cases
 
 
@@ -300,6 +337,10 @@ def _tiled_cases():
              for (m, n), b, dt, kind, why in specs]
     strided = _strided_rows(5, _odd(501, 699))
     cases += [Case(label + ", block=128", (x,), {"block": 128}) for label, x in strided]
+    if ON_GPU:
+        cases.append(past_int32_case("block=512, a slice of a wide buffer", _odd(2049, 4095), F16, 3,
+                                     int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`"),
+                                     kwargs={"block": 512}))
     return cases
 
 
@@ -372,6 +413,18 @@ def _rmsnorm_linear_cases():
     w = (torch.randn(k, n, device=DEVICE) / math.sqrt(k)).to(f32).t()
     cases.append(Case(f"M,K,N={m},{k},{n} {str(f32)[6:]}, x a slice of a wider matrix, w a transposed view",
                       make(m, k, n, f32, x=x, w=w), {"eps": 1e-6}))
+    m, k, n = _odd(33, 47), _odd(65, 95), _odd(33, 63)
+    x = torch.randn(m, 2 * k, device=DEVICE).to(F16)[:, ::2]
+    w = (torch.randn(n, k + 7, device=DEVICE) / math.sqrt(k)).to(F16)[:, :k]
+    cases.append(Case(f"M,K,N={m},{k},{n} float16, x every other column (stride_xk = 2), w a slice of a "
+                      f"wider matrix (stride_wn = {k + 7})", make(m, k, n, F16, x=x, w=w), {"eps": 1e-6}))
+    if ON_GPU:
+        k, n = _odd(129, 255), _odd(65, 127)
+        gamma = (1 + 0.2 * torch.randn(k, device=DEVICE)).to(F16)
+        w = (torch.randn(n, k, device=DEVICE) / math.sqrt(k)).to(F16)
+        cases.append(past_int32_case(f"K={k}, N={n}, x a slice of a wide buffer", k, F16, 67,
+                                     int32_hint("the tile's row offsets", "`offs_m = (...).to(tl.int64)`"),
+                                     kwargs={"eps": 1e-6}, extra=(gamma, w)))
     return cases
 
 
@@ -436,6 +489,24 @@ def _groupnorm_cases():
     eps = round(float(torch.empty(()).uniform_(3e-5, 1e-4)), 7)
     cases.append(Case(f"2x8x5x6 G4 float32, eps={eps} (nearly constant groups: variance about eps)",
                       (x, 4, weight, bias, eps)))
+    # Channels 2 to 10 of a 13-channel tensor: samples 13 * H * W apart, not C * H * W (sx_n).
+    x = torch.randn(3, 13, 5, 7, device=DEVICE)[:, 2:11]
+    weight, bias = torch.randn(9, device=DEVICE), torch.randn(9, device=DEVICE)
+    cases.append(Case("3x9x5x7 G3 float32, eps=1e-05, x channels 2 to 10 of a 3x13x5x7 tensor (samples "
+                      "13 x 5 x 7 values apart: sx_n is not C x H x W)", (x, 3, weight, bias, 1e-5)))
+    if ON_GPU:  # samples 2**16 values apart: the last two start at or past element 2**31
+        compared, C, H, W = 2, 8, 8, 8
+        n = INT32_SPAN // INT32_ROW_STRIDE + compared
+        x = torch.empty(n, INT32_ROW_STRIDE // (H * W), H, W, device=DEVICE, dtype=F16)[:, :C]
+        x.normal_(0.0, 2.0)
+        weight, bias = torch.randn(C, device=DEVICE).to(F16), torch.randn(C, device=DEVICE).to(F16)
+        cases.append(Case(f"{n}x{C}x{H}x{W} G2 float16, eps=1e-05, x channels 0 to 7 of a tensor of "
+                          f"{x.stride(0) // (H * W)} channels: samples {x.stride(0)} values apart, x spans "
+                          f"more than 2**31 elements (compared on its last {compared} samples)",
+                          (x, 2, weight, bias, 1e-5),
+                          hint=int32_hint("the sample and group indices", "`n` and `g`, each `.to(tl.int64)`"),
+                          reference_args=(x[-compared:].clone(), 2, weight, bias, 1e-5),
+                          part=lambda out: out[-compared:]))
     return cases
 
 
@@ -450,7 +521,8 @@ GROUPNORM_TOL = {F32: (2e-4, 1e-5)}
 
 EXERCISES = [
     Exercise("05", "softmax_rows", "row softmax, one row per program", softmax_reference,
-             _softmax_rows_cases, tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT),
+             _softmax_rows_cases, tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT,
+             contiguous_output=True),
     Exercise("05", "online_softmax_torch", "online softmax in PyTorch, over chunks", softmax_reference,
              _online_torch_cases, tol=SOFTMAX_TOL, nan_hint=SOFTMAX_NAN_HINT,
              structure=_online_torch_structure),
@@ -459,5 +531,5 @@ EXERCISES = [
     Exercise("05", "rmsnorm_linear", "RMSNorm fused into the linear layer", rmsnorm_linear_reference,
              _rmsnorm_linear_cases, tol=RMSNORM_LINEAR_TOL, kernel=True),
     Exercise("05", "groupnorm_mish", "GroupNorm + Mish, one kernel", groupnorm_mish_reference,
-             _groupnorm_cases, tol=GROUPNORM_TOL, kernel=True),
+             _groupnorm_cases, tol=GROUPNORM_TOL, kernel=True, contiguous_output=True),
 ]

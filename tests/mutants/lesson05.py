@@ -17,6 +17,8 @@ def torch_softmax(x, *_, **__):
 
 # ---------------------------------------------------------------- 1. softmax_rows
 
+INT64_ROW = "    row = tl.program_id(0).to(tl.int64)  # int64: row * stride_xm can pass the int32 limit, 2^31 - 1\n"
+INT32_ROW = "    row = tl.program_id(0)\n"
 ROW_LOAD = "    x = tl.load(x_ptr + row * stride_xm + offs * stride_xn, mask=mask, other=-float(\"inf\"))\n"
 
 WRONG = [
@@ -44,6 +46,10 @@ WRONG = [
         "05", "softmax_rows", ("    m = tl.where(m == -float(\"inf\"), 0.0, m)   # fully", "    m = tl.maximum(m, 0.0)   # fully"))),
     Wrong("softmax_rows", "masked lanes load 0", edit(
         "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("other=-float(\"inf\")", "other=0.0")))),
+    Wrong("softmax_rows", "row index left in int32: row * stride_xm wraps past 2**31 elements", edit(
+        "05", "softmax_rows", (INT64_ROW + "    offs = tl.arange(0, BLOCK_N)\n    mask = offs < n_cols\n    # Lanes",
+                               INT32_ROW + "    offs = tl.arange(0, BLOCK_N)\n    mask = offs < n_cols\n    # Lanes")),
+          gpu_only=True),
 ]
 
 RIGHT = [
@@ -212,6 +218,8 @@ WRONG += [
                                            ".to(x_ptr.dtype.element_ty).to(tl.float32)  # rescale"))),
     Wrong("softmax_tiled", "stride_xn ignored in pass 1", edit(
         "05", "softmax_tiled", (TILED_LOAD_1, TILED_LOAD_1.replace("cols * stride_xn", "cols")))),
+    Wrong("softmax_tiled", "row index left in int32: row * stride_xm wraps past 2**31 elements", edit(
+        "05", "softmax_tiled", (INT64_ROW + "    x_row = x_ptr", INT32_ROW + "    x_row = x_ptr")), gpu_only=True),
 ]
 
 
@@ -277,6 +285,22 @@ WRONG += [
     Wrong("rmsnorm_linear", "stride_wk ignored (w assumed contiguous)", edit(
         "05", "rmsnorm_linear", ("offs_n[None, :] * stride_wn + k[:, None] * stride_wk,   # a",
                                  "offs_n[None, :] * stride_wn + k[:, None],   # a"))),
+    Wrong("rmsnorm_linear", "stride_wn ignored (w's rows taken to be K apart)", edit(
+        "05", "rmsnorm_linear", ("offs_n[None, :] * stride_wn + k[:, None] * stride_wk,   # a",
+                                 "offs_n[None, :] * K + k[:, None] * stride_wk,   # a"))),
+    Wrong("rmsnorm_linear", "stride_xk ignored (x's columns taken to be adjacent)", edit(
+        "05", "rmsnorm_linear", ("        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,\n"
+                                 "                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)\n"
+                                 "        g = ",
+                                 "        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],\n"
+                                 "                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)\n"
+                                 "        g = "))),
+    Wrong("rmsnorm_linear", "row offsets left in int32: offs_m * stride_xm wraps past 2**31 elements", edit(
+        "05", "rmsnorm_linear",
+        ("    pid_m, pid_n = pid // n_tiles_n, pid % n_tiles_n   # neighbouring programs share rows of x\n"
+         "    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)",
+         "    pid_m, pid_n = pid // n_tiles_n, pid % n_tiles_n   # neighbouring programs share rows of x\n"
+         "    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))")), gpu_only=True),
 ]
 
 
@@ -328,6 +352,12 @@ RIGHT += [
 
 # ---------------------------------------------------------------- 5. groupnorm_mish
 
+GN_INDEX = ("    pid = tl.program_id(0)\n"
+            "    n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)\n"
+            "    first_c = g * group_channels\n"
+            "    x_group = x_ptr + n * sx_n + first_c * sx_c\n"
+            "    out_group")
+
 WRONG += [
     Wrong("groupnorm_mish", "pure PyTorch, no kernel", load_solution("05").groupnorm_mish_reference),
     Wrong("groupnorm_mish", "no shift: E[x^2] - E[x]^2 cancels for a large mean", edit(
@@ -363,6 +393,10 @@ WRONG += [
         "05", "groupnorm_mish", ("    mean_shifted = s / size", "    mean_shifted = s / hw"))),
     Wrong("groupnorm_mish", "stored through x's strides, not into the contiguous output", edit(
         "05", "groupnorm_mish", ("tl.store(out_group + c * hw + p,", "tl.store(out_group + c * sx_c + p * sx_p,"))),
+    Wrong("groupnorm_mish", "sx_n ignored: samples taken to be C * H * W values apart", edit(
+        "05", "groupnorm_mish", (GN_INDEX, GN_INDEX.replace("x_ptr + n * sx_n", "x_ptr + n * n_groups * group_channels * hw")))),
+    Wrong("groupnorm_mish", "sample and group left in int32: n * sx_n wraps past 2**31 elements", edit(
+        "05", "groupnorm_mish", (GN_INDEX, GN_INDEX.replace(".to(tl.int64)", ""))), gpu_only=True),
 ]
 
 RIGHT += [
