@@ -504,7 +504,7 @@ def _groupnorm_cases():
                           f"{x.stride(0) // (H * W)} channels: samples {x.stride(0)} values apart, x spans "
                           f"more than 2**31 elements (compared on its last {compared} samples)",
                           (x, 2, weight, bias, 1e-5),
-                          hint=int32_hint("the sample and group indices", "`n` and `g`, each `.to(tl.int64)`"),
+                          hint=int32_hint("the sample and group indices", "`n`, `g` with `.to(tl.int64)`"),
                           reference_args=(x[-compared:].clone(), 2, weight, bias, 1e-5),
                           part=lambda out: out[-compared:]))
     return cases
