@@ -14,6 +14,7 @@ op), and the tiled kernel reads x exactly twice and writes the output once (the 
 record of every load and store).
 """
 
+import contextlib
 import dataclasses
 import math
 
@@ -24,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import Case, Exercise
+from helpers.exercises.lesson02 import fused
 
 NEG_INF = float("-inf")
 F16, F32, F64 = torch.float16, torch.float32, torch.float64
@@ -167,6 +169,30 @@ def _softmax_rows_cases():
         cases.append(past_int32_case("a slice of a wide buffer", _odd(1001, 2047), F16, 3,
                                      int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`")))
     return cases
+
+
+def _passes(fn, x, **kwargs):
+    """(bytes loaded, bytes stored, each as a multiple of x's bytes) by the Triton kernels fn launches."""
+    with interpreter.record() as rec:
+        fn(x, **kwargs)
+    loaded = sum(launch.bytes_loaded for launch in rec.launches)
+    stored = sum(launch.bytes_stored for launch in rec.launches)
+    return loaded, stored, loaded / x.nbytes, stored / x.nbytes
+
+
+def _rows_structure(fn):
+    """A row that fits one program is loaded once and its output stored once."""
+    x = torch.randn(5, _odd(65, 127), device=DEVICE)
+    loaded, stored, reads, writes = _passes(fn, x)
+    where = f"for x of shape {tuple(x.shape)} float32, your kernel"
+    if reads != 1:
+        return (f"{where} loaded {loaded:,} bytes, {reads:.3g} times x ({x.nbytes:,} bytes). A row that fits "
+                f"one program is loaded once, into registers: the max and the sum are two reductions of "
+                f"those registers, and cost no memory traffic.")
+    if writes != 1:
+        return (f"{where} stored {stored:,} bytes, {writes:.3g} times the output ({x.nbytes:,} bytes): store "
+                f"each output element once, when the max and the sum are known.")
+    return None
 
 
 # ---------------------------------------------------------------- 2. online_softmax_torch
@@ -375,6 +401,14 @@ def _tiled_structure(fn):
 # ---------------------------------------------------------------- 4. rmsnorm_linear
 
 
+def _rmsnorm_linear_fused(fn):
+    """One launch: the normalized x never goes through memory."""
+    x = torch.randn(33, 65, device=DEVICE).to(F16)
+    gamma = (1 + 0.2 * torch.randn(65, device=DEVICE)).to(F16)
+    w = (torch.randn(47, 65, device=DEVICE) / 8).to(F16)
+    return fused(fn, x, gamma, w, 1e-6)
+
+
 def rmsnorm_linear_reference(x, gamma, w, eps=1e-6):
     """rms_norm(x) * gamma, then the linear layer x_normed @ w.T (w stored (N, K) like nn.Linear)."""
     inv_rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
@@ -510,6 +544,50 @@ def _groupnorm_cases():
     return cases
 
 
+@contextlib.contextmanager
+def _counting_exponentials():
+    """Counts the values that tl.exp and tl.exp2 compute in interpreted kernels: yields [count]."""
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    names = [name for name in ("create_exp", "create_exp2") if hasattr(InterpreterBuilder, name)]
+    originals = {name: getattr(InterpreterBuilder, name) for name in names}
+    count = [0]
+
+    def counted(original):
+        def create(self, arg):
+            count[0] += arg.data.size
+            return original(self, arg)
+        return create
+
+    for name in names:
+        setattr(InterpreterBuilder, name, counted(originals[name]))
+    try:
+        yield count
+    finally:
+        for name, original in originals.items():
+            setattr(InterpreterBuilder, name, original)
+
+
+def _groupnorm_structure(fn):
+    """One launch, nothing computed by PyTorch beside it, and Mish with one exponential per value.
+
+    Groups of 2 channels x 32 positions: the launcher's tiles cover them exactly, so a kernel that
+    computes one exponential per value computes exactly x.numel() of them."""
+    x = torch.randn(2, 8, 4, 8, device=DEVICE)
+    weight, bias = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
+    problem = fused(fn, x, 4, weight, bias, 1e-5)
+    if problem:
+        return problem
+    with interpreter.record(), _counting_exponentials() as count:
+        fn(x, 4, weight, bias, 1e-5)
+    per_value = count[0] / x.numel()
+    if per_value > 1.5:
+        return (f"for x of shape {tuple(x.shape)} your kernel computed {count[0]:,} exponentials, "
+                f"{per_value:.3g} per value of x. Mish needs one per value: with e = exp(y), "
+                f"tanh(softplus(y)) is e (e + 2) / (e (e + 2) + 2), as the lesson shows.")
+    return None
+
+
 # float32 GroupNorm + Mish: the output is y = weight * (x - mean) / std + bias, and a float32 kernel
 # rounds each term to 2**-24 of its own size, not of y's. With weight and bias of size ~30 (the
 # tails case), weight * (x - mean) / std reaches ~100 where y may be near 0: errors of a few 1e-5
@@ -522,14 +600,15 @@ GROUPNORM_TOL = {F32: (2e-4, 1e-5)}
 EXERCISES = [
     Exercise("05", "softmax_rows", "row softmax, one row per program", softmax_reference,
              _softmax_rows_cases, tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT,
-             contiguous_output=True),
+             contiguous_output=True, structure=_rows_structure),
     Exercise("05", "online_softmax_torch", "online softmax in PyTorch, over chunks", softmax_reference,
              _online_torch_cases, tol=SOFTMAX_TOL, nan_hint=SOFTMAX_NAN_HINT,
              structure=_online_torch_structure),
     Exercise("05", "softmax_tiled", "tiled online softmax for long rows", softmax_reference, _tiled_cases,
              tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT, structure=_tiled_structure),
     Exercise("05", "rmsnorm_linear", "RMSNorm fused into the linear layer", rmsnorm_linear_reference,
-             _rmsnorm_linear_cases, tol=RMSNORM_LINEAR_TOL, kernel=True),
+             _rmsnorm_linear_cases, tol=RMSNORM_LINEAR_TOL, kernel=True, structure=_rmsnorm_linear_fused),
     Exercise("05", "groupnorm_mish", "GroupNorm + Mish, one kernel", groupnorm_mish_reference,
-             _groupnorm_cases, tol=GROUPNORM_TOL, kernel=True, contiguous_output=True),
+             _groupnorm_cases, tol=GROUPNORM_TOL, kernel=True, contiguous_output=True,
+             structure=_groupnorm_structure),
 ]

@@ -46,6 +46,7 @@ WRONG = [
         "05", "softmax_rows", ("    m = tl.where(m == -float(\"inf\"), 0.0, m)   # fully", "    m = tl.maximum(m, 0.0)   # fully"))),
     Wrong("softmax_rows", "masked lanes load 0", edit(
         "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("other=-float(\"inf\")", "other=0.0")))),
+    Wrong("softmax_rows", "exercise 3's tiled kernel: x read twice", lambda x: edit("05", "softmax_tiled")(x)),
     Wrong("softmax_rows", "row index left in int32: row * stride_xm wraps past 2**31 elements", edit(
         "05", "softmax_rows", (INT64_ROW + "    offs = tl.arange(0, BLOCK_N)\n    mask = offs < n_cols\n    # Lanes",
                                INT32_ROW + "    offs = tl.arange(0, BLOCK_N)\n    mask = offs < n_cols\n    # Lanes")),
@@ -295,6 +296,9 @@ WRONG += [
                                  "        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],\n"
                                  "                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)\n"
                                  "        g = "))),
+    Wrong("rmsnorm_linear", "RMSNorm kernel, then lesson 04's matmul: the normalized x goes through memory",
+          lambda x, gamma, w, eps=1e-6: load_solution("04").matmul(load_solution("05").rms_norm_rows(x, gamma, eps),
+                                                                    w.t())),
     Wrong("rmsnorm_linear", "row offsets left in int32: offs_m * stride_xm wraps past 2**31 elements", edit(
         "05", "rmsnorm_linear",
         ("    pid_m, pid_n = pid // n_tiles_n, pid % n_tiles_n   # neighbouring programs share rows of x\n"
@@ -352,6 +356,28 @@ RIGHT += [
 
 # ---------------------------------------------------------------- 5. groupnorm_mish
 
+MISH = ("            e = tl.exp(tl.minimum(y, 20.0))\n            t = e * (e + 2.0)\n"
+        "            tl.store(out_group + c * hw + p, (y * t / (t + 2.0)).to(")
+
+
+@triton.jit
+def _mish_kernel(y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    y = tl.load(y_ptr + offs, mask=mask).to(tl.float32)
+    e = tl.exp(tl.minimum(y, 20.0))
+    t = e * (e + 2.0)
+    tl.store(out_ptr + offs, (y * t / (t + 2.0)).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def groupnorm_torch_mish_triton(x, num_groups, weight, bias, eps=1e-5):
+    """F.group_norm in float32, then a Triton Mish kernel: right values, but not one kernel."""
+    y = torch.nn.functional.group_norm(x.float(), num_groups, weight.float(), bias.float(), eps).contiguous()
+    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    _mish_kernel[(triton.cdiv(y.numel(), 1024),)](y, out, y.numel(), BLOCK=1024)
+    return out
+
+
 GN_INDEX = ("    pid = tl.program_id(0)\n"
             "    n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)\n"
             "    first_c = g * group_channels\n"
@@ -395,6 +421,14 @@ WRONG += [
         "05", "groupnorm_mish", ("tl.store(out_group + c * hw + p,", "tl.store(out_group + c * sx_c + p * sx_p,"))),
     Wrong("groupnorm_mish", "sx_n ignored: samples taken to be C * H * W values apart", edit(
         "05", "groupnorm_mish", (GN_INDEX, GN_INDEX.replace("x_ptr + n * sx_n", "x_ptr + n * n_groups * group_channels * hw")))),
+    Wrong("groupnorm_mish", "Mish as y * tanh(softplus(y)), each through tl.exp: three exponentials per value", edit(
+        "05", "groupnorm_mish", (MISH, "            s = tl.where(y > 20.0, y, tl.log(1.0 + tl.exp(tl.minimum(y, 20.0))))\n"
+                                       "            tanh_s = (1.0 - tl.exp(-2.0 * s)) / (1.0 + tl.exp(-2.0 * s))\n"
+                                       "            tl.store(out_group + c * hw + p, (y * tanh_s).to("))),
+    Wrong("groupnorm_mish", "two launches: the split version's statistics kernel, then its apply kernel",
+          lambda x, groups, weight, bias, eps: load_solution("05").groupnorm_mish_split(x, groups, weight, bias, eps,
+                                                                                         splits=2)),
+    Wrong("groupnorm_mish", "GroupNorm by PyTorch, Mish in a Triton kernel", groupnorm_torch_mish_triton),
     Wrong("groupnorm_mish", "sample and group left in int32: n * sx_n wraps past 2**31 elements", edit(
         "05", "groupnorm_mish", (GN_INDEX, GN_INDEX.replace(".to(tl.int64)", ""))), gpu_only=True),
 ]
