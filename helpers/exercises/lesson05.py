@@ -118,19 +118,20 @@ def int32_hint(what, how):
             "lesson's kernels do.")
 
 
-def _far_rows(n_cols, dtype, compared, span=INT32_SPAN, row_stride=INT32_ROW_STRIDE):
-    """(x, its last `compared` rows): x (span // row_stride + compared, n_cols), rows `row_stride` apart,
-    filled with randn; the rows from `span // row_stride` on start at element `span` or later."""
-    n_rows = span // row_stride + compared
-    buffer = torch.empty(n_rows, row_stride, device=DEVICE, dtype=dtype)
+def _far_rows(n_cols, dtype, compared):
+    """(x, its last `compared` rows): x (INT32_SPAN // INT32_ROW_STRIDE + compared, n_cols), rows
+    INT32_ROW_STRIDE apart, filled with randn; its last `compared` rows start at element INT32_SPAN or
+    later."""
+    n_rows = INT32_SPAN // INT32_ROW_STRIDE + compared
+    buffer = torch.empty(n_rows, INT32_ROW_STRIDE, device=DEVICE, dtype=dtype)
     x = buffer[:, :n_cols]
     x.normal_(0.0, 3.0)
     return x, x[-compared:].clone()
 
 
-def past_int32_case(label, n_cols, dtype, compared, hint, kwargs=None, extra=(), **sizes):
+def past_int32_case(label, n_cols, dtype, compared, hint, kwargs=None, extra=()):
     """A Case whose x spans more than 2**31 elements, compared on its last `compared` rows only."""
-    x, last = _far_rows(n_cols, dtype, compared, **sizes)
+    x, last = _far_rows(n_cols, dtype, compared)
     return Case(f"{x.shape[0]}x{n_cols} {str(dtype)[6:]}, {label}: rows {x.stride(0)} apart, x spans "
                 f"more than 2**31 elements (compared on its last {compared} rows)", (x, *extra), kwargs or {},
                 hint=hint, reference_args=(last, *extra), part=lambda out: out[-compared:])

@@ -30,6 +30,9 @@ WRONG = [
     Wrong("fused_chain", "strided x used without .contiguous()", edit(
         "02", "fused_chain", ("    x, residual = x.contiguous(), residual.contiguous()\n",
                               "    residual = residual.contiguous()\n"))),
+    Wrong("fused_chain", "strided residual used without .contiguous()", edit(
+        "02", "fused_chain", ("    x, residual = x.contiguous(), residual.contiguous()\n",
+                              "    x = x.contiguous()\n"))),
     Wrong("fused_chain", "no mask", edit(
         "02", "fused_chain", (CHAIN_BODY, CHAIN_BODY.replace(", mask=mask", "")))),
     Wrong("fused_chain", "residual added by PyTorch after the kernel", edit(

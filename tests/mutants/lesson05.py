@@ -42,6 +42,8 @@ WRONG = [
         "05", "softmax_rows", ("    l = tl.sum(e, axis=0)  ", "    l = tl.sum(e.to(tl.float16), axis=0).to(tl.float32)  "))),
     Wrong("softmax_rows", "stride_xn ignored", edit(
         "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("offs * stride_xn", "offs")))),
+    Wrong("softmax_rows", "stride_xm ignored (rows taken to be n_cols apart)", edit(
+        "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("row * stride_xm", "row * n_cols")))),
     Wrong("softmax_rows", "max clamped at 0 (fully masked rows handled by max(m, 0))", edit(
         "05", "softmax_rows", ("    m = tl.where(m == -float(\"inf\"), 0.0, m)   # fully", "    m = tl.maximum(m, 0.0)   # fully"))),
     Wrong("softmax_rows", "masked lanes load 0", edit(
@@ -219,6 +221,8 @@ WRONG += [
                                            ".to(x_ptr.dtype.element_ty).to(tl.float32)  # rescale"))),
     Wrong("softmax_tiled", "stride_xn ignored in pass 1", edit(
         "05", "softmax_tiled", (TILED_LOAD_1, TILED_LOAD_1.replace("cols * stride_xn", "cols")))),
+    Wrong("softmax_tiled", "stride_xm ignored (rows taken to be n_cols apart)", edit(
+        "05", "softmax_tiled", ("    x_row = x_ptr + row * stride_xm\n", "    x_row = x_ptr + row * n_cols\n"))),
     Wrong("softmax_tiled", "row index left in int32: row * stride_xm wraps past 2**31 elements", edit(
         "05", "softmax_tiled", (INT64_ROW + "    x_row = x_ptr", INT32_ROW + "    x_row = x_ptr")), gpu_only=True),
 ]
