@@ -454,7 +454,7 @@ def _rmsnorm_linear_cases():
     cases.append(Case(f"M,K,N={m},{k},{n} float16, x every other column (stride_xk = 2), w a slice of a "
                       f"wider matrix (stride_wn = {k + 7})", make(m, k, n, F16, x=x, w=w), {"eps": 1e-6}))
     if ON_GPU:
-        k, n = _odd(129, 255), _odd(65, 127)
+        k, n = _odd(129, 255), _odd(65, 99)  # M * N under 2**22: the launcher does not autotune
         gamma = (1 + 0.2 * torch.randn(k, device=DEVICE)).to(F16)
         w = (torch.randn(n, k, device=DEVICE) / math.sqrt(k)).to(F16)
         cases.append(past_int32_case(f"K={k}, N={n}, x a slice of a wide buffer", k, F16, 67,
