@@ -53,7 +53,7 @@ def fused(fn, *args):
                 f"loads each input once, does every step in registers, and stores once.")
     if ops:
         return (f"PyTorch ran {', '.join(ops)} beside your kernel: each of those is another trip "
-                f"through memory. Do every step of the chain inside the kernel.")
+                f"through memory. Do every step inside the kernel.")
     return None
 
 
