@@ -5,7 +5,7 @@ import statistics
 import matplotlib
 import pytest
 import torch
-from mutants.lesson03 import one_shot, timer  # the same mistaken timers the mutation suite uses
+from mutants.lesson03 import WRONG, one_shot, timer  # the mutation suite's wrong answers
 
 from helpers import DEVICE, check
 from helpers.check import CheckFailed
@@ -27,14 +27,14 @@ def test_matmul_cost_without_the_output_fails():
     def reads_only(M, N, K, dtype):
         itemsize = torch.empty((), dtype=dtype).element_size()
         return {"flops": 2 * M * N * K, "bytes": (M * K + K * N) * itemsize}
-    with pytest.raises(CheckFailed, match="bytes"):
+    with pytest.raises(CheckFailed, match="The bytes leave out one of the three matrices"):
         check("matmul_cost", reads_only)
 
 
 def test_matmul_cost_counting_multiply_adds_as_one_fails():
     def one_flop(M, N, K, dtype):
         return {"flops": M * N * K, "bytes": lesson03.matmul_cost(M, N, K, dtype)["bytes"]}
-    with pytest.raises(CheckFailed, match="flops"):
+    with pytest.raises(CheckFailed, match="The FLOPs are half the right count"):
         check("matmul_cost", one_flop)
 
 
@@ -45,6 +45,36 @@ def test_roofline_with_the_ridge_upside_down_fails():
         return out
     with pytest.raises(CheckFailed, match="bound"):
         check("roofline", upside_down)
+
+
+@pytest.mark.parametrize("why, message", [
+    ("bytes counted as elements (no itemsize)", "equal the number of elements moved"),
+    ("a multiply-add counted as one FLOP", "FLOPs are half the right count"),
+    ("the output C left out of the bytes", "leave out one of the three matrices"),
+    ("itemsize hard-coded to 2 (float16)", "count 2 per element"),
+    ("bits, not bytes", "counted in bits"),
+    ("bytes of B counted as M*N instead of K*N", r"The bytes \(\d+\) are not those of A"),
+    ("ridge compared the wrong way round", "The bound is on the wrong side"),
+    ("memory-bound up to the ridge included (<= instead of <)", "wrong on the ridge itself"),
+    ("intensity inverted (bytes / FLOPs)", "The intensity is bytes per FLOP"),
+    ("the roof not capped at the peak", "The roof is above the peak"),
+    ("the roof always the peak", "The roof is the peak, but"),
+    ("the roof in GFLOP/s (TB/s taken as 1000 GB/s)", "a factor of 1e\\+03, a unit slip"),
+    ("ridge taken as bandwidth / peak", "The bound is on the wrong side"),
+])
+def test_cost_and_roofline_messages_name_the_part_at_fault(why, message):
+    """Each part of the answer is compared with the right one: a unit is blamed only for a unit slip."""
+    (wrong,) = [w for w in WRONG if w.why == why]
+    with pytest.raises(CheckFailed, match=message) as caught:
+        check(wrong.exercise, wrong.fn)
+    text = str(caught.value)
+    assert ("unit" in text) == ("1000" in why), text
+    assert "expected" not in text, text  # the right numbers are not given away
+
+
+def test_a_roofline_answer_with_a_missing_key_is_told_the_keys():
+    with pytest.raises(CheckFailed, match="exactly the keys 'intensity', 'bound', 'tflops'"):
+        check("roofline", lambda flops, nbytes, peak, bw: {"intensity": flops / nbytes})
 
 
 def test_ridge_predictions_all_memory_says_how_many_not_which():

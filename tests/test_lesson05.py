@@ -1,7 +1,9 @@
 """Lesson 05: the solutions pass their checks, and typical mistakes fail them."""
 
+import importlib
 import math
 
+import mutants.lesson05 as mutants_05
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,7 +12,7 @@ import triton.language as tl
 from matmul_testing import assert_matches, double, randn
 from mutants import edit
 
-from helpers import DEVICE, check
+from helpers import DEVICE, check, exercises
 from helpers.check import TOLERANCES, CheckFailed, NotDone
 from helpers.exercises.lesson05 import GROUPNORM_TOL, softmax_reference
 from helpers.solutions import load_solution
@@ -248,3 +250,41 @@ def test_the_groupnorm_reference_is_the_lessons_own():
     x, weight, bias = randn(2, 6, 5, 3), randn(6), randn(6)
     torch.testing.assert_close(spec.groupnorm_mish_reference(x, 3, weight, bias, 1e-5),
                                lesson05.groupnorm_mish_reference(x, 3, weight, bias, 1e-5))
+
+
+# ---------------------------------------------------------------- kinds of wrong answers (issue 28)
+
+
+TWO = "launched 2 Triton kernels"
+
+
+@pytest.mark.parametrize("why, phrase", [
+    ("exercise 3's tiled kernel: x read twice", "2 times x"),
+    ("RMSNorm kernel, then lesson 04's matmul: the normalized x goes through memory", TWO),
+    ("Mish as y * tanh(softplus(y)), each through tl.exp: three exponentials per value", "3 per value of x"),
+    ("two launches: the split version's statistics kernel, then its apply kernel", TWO),
+    ("GroupNorm by PyTorch, Mish in a Triton kernel", "PyTorch ran native_group_norm"),
+])
+def test_the_rule_each_exercise_states_is_measured(why, phrase):
+    """Right values, wrong structure: the structure check names what breaks the exercise's rule."""
+    (wrong,) = [w for w in mutants_05.WRONG if w.why == why]
+    problem = exercises.get(wrong.exercise).structure(wrong.fn)
+    assert problem and phrase in problem, problem
+
+
+@pytest.mark.parametrize("name", ["softmax_rows", "softmax_tiled", "rmsnorm_linear", "groupnorm_mish"])
+def test_the_cases_past_int32_hold_together(monkeypatch, name):
+    """The GPU's case past 2**31 elements, built on the CPU at a stand-in size: a slice of rows far apart,
+    compared on its last rows against the reference run on those rows alone, with a hint naming int32."""
+    spec = importlib.import_module("helpers.exercises.lesson05")
+    monkeypatch.setattr(spec, "ON_GPU", True)
+    monkeypatch.setattr(spec, "INT32_SPAN", 2**14)
+    monkeypatch.setattr(spec, "INT32_ROW_STRIDE", 2**11)
+    ex = exercises.get(name)
+    make_cases = ex.cases
+    (case,) = make_cases()[-1:]
+    x = case.args[0]
+    assert "2**31" in case.label and "int32" in case.hint and "int64" in case.hint
+    assert x.stride(0) * (x.shape[0] - 1) >= 2**14 and case.part(x).shape == case.reference_args[0].shape
+    monkeypatch.setattr(ex, "cases", lambda: make_cases()[-1:])
+    check(name, getattr(lesson05, name))

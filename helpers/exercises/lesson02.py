@@ -30,6 +30,10 @@ def matrices_and_bias(with_residual, low_precision=()):
     m, n = TRANSPOSED
     cases.append(Case(f"{m}x{n}, x a transposed view (not contiguous)",
                       make(m, n, x=torch.randn(n, m, device=DEVICE).t())))
+    if with_residual:
+        x, bias, _ = make(m, n)
+        residual = torch.randn(n, m, device=DEVICE).t()
+        cases.append(Case(f"{m}x{n}, the residual a transposed view (not contiguous)", (x, bias, residual)))
     for dtype in low_precision:
         for (m, n), why in SHAPES[2:]:
             cases.append(Case(f"{m}x{n} ({why}), {str(dtype).removeprefix('torch.')} inputs",
@@ -49,7 +53,7 @@ def fused(fn, *args):
                 f"loads each input once, does every step in registers, and stores once.")
     if ops:
         return (f"PyTorch ran {', '.join(ops)} beside your kernel: each of those is another trip "
-                f"through memory. Do every step of the chain inside the kernel.")
+                f"through memory. Do every step inside the kernel.")
     return None
 
 

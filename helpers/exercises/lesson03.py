@@ -7,7 +7,9 @@ from cache, now and then a run is slowed by other work), and which records what 
 the check can say which precaution a timer forgot.
 """
 
+import dataclasses
 import math
+import numbers
 import random
 import statistics
 
@@ -33,6 +35,73 @@ def _matmul_cost_cases():
         M, N, K = (r.randint(1, 9000) for _ in range(3))
         cases.append(Case(f"{M}x{N}x{K} {dtype} (random sizes)", (M, N, K, dtype)))
     return cases
+
+
+@dataclasses.dataclass
+class Given:
+    """An answer with the arguments it was given: a message can then say which part is off, and why."""
+
+    answer: object
+    args: tuple
+
+
+def _with_args(fn, *args):
+    answer = fn(*args)
+    return None if answer is None else Given(answer, args)
+
+
+def _number(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _same(x, y):
+    return _number(x) and math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def _missing_keys(got, keys):
+    if not isinstance(got, dict) or set(got) != set(keys):
+        names = ", ".join(repr(k) for k in keys)
+        shown = sorted(got) if isinstance(got, dict) else type(got).__name__
+        return f"return a dict with exactly the keys {names}; got {shown}."
+    return None
+
+
+def _explain_cost(out, expected):
+    """Each part of the answer compared with the right one; a unit or a slip named only where it fits."""
+    got, want = out.answer, expected.answer
+    M, N, K, dtype = out.args
+    problem = _missing_keys(got, ("flops", "bytes"))
+    if problem:
+        return problem
+    size = torch.empty((), dtype=dtype).element_size()
+    kind = str(dtype).removeprefix("torch.")
+    problems = []
+    flops, nbytes = got["flops"], got["bytes"]
+    if not _same(flops, want["flops"]):
+        if _same(2 * flops, want["flops"]):
+            problems.append("The FLOPs are half the right count: a multiply-add is two FLOPs, a multiply and "
+                            "an add.")
+        else:
+            problems.append(f"The FLOPs ({flops!r}) are not those of M·N dot products of length K, at two "
+                            f"FLOPs per multiply-add.")
+    if not _same(nbytes, want["bytes"]):
+        elements = M * K + K * N + M * N
+        if _number(nbytes) and _same(nbytes, elements):
+            problems.append(f"The bytes equal the number of elements moved: multiply by the size of one "
+                            f"{kind} element.")
+        elif _number(nbytes) and _same(nbytes, 8 * elements * size):
+            problems.append("The bytes are counted in bits: there are 8 bits in a byte.")
+        elif _number(nbytes) and nbytes % elements == 0:
+            problems.append(f"The bytes count {nbytes // elements} per element, but a {kind} element takes a "
+                            f"different number: get it from dtype.")
+        elif _number(nbytes) and nbytes in ((M * K + K * N) * size, (M * K + M * N) * size,
+                                            (K * N + M * N) * size):
+            problems.append("The bytes leave out one of the three matrices: A and B are read once, and C is "
+                            "written once.")
+        else:
+            problems.append(f"The bytes ({nbytes!r}) are not those of A (M·K), B (K·N) and C (M·N), each "
+                            f"moved once, at {kind}'s element size.")
+    return " ".join(problems) or None
 
 
 # ---------------------------------------------------------------- roofline
@@ -68,6 +137,48 @@ def _roofline_cases():
         cases.append(Case(f"random: {flops} FLOP, {nbytes} bytes, {peak:.0f} TFLOP/s, {bw:.2f} TB/s",
                           (flops, nbytes, peak, bw)))
     return cases
+
+
+def _explain_roofline(out, expected):
+    """Intensity, then bound, then roof, each compared with the right one before a cause is guessed."""
+    got, want = out.answer, expected.answer
+    flops, nbytes, peak, bandwidth = out.args
+    problem = _missing_keys(got, ("intensity", "bound", "tflops"))
+    if problem:
+        return problem
+    problems = []
+    intensity, bound, roof = got["intensity"], got["bound"], got["tflops"]
+    if not _same(intensity, want["intensity"]):
+        if _same(intensity, nbytes / flops):
+            why = "The intensity is bytes per FLOP: it is FLOPs per byte."
+        else:
+            why = f"The intensity ({intensity!r}) is not the FLOPs divided by the bytes."
+        return why + " The bound and the roof follow from it."
+    if bound not in ("memory", "compute"):
+        problems.append(f"The bound is {bound!r}: answer the string 'memory' or 'compute'.")
+    elif bound != want["bound"]:
+        if want["intensity"] == peak / bandwidth:
+            problems.append("The bound is wrong on the ridge itself (intensity equal to peak / bandwidth): "
+                            "the rule says 'memory' only below the ridge.")
+        else:
+            problems.append("The bound is on the wrong side: compare the intensity with the ridge, "
+                            "peak_tflops / bandwidth_tbs FLOP per byte; 'memory' below it.")
+    if not _same(roof, want["tflops"]):
+        memory_roof = want["intensity"] * bandwidth
+        if _number(roof) and _same(roof, memory_roof) and memory_roof > peak:
+            problems.append("The roof is above the peak: no kernel beats the peak, so the roof is the "
+                            "smaller of the two.")
+        elif _number(roof) and _same(roof, peak) and memory_roof < peak:
+            problems.append("The roof is the peak, but at this intensity memory holds it lower: the roof is "
+                            "the smaller of the two.")
+        elif _number(roof) and roof and any(_same(roof / want["tflops"], 10.0**k)
+                                            for k in (-12, -9, -6, -3, 3, 6, 9, 12)):
+            problems.append(f"The roof is off by a factor of {roof / want['tflops']:.0e}, a unit slip: FLOP "
+                            f"per byte times TB/s is already TFLOP/s.")
+        else:
+            problems.append(f"The roof ({roof!r} TFLOP/s) is not the smaller of the peak and intensity × "
+                            f"bandwidth.")
+    return " ".join(problems) or None
 
 
 # ---------------------------------------------------------------- ridge_predictions
@@ -319,8 +430,10 @@ def _timer_cases():
 
 
 EXERCISES = [
-    Exercise("03", "matmul_cost", "FLOPs and bytes of a matmul", matmul_cost_reference, _matmul_cost_cases),
-    Exercise("03", "roofline", "intensity, bound and roof", roofline_reference, _roofline_cases),
+    Exercise("03", "matmul_cost", "FLOPs and bytes of a matmul", matmul_cost_reference, _matmul_cost_cases,
+             run=_with_args, explain=_explain_cost),
+    Exercise("03", "roofline", "intensity, bound and roof", roofline_reference, _roofline_cases,
+             run=_with_args, explain=_explain_roofline),
     Exercise("03", "ridge_predictions", "which side of the ridge?", ridge_predictions_reference,
              lambda: [Case("the ten operations of OPERATIONS, on an H100 SXM", ())],
              explain=_explain_predictions),

@@ -185,7 +185,10 @@ def _epilogue_cases():
 
 
 EXERCISES = [
-    Exercise("04", "add_2d", "x + y over strided 2-D views", add_2d_reference, _add_2d_cases, kernel=True),
+    # The launcher allocates a contiguous output ("the result is contiguous"): one allocated like x would
+    # keep a transposed x's layout.
+    Exercise("04", "add_2d", "x + y over strided 2-D views", add_2d_reference, _add_2d_cases, kernel=True,
+             contiguous_output=True),
     Exercise("04", "grouped_order", "grouped tile order", grouped_order_reference, _grouped_order_cases,
              run=_every_program, reference_in_float64=False),
     Exercise("04", "matmul", "tiled matmul with tl.dot", matmul_reference, _matmul_cases, kernel=True),

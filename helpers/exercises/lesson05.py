@@ -14,6 +14,7 @@ op), and the tiled kernel reads x exactly twice and writes the output once (the 
 record of every load and store).
 """
 
+import contextlib
 import dataclasses
 import math
 
@@ -22,8 +23,9 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
-from helpers.device import DEVICE, pick
+from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import Case, Exercise
+from helpers.exercises.lesson02 import fused
 
 NEG_INF = float("-inf")
 F16, F32, F64 = torch.float16, torch.float32, torch.float64
@@ -100,6 +102,41 @@ def _strided_rows(n_rows, n_cols, dtype=torch.float32):
             (f"{n_rows}x{n_cols} every other column (column stride 2)", every_other)]
 
 
+# Past 2**31 elements (cases built on a GPU only). The matrix is a slice of rows far apart (a few
+# columns of each row of a wide buffer): its addresses pass 2**31 elements while the check copies
+# only what the slice holds (about 9 GB of GPU memory in all: the buffer, and the check's copy of its
+# span). Its last rows start at or past element 2**31, where `row * stride_xm` wraps in int32.
+INT32_SPAN = 2**31
+INT32_ROW_STRIDE = 2**16
+
+
+def int32_hint(what, how):
+    """Said after any failure on a case past 2**31 elements: `what` is the index to widen, `how` shows it."""
+    return ("This case spans more than 2**31 elements. If the smaller cases pass, suspect an offset computed "
+            "in int32: it wraps past 2**31 - 1 (to a negative address, or another row's), which reads the "
+            f"wrong values or crashes the GPU. Make {what} an int64 before it meets a stride ({how}), as the "
+            "lesson's kernels do.")
+
+
+def _far_rows(n_cols, dtype, compared):
+    """(x, its last `compared` rows): x (INT32_SPAN // INT32_ROW_STRIDE + compared, n_cols), rows
+    INT32_ROW_STRIDE apart, filled with randn; its last `compared` rows start at element INT32_SPAN or
+    later."""
+    n_rows = INT32_SPAN // INT32_ROW_STRIDE + compared
+    buffer = torch.empty(n_rows, INT32_ROW_STRIDE, device=DEVICE, dtype=dtype)
+    x = buffer[:, :n_cols]
+    x.normal_(0.0, 3.0)
+    return x, x[-compared:].clone()
+
+
+def past_int32_case(label, n_cols, dtype, compared, hint, kwargs=None, extra=()):
+    """A Case whose x spans more than 2**31 elements, compared on its last `compared` rows only."""
+    x, last = _far_rows(n_cols, dtype, compared)
+    return Case(f"{x.shape[0]}x{n_cols} {str(dtype)[6:]}, {label}: rows {x.stride(0)} apart, x spans "
+                f"more than 2**31 elements (compared on its last {compared} rows)", (x, *extra), kwargs or {},
+                hint=hint, reference_args=(last, *extra), part=lambda out: out[-compared:])
+
+
 FLAT_WHY = "near-constant rows, every output about 1/N: float16 exponentials or sums lose those digits"
 ASCENDING_WHY = "rows ascending from -1e4 to 1e4: the max grows at every "
 MASKED_WHY = "-inf entries, -inf prefixes, fully masked rows (0s)"
@@ -129,7 +166,34 @@ def _softmax_rows_cases():
     cases = [Case(f"{m}x{n} {str(dt)[6:]} ({why})", (_rows(m, n, dt, kind),))
              for (m, n), dt, kind, why in specs]
     cases += [Case(label, (x,)) for label, x in _strided_rows(_odd(9, 15), _odd(101, 199))]
+    if ON_GPU:
+        cases.append(past_int32_case("a slice of a wide buffer", _odd(1001, 2047), F16, 3,
+                                     int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`")))
     return cases
+
+
+def _passes(fn, x, **kwargs):
+    """(bytes loaded, bytes stored, each as a multiple of x's bytes) by the Triton kernels fn launches."""
+    with interpreter.record() as rec:
+        fn(x, **kwargs)
+    loaded = sum(launch.bytes_loaded for launch in rec.launches)
+    stored = sum(launch.bytes_stored for launch in rec.launches)
+    return loaded, stored, loaded / x.nbytes, stored / x.nbytes
+
+
+def _rows_structure(fn):
+    """A row that fits one program is loaded once and its output stored once."""
+    x = torch.randn(5, _odd(65, 127), device=DEVICE)
+    loaded, stored, reads, writes = _passes(fn, x)
+    where = f"for x of shape {tuple(x.shape)} float32, your kernel"
+    if reads != 1:
+        return (f"{where} loaded {loaded:,} bytes, {reads:.3g} times x ({x.nbytes:,} bytes). A row that fits "
+                f"one program is loaded once, into registers: the max and the sum are two reductions of "
+                f"those registers, and cost no memory traffic.")
+    if writes != 1:
+        return (f"{where} stored {stored:,} bytes, {writes:.3g} times the output ({x.nbytes:,} bytes): store "
+                f"each output element once, when the max and the sum are known.")
+    return None
 
 
 # ---------------------------------------------------------------- 2. online_softmax_torch
@@ -300,6 +364,10 @@ def _tiled_cases():
              for (m, n), b, dt, kind, why in specs]
     strided = _strided_rows(5, _odd(501, 699))
     cases += [Case(label + ", block=128", (x,), {"block": 128}) for label, x in strided]
+    if ON_GPU:
+        cases.append(past_int32_case("block=512, a slice of a wide buffer", _odd(2049, 4095), F16, 3,
+                                     int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`"),
+                                     kwargs={"block": 512}))
     return cases
 
 
@@ -332,6 +400,14 @@ def _tiled_structure(fn):
 
 
 # ---------------------------------------------------------------- 4. rmsnorm_linear
+
+
+def _rmsnorm_linear_fused(fn):
+    """One launch: the normalized x never goes through memory."""
+    x = torch.randn(33, 65, device=DEVICE).to(F16)
+    gamma = (1 + 0.2 * torch.randn(65, device=DEVICE)).to(F16)
+    w = (torch.randn(47, 65, device=DEVICE) / 8).to(F16)
+    return fused(fn, x, gamma, w, 1e-6)
 
 
 def rmsnorm_linear_reference(x, gamma, w, eps=1e-6):
@@ -372,6 +448,18 @@ def _rmsnorm_linear_cases():
     w = (torch.randn(k, n, device=DEVICE) / math.sqrt(k)).to(f32).t()
     cases.append(Case(f"M,K,N={m},{k},{n} {str(f32)[6:]}, x a slice of a wider matrix, w a transposed view",
                       make(m, k, n, f32, x=x, w=w), {"eps": 1e-6}))
+    m, k, n = _odd(33, 47), _odd(65, 95), _odd(33, 63)
+    x = torch.randn(m, 2 * k, device=DEVICE).to(F16)[:, ::2]
+    w = (torch.randn(n, k + 7, device=DEVICE) / math.sqrt(k)).to(F16)[:, :k]
+    cases.append(Case(f"M,K,N={m},{k},{n} float16, x every other column (stride_xk = 2), w a slice of a "
+                      f"wider matrix (stride_wn = {k + 7})", make(m, k, n, F16, x=x, w=w), {"eps": 1e-6}))
+    if ON_GPU:
+        k, n = _odd(129, 255), _odd(65, 99)  # M * N under 2**22: the launcher does not autotune
+        gamma = (1 + 0.2 * torch.randn(k, device=DEVICE)).to(F16)
+        w = (torch.randn(n, k, device=DEVICE) / math.sqrt(k)).to(F16)
+        cases.append(past_int32_case(f"K={k}, N={n}, x a slice of a wide buffer", k, F16, 67,
+                                     int32_hint("the tile's row offsets", "`offs_m = (...).to(tl.int64)`"),
+                                     kwargs={"eps": 1e-6}, extra=(gamma, w)))
     return cases
 
 
@@ -436,7 +524,69 @@ def _groupnorm_cases():
     eps = round(float(torch.empty(()).uniform_(3e-5, 1e-4)), 7)
     cases.append(Case(f"2x8x5x6 G4 float32, eps={eps} (nearly constant groups: variance about eps)",
                       (x, 4, weight, bias, eps)))
+    # Channels 2 to 10 of a 13-channel tensor: samples 13 * H * W apart, not C * H * W (sx_n).
+    x = torch.randn(3, 13, 5, 7, device=DEVICE)[:, 2:11]
+    weight, bias = torch.randn(9, device=DEVICE), torch.randn(9, device=DEVICE)
+    cases.append(Case("3x9x5x7 G3 float32, eps=1e-05, x channels 2 to 10 of a 3x13x5x7 tensor (samples "
+                      "13 x 5 x 7 values apart: sx_n is not C x H x W)", (x, 3, weight, bias, 1e-5)))
+    if ON_GPU:  # samples 2**16 values apart: the last two start at or past element 2**31
+        compared, C, H, W = 2, 8, 8, 8
+        n = INT32_SPAN // INT32_ROW_STRIDE + compared
+        x = torch.empty(n, INT32_ROW_STRIDE // (H * W), H, W, device=DEVICE, dtype=F16)[:, :C]
+        x.normal_(0.0, 2.0)
+        weight, bias = torch.randn(C, device=DEVICE).to(F16), torch.randn(C, device=DEVICE).to(F16)
+        cases.append(Case(f"{n}x{C}x{H}x{W} G2 float16, eps=1e-05, x channels 0 to 7 of a tensor of "
+                          f"{x.stride(0) // (H * W)} channels: samples {x.stride(0)} values apart, x spans "
+                          f"more than 2**31 elements (compared on its last {compared} samples)",
+                          (x, 2, weight, bias, 1e-5),
+                          hint=int32_hint("the sample and group indices", "`n`, `g` with `.to(tl.int64)`"),
+                          reference_args=(x[-compared:].clone(), 2, weight, bias, 1e-5),
+                          part=lambda out: out[-compared:]))
     return cases
+
+
+@contextlib.contextmanager
+def _counting_exponentials():
+    """Counts the values that tl.exp and tl.exp2 compute in interpreted kernels: yields [count]."""
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    names = [name for name in ("create_exp", "create_exp2") if hasattr(InterpreterBuilder, name)]
+    originals = {name: getattr(InterpreterBuilder, name) for name in names}
+    count = [0]
+
+    def counted(original):
+        def create(self, arg):
+            count[0] += arg.data.size
+            return original(self, arg)
+        return create
+
+    for name in names:
+        setattr(InterpreterBuilder, name, counted(originals[name]))
+    try:
+        yield count
+    finally:
+        for name, original in originals.items():
+            setattr(InterpreterBuilder, name, original)
+
+
+def _groupnorm_structure(fn):
+    """One launch, nothing computed by PyTorch beside it, and Mish with one exponential per value.
+
+    Groups of 2 channels x 32 positions: the launcher's tiles cover them exactly, so a kernel that
+    computes one exponential per value computes exactly x.numel() of them."""
+    x = torch.randn(2, 8, 4, 8, device=DEVICE)
+    weight, bias = torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE)
+    problem = fused(fn, x, 4, weight, bias, 1e-5)
+    if problem:
+        return problem
+    with interpreter.record(), _counting_exponentials() as count:
+        fn(x, 4, weight, bias, 1e-5)
+    per_value = count[0] / x.numel()
+    if per_value > 1.5:
+        return (f"for x of shape {tuple(x.shape)} your kernel computed {count[0]:,} exponentials, "
+                f"{per_value:.3g} per value of x. Mish needs one per value: with e = exp(y), "
+                f"tanh(softplus(y)) is e (e + 2) / (e (e + 2) + 2), as the lesson shows.")
+    return None
 
 
 # float32 GroupNorm + Mish: the output is y = weight * (x - mean) / std + bias, and a float32 kernel
@@ -450,14 +600,16 @@ GROUPNORM_TOL = {F32: (2e-4, 1e-5)}
 
 EXERCISES = [
     Exercise("05", "softmax_rows", "row softmax, one row per program", softmax_reference,
-             _softmax_rows_cases, tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT),
+             _softmax_rows_cases, tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT,
+             contiguous_output=True, structure=_rows_structure),
     Exercise("05", "online_softmax_torch", "online softmax in PyTorch, over chunks", softmax_reference,
              _online_torch_cases, tol=SOFTMAX_TOL, nan_hint=SOFTMAX_NAN_HINT,
              structure=_online_torch_structure),
     Exercise("05", "softmax_tiled", "tiled online softmax for long rows", softmax_reference, _tiled_cases,
              tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT, structure=_tiled_structure),
     Exercise("05", "rmsnorm_linear", "RMSNorm fused into the linear layer", rmsnorm_linear_reference,
-             _rmsnorm_linear_cases, tol=RMSNORM_LINEAR_TOL, kernel=True),
+             _rmsnorm_linear_cases, tol=RMSNORM_LINEAR_TOL, kernel=True, structure=_rmsnorm_linear_fused),
     Exercise("05", "groupnorm_mish", "GroupNorm + Mish, one kernel", groupnorm_mish_reference,
-             _groupnorm_cases, tol=GROUPNORM_TOL, kernel=True),
+             _groupnorm_cases, tol=GROUPNORM_TOL, kernel=True, contiguous_output=True,
+             structure=_groupnorm_structure),
 ]

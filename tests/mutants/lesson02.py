@@ -30,6 +30,9 @@ WRONG = [
     Wrong("fused_chain", "strided x used without .contiguous()", edit(
         "02", "fused_chain", ("    x, residual = x.contiguous(), residual.contiguous()\n",
                               "    residual = residual.contiguous()\n"))),
+    Wrong("fused_chain", "strided residual used without .contiguous()", edit(
+        "02", "fused_chain", ("    x, residual = x.contiguous(), residual.contiguous()\n",
+                              "    x = x.contiguous()\n"))),
     Wrong("fused_chain", "no mask", edit(
         "02", "fused_chain", (CHAIN_BODY, CHAIN_BODY.replace(", mask=mask", "")))),
     Wrong("fused_chain", "residual added by PyTorch after the kernel", edit(
@@ -84,6 +87,65 @@ def chain_tiles(x, bias, residual, scale):
                              BLOCK_M=16, BLOCK_N=64)
     return out
 
+
+@triton.jit
+def _bias_relu_kernel(x_ptr, bias_ptr, out_ptr, n_elements, n_cols, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.maximum(x + tl.load(bias_ptr + offs % n_cols, mask=mask), 0.0), mask=mask)
+
+
+@triton.jit
+def _scale_add_kernel(y_ptr, res_ptr, out_ptr, n_elements, scale, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    y = tl.load(y_ptr + offs, mask=mask) * scale + tl.load(res_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, y, mask=mask)
+
+
+def chain_two_kernels(x, bias, residual, scale):
+    """Right values from two Triton kernels: relu(x + bias) goes to memory, the second reads it back."""
+    x, residual = x.contiguous(), residual.contiguous()
+    y, out = torch.empty_like(x), torch.empty_like(x)
+    n, grid = x.numel(), (triton.cdiv(x.numel(), 1024),)
+    _bias_relu_kernel[grid](x, bias, y, n, x.shape[-1], BLOCK=1024)
+    _scale_add_kernel[grid](y, residual, out, n, scale, BLOCK=1024)
+    return out
+
+
+@triton.jit
+def _bias_add_kernel(x_ptr, bias_ptr, out_ptr, n_elements, n_cols, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    x = tl.load(x_ptr + offs, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offs, x + tl.load(bias_ptr + offs % n_cols, mask=mask).to(tl.float32), mask=mask)
+
+
+@triton.jit
+def _gelu_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    x = tl.load(x_ptr + offs, mask=mask)
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    tl.store(out_ptr + offs, (x * tl.sigmoid(2.0 * u)).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def bias_gelu_two_kernels(x, bias):
+    """Right values from two Triton kernels: x + bias goes to memory in float32, a GELU kernel reads it back."""
+    x = x.contiguous()
+    y = torch.empty(x.shape, device=x.device, dtype=torch.float32)
+    out = torch.empty_like(x)
+    n, grid = x.numel(), (triton.cdiv(x.numel(), 1024),)
+    _bias_add_kernel[grid](x, bias, y, n, x.shape[-1], BLOCK=1024)
+    _gelu_kernel[grid](y, out, n, BLOCK=1024)
+    return out
+
+
+WRONG += [
+    Wrong("fused_chain", "two kernels: relu(x + bias) stored, then * scale + residual", chain_two_kernels),
+    Wrong("bias_gelu", "two kernels: x + bias stored, then GELU", bias_gelu_two_kernels),
+]
 
 RIGHT = [
     Right("fused_chain", "2-D tiles with strides, no .contiguous()", chain_tiles),

@@ -23,6 +23,8 @@ WRONG = [
         "03", "matmul_cost", ("(M * K + K * N + M * N) * itemsize", "(M * K + K * N) * itemsize"))),
     Wrong("matmul_cost", "itemsize hard-coded to 2 (float16)", edit(
         "03", "matmul_cost", ("itemsize = torch.empty((), dtype=dtype).element_size()", "itemsize = 2"))),
+    Wrong("matmul_cost", "bits, not bytes", edit(
+        "03", "matmul_cost", ('"bytes": (M * K + K * N + M * N) * itemsize}', '"bytes": (M * K + K * N + M * N) * itemsize * 8}'))),
     Wrong("matmul_cost", "bytes of B counted as M*N instead of K*N", edit(
         "03", "matmul_cost", ("(M * K + K * N + M * N) * itemsize", "(M * K + M * N + M * N) * itemsize"))),
 ]
@@ -43,6 +45,9 @@ WRONG += [
                            '"tflops": intensity * bandwidth_tbs}'))),
     Wrong("roofline", "the roof always the peak", edit(
         "03", "roofline", ('"tflops": min(peak_tflops, intensity * bandwidth_tbs)}', '"tflops": peak_tflops}'))),
+    Wrong("roofline", "the roof in GFLOP/s (TB/s taken as 1000 GB/s)", edit(
+        "03", "roofline", ('"tflops": min(peak_tflops, intensity * bandwidth_tbs)}',
+                           '"tflops": min(peak_tflops, intensity * bandwidth_tbs) * 1000}'))),
     Wrong("roofline", "ridge taken as bandwidth / peak", edit(
         "03", "roofline", ("ridge = peak_tflops / bandwidth_tbs", "ridge = bandwidth_tbs / peak_tflops"))),
 ]

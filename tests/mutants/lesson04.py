@@ -28,6 +28,11 @@ WRONG = [
     Wrong("add_2d", "y's two strides swapped", edit(
         "04", "add_2d", (_Y_LOAD, _Y_LOAD.replace("stride_ym", "STRIDE").replace("stride_yn", "stride_ym")
                          .replace("STRIDE", "stride_yn")))),
+    Wrong("add_2d", "x's column stride taken to be 1", edit(
+        "04", "add_2d", (_X_LOAD, _X_LOAD.replace("offs_n[None, :] * stride_xn", "offs_n[None, :]")))),
+    Wrong("add_2d", "output allocated like x: a transposed x gives a transposed output", edit(
+        "04", "add_2d", ("    out = torch.empty((M, N), device=x.device, dtype=x.dtype)\n",
+                         "    out = torch.empty_like(x)\n"))),
     Wrong("add_2d", "one tile too few each way (M // BLOCK)", edit(
         "04", "add_2d", ("grid = (triton.cdiv(M, BLOCK), triton.cdiv(N, BLOCK))", "grid = (M // BLOCK, N // BLOCK)"))),
 ]
@@ -72,6 +77,10 @@ _MAINLOOP_SLIPS = {
         "b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn",
         "b_ptrs = b_ptr + offs_k[:, None] * N + offs_n[None, :]"), ("b_ptrs += BLOCK_K * stride_bk",
                                                                     "b_ptrs += BLOCK_K * N")],
+    "a assumed contiguous (row * K + column)": [(
+        "a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak",
+        "a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]"), ("a_ptrs += BLOCK_K * stride_ak",
+                                                                    "a_ptrs += BLOCK_K")],
     "the short last group of tile rows treated as a full one": [
         ("rows = min(num_pid_m - first_m, GROUP_M)", "rows = GROUP_M")],
     "K loop one step short (K // BLOCK_K)": [("for k in range(0, tl.cdiv(K, BLOCK_K)):",
@@ -105,10 +114,35 @@ def _torch_gelu_after_triton_matmul(a, b, bias):
     return F.gelu(c.float() + bias.float(), approximate="tanh").to(c.dtype)
 
 
+@triton.jit
+def _bias_gelu_after_kernel(c_ptr, bias_ptr, out_ptr, n_elements, n_cols, BLOCK: tl.constexpr):
+    """out = GELU(c + bias) over a contiguous float32 C: the epilogue as a second kernel."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    x = tl.load(c_ptr + offs, mask=mask) + tl.load(bias_ptr + offs % n_cols, mask=mask).to(tl.float32)
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    tl.store(out_ptr + offs, (x * tl.sigmoid(2.0 * u)).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _matmul_then_epilogue_kernel(a, b, bias):
+    """Two launches, each right: the Triton matmul into a float32 C, then the bias and GELU in a second kernel."""
+    c = edit("04", "matmul", ("    c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n    grid = lambda meta: "
+                              "(triton.cdiv(M, meta[\"BLOCK_M\"]) * triton.cdiv(N, meta[\"BLOCK_N\"]),)\n"
+                              "    matmul_kernel[grid]",
+                              "    c = torch.empty((M, N), device=a.device, dtype=torch.float32)\n    grid = lambda "
+                              "meta: (triton.cdiv(M, meta[\"BLOCK_M\"]) * triton.cdiv(N, meta[\"BLOCK_N\"]),)\n"
+                              "    matmul_kernel[grid]"))(a, b)
+    out = torch.empty(c.shape, device=a.device, dtype=a.dtype)
+    _bias_gelu_after_kernel[(triton.cdiv(c.numel(), 1024),)](c, bias, out, c.numel(), c.shape[1], BLOCK=1024)
+    return out
+
+
 WRONG += [
     Wrong("matmul_bias_gelu", "pure PyTorch, no kernel",
           lambda a, b, bias: F.gelu(a @ b + bias, approximate="tanh")),
     Wrong("matmul_bias_gelu", "PyTorch's bias and GELU after a Triton matmul", _torch_gelu_after_triton_matmul),
+    Wrong("matmul_bias_gelu", "two launches: the matmul, then the bias and GELU in a second kernel",
+          _matmul_then_epilogue_kernel),
     Wrong("matmul_bias_gelu", "one bias value per row, not per column", _epilogue(
         (_BIAS, "bias = tl.load(bias_ptr + offs_m, mask=offs_m < M, other=0.0).to(tl.float32)"),
         (_X, "x = acc + bias[:, None]"))),

@@ -17,6 +17,8 @@ def torch_softmax(x, *_, **__):
 
 # ---------------------------------------------------------------- 1. softmax_rows
 
+INT64_ROW = "    row = tl.program_id(0).to(tl.int64)  # int64: row * stride_xm can pass the int32 limit, 2^31 - 1\n"
+INT32_ROW = "    row = tl.program_id(0)\n"
 ROW_LOAD = "    x = tl.load(x_ptr + row * stride_xm + offs * stride_xn, mask=mask, other=-float(\"inf\"))\n"
 
 WRONG = [
@@ -40,10 +42,17 @@ WRONG = [
         "05", "softmax_rows", ("    l = tl.sum(e, axis=0)  ", "    l = tl.sum(e.to(tl.float16), axis=0).to(tl.float32)  "))),
     Wrong("softmax_rows", "stride_xn ignored", edit(
         "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("offs * stride_xn", "offs")))),
+    Wrong("softmax_rows", "stride_xm ignored (rows taken to be n_cols apart)", edit(
+        "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("row * stride_xm", "row * n_cols")))),
     Wrong("softmax_rows", "max clamped at 0 (fully masked rows handled by max(m, 0))", edit(
         "05", "softmax_rows", ("    m = tl.where(m == -float(\"inf\"), 0.0, m)   # fully", "    m = tl.maximum(m, 0.0)   # fully"))),
     Wrong("softmax_rows", "masked lanes load 0", edit(
         "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("other=-float(\"inf\")", "other=0.0")))),
+    Wrong("softmax_rows", "exercise 3's tiled kernel: x read twice", lambda x: edit("05", "softmax_tiled")(x)),
+    Wrong("softmax_rows", "row index left in int32: row * stride_xm wraps past 2**31 elements", edit(
+        "05", "softmax_rows", (INT64_ROW + "    offs = tl.arange(0, BLOCK_N)\n    mask = offs < n_cols\n    # Lanes",
+                               INT32_ROW + "    offs = tl.arange(0, BLOCK_N)\n    mask = offs < n_cols\n    # Lanes")),
+          gpu_only=True),
 ]
 
 RIGHT = [
@@ -212,6 +221,10 @@ WRONG += [
                                            ".to(x_ptr.dtype.element_ty).to(tl.float32)  # rescale"))),
     Wrong("softmax_tiled", "stride_xn ignored in pass 1", edit(
         "05", "softmax_tiled", (TILED_LOAD_1, TILED_LOAD_1.replace("cols * stride_xn", "cols")))),
+    Wrong("softmax_tiled", "stride_xm ignored (rows taken to be n_cols apart)", edit(
+        "05", "softmax_tiled", ("    x_row = x_ptr + row * stride_xm\n", "    x_row = x_ptr + row * n_cols\n"))),
+    Wrong("softmax_tiled", "row index left in int32: row * stride_xm wraps past 2**31 elements", edit(
+        "05", "softmax_tiled", (INT64_ROW + "    x_row = x_ptr", INT32_ROW + "    x_row = x_ptr")), gpu_only=True),
 ]
 
 
@@ -277,6 +290,25 @@ WRONG += [
     Wrong("rmsnorm_linear", "stride_wk ignored (w assumed contiguous)", edit(
         "05", "rmsnorm_linear", ("offs_n[None, :] * stride_wn + k[:, None] * stride_wk,   # a",
                                  "offs_n[None, :] * stride_wn + k[:, None],   # a"))),
+    Wrong("rmsnorm_linear", "stride_wn ignored (w's rows taken to be K apart)", edit(
+        "05", "rmsnorm_linear", ("offs_n[None, :] * stride_wn + k[:, None] * stride_wk,   # a",
+                                 "offs_n[None, :] * K + k[:, None] * stride_wk,   # a"))),
+    Wrong("rmsnorm_linear", "stride_xk ignored (x's columns taken to be adjacent)", edit(
+        "05", "rmsnorm_linear", ("        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :] * stride_xk,\n"
+                                 "                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)\n"
+                                 "        g = ",
+                                 "        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],\n"
+                                 "                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)\n"
+                                 "        g = "))),
+    Wrong("rmsnorm_linear", "RMSNorm kernel, then lesson 04's matmul: the normalized x goes through memory",
+          lambda x, gamma, w, eps=1e-6: load_solution("04").matmul(load_solution("05").rms_norm_rows(x, gamma, eps),
+                                                                    w.t())),
+    Wrong("rmsnorm_linear", "row offsets left in int32: offs_m * stride_xm wraps past 2**31 elements", edit(
+        "05", "rmsnorm_linear",
+        ("    pid_m, pid_n = pid // n_tiles_n, pid % n_tiles_n   # neighbouring programs share rows of x\n"
+         "    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)",
+         "    pid_m, pid_n = pid // n_tiles_n, pid % n_tiles_n   # neighbouring programs share rows of x\n"
+         "    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M))")), gpu_only=True),
 ]
 
 
@@ -328,6 +360,34 @@ RIGHT += [
 
 # ---------------------------------------------------------------- 5. groupnorm_mish
 
+MISH = ("            e = tl.exp(tl.minimum(y, 20.0))\n            t = e * (e + 2.0)\n"
+        "            tl.store(out_group + c * hw + p, (y * t / (t + 2.0)).to(")
+
+
+@triton.jit
+def _mish_kernel(y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    y = tl.load(y_ptr + offs, mask=mask).to(tl.float32)
+    e = tl.exp(tl.minimum(y, 20.0))
+    t = e * (e + 2.0)
+    tl.store(out_ptr + offs, (y * t / (t + 2.0)).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def groupnorm_torch_mish_triton(x, num_groups, weight, bias, eps=1e-5):
+    """F.group_norm in float32, then a Triton Mish kernel: right values, but not one kernel."""
+    y = torch.nn.functional.group_norm(x.float(), num_groups, weight.float(), bias.float(), eps).contiguous()
+    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    _mish_kernel[(triton.cdiv(y.numel(), 1024),)](y, out, y.numel(), BLOCK=1024)
+    return out
+
+
+GN_INDEX = ("    pid = tl.program_id(0)\n"
+            "    n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)\n"
+            "    first_c = g * group_channels\n"
+            "    x_group = x_ptr + n * sx_n + first_c * sx_c\n"
+            "    out_group")
+
 WRONG += [
     Wrong("groupnorm_mish", "pure PyTorch, no kernel", load_solution("05").groupnorm_mish_reference),
     Wrong("groupnorm_mish", "no shift: E[x^2] - E[x]^2 cancels for a large mean", edit(
@@ -363,6 +423,18 @@ WRONG += [
         "05", "groupnorm_mish", ("    mean_shifted = s / size", "    mean_shifted = s / hw"))),
     Wrong("groupnorm_mish", "stored through x's strides, not into the contiguous output", edit(
         "05", "groupnorm_mish", ("tl.store(out_group + c * hw + p,", "tl.store(out_group + c * sx_c + p * sx_p,"))),
+    Wrong("groupnorm_mish", "sx_n ignored: samples taken to be C * H * W values apart", edit(
+        "05", "groupnorm_mish", (GN_INDEX, GN_INDEX.replace("x_ptr + n * sx_n", "x_ptr + n * n_groups * group_channels * hw")))),
+    Wrong("groupnorm_mish", "Mish as y * tanh(softplus(y)), each through tl.exp: three exponentials per value", edit(
+        "05", "groupnorm_mish", (MISH, "            s = tl.where(y > 20.0, y, tl.log(1.0 + tl.exp(tl.minimum(y, 20.0))))\n"
+                                       "            tanh_s = (1.0 - tl.exp(-2.0 * s)) / (1.0 + tl.exp(-2.0 * s))\n"
+                                       "            tl.store(out_group + c * hw + p, (y * tanh_s).to("))),
+    Wrong("groupnorm_mish", "two launches: the split version's statistics kernel, then its apply kernel",
+          lambda x, groups, weight, bias, eps: load_solution("05").groupnorm_mish_split(x, groups, weight, bias, eps,
+                                                                                         splits=2)),
+    Wrong("groupnorm_mish", "GroupNorm by PyTorch, Mish in a Triton kernel", groupnorm_torch_mish_triton),
+    Wrong("groupnorm_mish", "sample and group left in int32: n * sx_n wraps past 2**31 elements", edit(
+        "05", "groupnorm_mish", (GN_INDEX, GN_INDEX.replace(".to(tl.int64)", ""))), gpu_only=True),
 ]
 
 RIGHT += [
