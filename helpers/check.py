@@ -14,10 +14,11 @@ views, random scalars) it
    one), nothing was written past an output or into an input, the shape, dtype
    and device, elements never written, NaNs, then the values within a tolerance
    set by the expected dtype, and that the output is not an input in disguise;
-4. once every case passes, runs a kernel exercise once more on its smallest case
-   to see that PyTorch computed nothing beside the kernel (only allocations,
-   views and what the exercise allows), then measures the structure the lesson
-   teaches (two reads, tiles skipped, no N x N tensor), where the exercise says so.
+4. once every case passes, measures the structure the lesson teaches (two
+   reads, tiles skipped, no N x N tensor), where the exercise says so, then runs
+   a kernel exercise once more on a small case to see that PyTorch computed
+   nothing beside the kernel (only allocations, views and what the exercise
+   allows).
 
 A failure names the case, says what went wrong, and lists the other failing
 cases. The result (pass, fail or not done) is appended to a small results file
@@ -677,12 +678,6 @@ def _run_cases(ex, fn, on_case=None):
         raise CheckFailed("\n".join(lines))
     if failures:
         raise NotDone("Nothing was written to the output in any case: the kernel body looks untouched.")
-    if ex.kernel and ex.torch_ops is not None:
-        if on_case is not None:
-            on_case("what PyTorch computes beside your kernel, on a small input")
-        problem = _computed_beside(ex, fn, cases)
-        if problem:
-            raise CheckFailed(f"every case gives the right values, but {problem}")
     if ex.structure is not None:
         if on_case is not None:
             on_case("its structure, measured on a small input")
@@ -691,6 +686,12 @@ def _run_cases(ex, fn, on_case=None):
                 problem = ex.structure(fn)
         except Exception as e:  # noqa: BLE001  (the learner's code, run once more to measure it)
             problem = f"measuring its structure on a small input, {_explain_exception(e)}"
+        if problem:
+            raise CheckFailed(f"every case gives the right values, but {problem}")
+    if ex.kernel and ex.torch_ops is not None:
+        if on_case is not None:
+            on_case("what PyTorch computes beside your kernel, on a small input")
+        problem = _computed_beside(ex, fn, cases)
         if problem:
             raise CheckFailed(f"every case gives the right values, but {problem}")
     return len(cases)
@@ -707,17 +708,17 @@ _OP_NAMES = {"_to_copy": ".to() (a converting copy)", "copy_": "copy_ (a copy)",
 _COPY_NAMES = {"clone": ".contiguous() or .clone()", "_to_copy": ".to() or .float()", "copy_": "copy_"}
 
 
-def _small_case(cases):
-    """The smallest case (the cheapest to run once more) that passes a non-contiguous tensor, where a
-    copy of an input shows; else the smallest."""
-    strided = [case for case in cases if _strided(case)]
-    return min(strided or cases, key=lambda c: sum(t.numel() for t in _tensors((c.args, c.kwargs))))
+def _small_case(cases, strided):
+    """The smallest case (the cheapest to run once more); if `strided`, the smallest that passes a
+    non-contiguous tensor (where a copy of an input shows), if there is one."""
+    views = [case for case in cases if _strided(case)] if strided else []
+    return min(views or cases, key=lambda c: sum(t.numel() for t in _tensors((c.args, c.kwargs))))
 
 
 def _computed_beside(ex, fn, cases):
     """None if `fn`, run once more on a small case, asked PyTorch only for allocations, views, metadata
     and what the exercise allows; else which line of the learner's code ran which op on the data."""
-    case = _small_case(cases)
+    case = _small_case(cases, strided=not ex.copies_inputs)
     watch = EagerWork()
     what = "your function"
     try:
@@ -744,7 +745,7 @@ def _computed_beside(ex, fn, cases):
     if ex.copies_inputs:
         may += ", make its inputs contiguous"
     if ex.torch_ops:
-        may += f", run {', '.join(_OP_NAMES.get(n, n) for n in sorted(ex.torch_ops))} as the lesson's does"
+        may += f", run the PyTorch ops the lesson allows here ({', '.join(sorted(ex.torch_ops))})"
     if computed:
         head, why = "PyTorch computed beside your kernel:", "This exercise asks your kernel to do that work"
     else:
