@@ -272,7 +272,7 @@ class EagerWork(TorchDispatchMode):
 
     def _learners_line(self):
         """(file, line, function) of the learner's code that made the current op; None if not theirs."""
-        frame = sys._getframe(2)
+        frame = sys._getframe(1).f_back   # the frame below __torch_dispatch__ (None on autograd's own thread)
         while frame is not None and frame.f_code.co_filename.startswith(_TORCH):
             frame = frame.f_back
         while frame is not None and frame not in self._outside:
