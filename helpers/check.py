@@ -15,7 +15,10 @@ views, random scalars) it
    and device, elements never written, NaNs, then the values within a tolerance
    set by the expected dtype, and that the output is not an input in disguise;
 4. once every case passes, measures the structure the lesson teaches (two
-   reads, tiles skipped, no N x N tensor), where the exercise says so.
+   reads, tiles skipped, no N x N tensor), where the exercise says so, then runs
+   a kernel exercise once more on a small case to see that PyTorch computed
+   nothing beside the kernel (only allocations, views and what the exercise
+   allows).
 
 A failure names the case, says what went wrong, and lists the other failing
 cases. The result (pass, fail or not done) is appended to a small results file
@@ -38,6 +41,7 @@ import triton
 from helpers import exercises, interpreter, records, worker
 from helpers.device import DEVICE, ON_GPU
 from helpers.interpreter import OutOfBounds
+from helpers.traffic import EagerWork, source_line
 
 
 class CheckFailed(AssertionError):
@@ -694,7 +698,72 @@ def _run_cases(ex, fn, on_case=None):
             problem = f"measuring its structure on a small input, {_explain_exception(e)}"
         if problem:
             raise CheckFailed(f"every case gives the right values, but {problem}")
+    if ex.kernel and ex.torch_ops is not None:
+        if on_case is not None:
+            on_case("what PyTorch computes beside your kernel, on a small input")
+        problem = _computed_beside(ex, fn, cases)
+        if problem:
+            raise CheckFailed(f"every case gives the right values, but {problem}")
     return len(cases)
+
+
+# Allocations that fill their memory with a constant (an accumulator an atomic adds into): allowed
+# like torch.empty in every kernel exercise.
+FILLS = {"zero_", "fill_", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros",
+         "new_ones", "new_full"}
+# ATen's names, as a learner knows the op
+_OP_NAMES = {"_to_copy": ".to() (a converting copy)", "copy_": "copy_ (a copy)", "clone": "clone (a copy)",
+             "_softmax": "softmax", "_log_softmax": "log_softmax", "mm": "mm (a matmul)",
+             "bmm": "bmm (a batched matmul)", "addmm": "addmm (a matmul)"}
+_COPY_NAMES = {"clone": ".contiguous() or .clone()", "_to_copy": ".to() or .float()", "copy_": "copy_"}
+
+
+def _small_case(cases, strided):
+    """The smallest case (the cheapest to run once more); if `strided`, the smallest that passes a
+    non-contiguous tensor (where a copy of an input shows), if there is one."""
+    views = [case for case in cases if _strided(case)] if strided else []
+    return min(views or cases, key=lambda c: sum(t.numel() for t in _tensors((c.args, c.kwargs))))
+
+
+def _computed_beside(ex, fn, cases):
+    """None if `fn`, run once more on a small case, asked PyTorch only for allocations, views, metadata
+    and what the exercise allows; else which line of the learner's code ran which op on the data."""
+    case = _small_case(cases, strided=not ex.copies_inputs)
+    watch = EagerWork()
+    what = "your function"
+    try:
+        with time_limit(ex.timeout_s, what), interpreter.quiet(), watch:
+            ex.run(fn, *case.args, **case.kwargs)
+            wait_for_gpu(ex.timeout_s, what)
+    except Exception as e:  # noqa: BLE001  (the learner's code, run once more: say what it raised)
+        return f"run once more on case '{case.label}', {_explain_exception(e, case)}"
+    allowed = FILLS | ex.torch_ops
+    lines, computed = [], False
+    for where, ops in watch.found.items():
+        ops = [op for op in ops if op.name not in allowed and not (op.copies_input and ex.copies_inputs)]
+        work = list(dict.fromkeys(_OP_NAMES.get(op.name, op.name) for op in ops if not op.copies_input))
+        copies = list(dict.fromkeys(_COPY_NAMES[op.name] for op in ops if op.copies_input))
+        if work:
+            lines.append(f"  at {source_line(where)}\n    ran PyTorch's {', '.join(work)} on the data")
+        elif copies:
+            lines.append(f"  at {source_line(where)}\n    PyTorch copied an input ({', '.join(copies)})")
+        computed = computed or bool(work)
+    if not lines:
+        return None
+    more = [f"  ... and {len(lines) - 3} more line(s)"] if len(lines) > 3 else []
+    may = "allocate outputs (torch.empty), take views"
+    if ex.copies_inputs:
+        may += ", make its inputs contiguous"
+    if ex.torch_ops:
+        may += f", run the PyTorch ops the lesson allows here ({', '.join(sorted(ex.torch_ops))})"
+    if computed:
+        head, why = "PyTorch computed beside your kernel:", "This exercise asks your kernel to do that work"
+    else:
+        head = "PyTorch copied an input beside your kernel:"
+        why = ("This exercise's kernel reads its inputs as they are, through their strides (a copy is one "
+               "more pass over memory)")
+    return "\n".join([head, *lines[:3], *more, f"{why}: the Python function around it should only {may} "
+                                                  f"and launch."])
 
 
 def _run_case(ex, fn, case, tol_for):

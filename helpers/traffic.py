@@ -7,6 +7,9 @@
   through the interpreter and counts the bytes those kernels really load and
   store, lane by lane, masked-off lanes excluded.
 * `largest_tensor()` watches a block and keeps the largest tensor any op made in it.
+* `EagerWork()` watches a block and records, by the line of the learner's code that asked for it,
+  every ATen op that touches tensor data (not a view, an allocation or metadata): what PyTorch
+  computed beside a kernel.
 * `show_programs(fn, *args, arg=...)` draws which elements of one argument each
   program of the (last) launch touched.
 
@@ -19,11 +22,15 @@ count is an upper bound on HBM traffic; for strided or scattered ones it may be
 too low.
 """
 
+import collections
 import contextlib
 import dataclasses
+import pathlib
+import sys
 
 import numpy as np
 import torch
+import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
@@ -31,6 +38,8 @@ from helpers import interpreter
 # ops that allocate or relabel memory without reading or writing tensor data
 NO_DATA_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
          "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_unsafe_view"}
+# ops that copy a tensor as it is (or converted to another dtype): no arithmetic on its values
+COPY_OPS = {"clone", "_to_copy", "copy_"}
 
 
 @dataclasses.dataclass
@@ -199,3 +208,104 @@ def show_programs(fn, *args, arg="out_ptr", shape=None, ax=None, **kwargs):
     ax.set_title(f"elements of {arg}, coloured by the program that touched them ({len(touched)} programs)",
                  fontsize=9)
     return ax
+
+
+# ---------------------------------------------------------------- what PyTorch computed, by line
+
+
+def _folders(*modules):
+    """Each module's folder as Python names its files, and with links resolved (a .venv that is a link)."""
+    paths = [pathlib.Path(m.__file__).parent for m in modules]
+    return tuple(dict.fromkeys(str(f) for path in paths for f in (path, path.resolve())))
+
+
+_TORCH, _TRITON = _folders(torch), _folders(triton)
+_LIBRARIES = _TORCH + _TRITON + _folders(np) + ("site-packages", "<frozen")
+HARNESS = _folders(sys.modules[__name__])   # helpers/: the course's harness and meters
+
+
+def _storage(t):
+    return t.untyped_storage().data_ptr() if t.device.type != "meta" and t.numel() else None
+
+
+@dataclasses.dataclass
+class EagerOp:
+    """One ATen op that touched tensor data: its name, and whether it only copied a tensor the learner's
+    code was given (an input, as it is or converted: `.contiguous()`, `.float()`), not one it made."""
+
+    name: str
+    copies_input: bool = False
+
+
+class EagerWork(TorchDispatchMode):
+    """Inside the block, every ATen op that is not a view, an allocation or metadata, by the line of
+    the learner's code that asked for it: `found` is {(file, line, function): [EagerOp, ...]}.
+
+        with EagerWork() as work:
+            fn(*args)
+        work.found   # {} when PyTorch only allocated and took views
+
+    Not counted: ops run under a Triton launch (the interpreter copies tensors to and from the host),
+    ops outside the block's own call (the frames already there when it was entered), and ops inside
+    a function whose code is in `once` (work a model does once, not at every step). Ops inside the
+    course's code (`course`: folders, the harness by default) are put on the learner's line that
+    called it.
+    """
+
+    def __init__(self, course=HARNESS, once=()):
+        super().__init__()
+        self.found = collections.defaultdict(list)
+        self._course = tuple(course)
+        self._once = {f.__code__ if hasattr(f, "__code__") else f for f in once}
+        self._outside, self._made = set(), set()
+
+    def __enter__(self):
+        frame, self._outside = sys._getframe(1), set()
+        while frame is not None:
+            self._outside.add(frame)
+            frame = frame.f_back
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self._outside = set()
+        return super().__exit__(*exc)
+
+    def _learners_line(self):
+        """(file, line, function) of the learner's code that made the current op; None if not theirs."""
+        frame = sys._getframe(1).f_back   # the frame below __torch_dispatch__ (None on autograd's own thread)
+        while frame is not None and frame.f_code.co_filename.startswith(_TORCH):
+            frame = frame.f_back
+        while frame is not None and frame not in self._outside:
+            name = frame.f_code.co_filename
+            if name.startswith(_TRITON) or frame.f_code in self._once:
+                return None              # Triton's runtime (a launch), or work done once per model
+            if not any(part in name for part in _LIBRARIES + self._course):
+                return name, frame.f_lineno, frame.f_code.co_name
+            frame = frame.f_back
+        return None                      # the caller's own work (the check, a meter), not the learner's
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if func.is_view:
+            return out
+        where = self._learners_line()
+        if where is None:
+            return out
+        made = {_storage(t) for t in _tensors(out)}
+        if name not in NO_DATA_OPS:
+            source = args[1] if name == "copy_" and len(args) > 1 else (args[0] if args else None)
+            given = isinstance(source, torch.Tensor) and _storage(source) not in self._made
+            self.found[where].append(EagerOp(name, name in COPY_OPS and given))
+        self._made |= made     # what the learner's code made: a copy of it is not a copy of an input
+        return out
+
+
+def source_line(where):
+    """'line N of a notebook cell (in fn): `source`' for a (file, line, function) of the learner's code."""
+    import linecache
+
+    filename, lineno, function = where
+    place = "a notebook cell" if "ipykernel" in filename else pathlib.Path(filename).name
+    source = linecache.getline(filename, lineno).strip()
+    return f"line {lineno} of {place} (in {function})" + (f": `{source}`" if source else "")

@@ -649,3 +649,91 @@ def test_an_unguarded_case_still_sees_a_changed_input(doubling_exercise):
         return out
     with pytest.raises(CheckFailed, match="changed its input #0"):
         check("doubling", doubles_in_place)
+
+
+# ---------------------------------------------------------------- the result comes from the kernel
+
+
+@triton.jit
+def copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def copy_out(t):
+    """A contiguous copy of `t` made by a Triton kernel that only copies."""
+    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    copy_kernel[(triton.cdiv(t.numel(), 256),)](t, out, t.numel(), BLOCK=256)
+    return out
+
+
+@pytest.fixture
+def doubling_kernel(monkeypatch):
+    """out = 2 x by a kernel (x contiguous, and every other element of a longer vector)."""
+    def cases():
+        return [exercises.Case("31 values", (torch.randn(31, device=DEVICE),)),
+                exercises.Case("every other value", (torch.randn(62, device=DEVICE)[::2],))]
+    ex = exercises.Exercise("00", "doubling_kernel", "doubling", lambda x: 2 * x, cases, kernel=True)
+    monkeypatch.setitem(exercises.all_exercises(), "doubling_kernel", ex)
+    return ex
+
+
+def test_a_result_computed_by_pytorch_beside_a_copy_kernel_is_named_at_its_line(doubling_kernel):
+    def doubled(x):
+        y = torch.mul(x, 2.0)
+        return copy_out(y)
+    with pytest.raises(CheckFailed) as caught:
+        check("doubling_kernel", doubled)
+    text = str(caught.value)
+    assert "every case gives the right values, but PyTorch computed beside your kernel" in text, text
+    assert "(in doubled): `y = torch.mul(x, 2.0)`\n    ran PyTorch's mul on the data" in text, text
+    assert "This exercise asks your kernel to do that work" in text and "copy_out" not in text, text
+    # allocations, fills, views and metadata are allowed (and the interpreter's own host copies)
+    def right(x):
+        out = torch.zeros(x.shape, device=x.device)
+        n = x.numel()
+        double_kernel[(triton.cdiv(n, 256),)](x.view(-1), out[:], n, x.stride(0), BLOCK=256)
+        return out
+    check("doubling_kernel", right)
+
+
+@triton.jit
+def double_kernel(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, 2 * tl.load(x_ptr + offs * stride, mask=offs < n), mask=offs < n)
+
+
+def test_copies_of_inputs_and_the_lessons_own_ops_pass_where_the_exercise_allows_them(doubling_kernel):
+    def contiguous_first(x):
+        return lesson01.add(x.contiguous(), x.contiguous())
+    with pytest.raises(CheckFailed) as caught:
+        check("doubling_kernel", contiguous_first)
+    assert "PyTorch copied an input beside your kernel" in str(caught.value)
+    assert "reads its inputs as they are, through their strides" in str(caught.value)
+    doubling_kernel.copies_inputs = True
+    check("doubling_kernel", contiguous_first)
+
+    def upcast_after(x):    # the sum in float64, rounded back by PyTorch
+        return lesson01.add(x.double(), x.double()).to(x.dtype)
+    with pytest.raises(CheckFailed, match=r"ran PyTorch's \.to\(\) \(a converting copy\) on the data"):
+        check("doubling_kernel", upcast_after)
+    doubling_kernel.torch_ops = frozenset({"_to_copy"})
+    check("doubling_kernel", upcast_after)
+    doubling_kernel.torch_ops = None     # not looked at (an exercise whose structure check does it)
+    check("doubling_kernel", lambda x: copy_out(2 * x))
+
+
+def test_eager_work_puts_a_helpers_op_on_the_learners_line_and_skips_the_callers():
+    from helpers.traffic import EagerWork
+
+    x = torch.randn(8)
+    before = x + 1      # outside the block: not counted
+
+    def learner(x):
+        return exercises.get("vector_add").reference(x, x)   # the course's code: counted on this line
+
+    with EagerWork() as work:
+        learner(x)
+        before * 2      # the block's own code (the caller's frame): not counted
+    ((_, _, function), ops), = work.found.items()
+    assert function == "learner" and [op.name for op in ops] == ["add"], work.found

@@ -70,6 +70,15 @@ class Exercise:
     may_alias_input: bool = False
     # The lesson asks for contiguous outputs: True, or why, in the lesson's words (what reads them next).
     contiguous_output: Union[bool, str] = False
+    # What the Python function around a kernel (kernel=True) may ask PyTorch to do besides allocating,
+    # taking views and reading metadata: once every case passes, check() runs it once more on the
+    # smallest case and names any other op PyTorch ran on tensor data (the result computed beside a
+    # kernel that only copies it). `copies_inputs`: it may copy its inputs as they are (.contiguous(),
+    # .float()), as the lesson's own wrapper does; `torch_ops`: the ATen ops the lesson itself runs in
+    # its wrapper (say why next to it); None: check() does not look (the exercise's structure check
+    # does, in its own words).
+    copies_inputs: bool = False
+    torch_ops: Optional[frozenset] = frozenset()
 
 
 _registry = {}

@@ -40,6 +40,8 @@ def _axpy_cases():
 
 
 EXERCISES = [
-    Exercise("01", "vector_add", "vector add", add_reference, lambda: vectors(2), kernel=True),
-    Exercise("01", "axpy", "alpha * x + y", axpy_reference, _axpy_cases, kernel=True),
+    Exercise("01", "vector_add", "vector add", add_reference, lambda: vectors(2), kernel=True,
+             copies_inputs=True),  # the lesson's launcher makes x and y contiguous
+    Exercise("01", "axpy", "alpha * x + y", axpy_reference, _axpy_cases, kernel=True,
+             copies_inputs=True),  # the exercise says: make x and y contiguous
 ]

@@ -446,20 +446,26 @@ FP32 = {torch.float32: (1e-4, 1e-4)}
 GRADS = {torch.float32: (1e-3, 1e-4), torch.float16: (3e-2, 1e-2)}
 CAUSAL_NAN = "Causal: query i sees keys 0..i, itself included, so no row of scores is ever all -inf."
 
+# The launchers the lesson gives make q, k, v (and dO, the saved out and lse) contiguous:
+# copies_inputs=True in its kernel exercises.
 EXERCISES = [
     Exercise("06", "attention_tiled", "tiled attention, online softmax (PyTorch)", attention_reference,
              _tiled_cases, tol=FP32, structure=_tiles_only, nan_hint=CAUSAL_NAN),
     Exercise("06", "flash_forward", "FlashAttention forward (Triton)", _full, _kernel_cases, tol=FP32,
-             kernel=True),
+             kernel=True, copies_inputs=True),
     Exercise("06", "flash_forward_causal", "causal forward, tiles skipped", _causal, _kernel_cases,
-             tol=FP32, kernel=True, structure=_skips_tiles, nan_hint=CAUSAL_NAN),
+             tol=FP32, kernel=True, copies_inputs=True, structure=_skips_tiles, nan_hint=CAUSAL_NAN),
     Exercise("06", "attention_backward_torch", "attention gradients by hand (PyTorch)", _gradients,
              _torch_backward_cases, tol=GRADS, structure=_by_hand, nan_hint=CAUSAL_NAN),
     Exercise("06", "flash_backward_dkdv", "dK/dV kernel (Triton)", _dkdv, _backward_cases, tol=GRADS,
-             kernel=True, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
+             kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
     Exercise("06", "flash_backward_dq", "dQ kernel (Triton)", _dq, _backward_cases, tol=GRADS,
-             kernel=True, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
+             kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
     Exercise("06", "attention_backward", "autograd.Function over the kernels", _attention_out,
              lambda: _backward_cases(saved=False), run=_forward_backward, tol=GRADS, kernel=True,
-             structure=_recomputes, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
+             copies_inputs=True, structure=_recomputes, nan_hint=CAUSAL_NAN,
+             timeout_s=300.0 if ON_GPU else 120.0,
+             # delta = rowsum(dO * O) may be PyTorch's (O(N D), no P: the lesson's step 6); what is graded
+             # here is the wiring of the kernels through autograd
+             torch_ops=frozenset({"mul", "sum", "_to_copy"})),
 ]

@@ -625,7 +625,10 @@ EXERCISES = [
                                "side by side in each row"),
     Exercise("10", "atomic_backward", "the one-kernel backward: dQ by atomic adds", attention_gradients,
              _backward_cases, run=_run_backward, tol=GRADS_TOL, kernel=True, nan_hint=BACKWARD_NAN,
-             structure=_dq_by_atomics, timeout_s=300.0 if ON_GPU else 120.0),
+             structure=_dq_by_atomics, timeout_s=300.0 if ON_GPU else 120.0,
+             # the lesson's launcher makes q, k, v, dO contiguous (descriptors), and casts dQ, summed
+             # in float32 by the atomics, to q's dtype at the end
+             copies_inputs=True, torch_ops=frozenset({"_to_copy"})),
     Exercise("10", "softmax_long", "softmax of long rows, the second pass backwards", softmax_reference,
              _softmax_cases, tol=SOFTMAX_LONG_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT,
              structure=_two_reads_one_exp),

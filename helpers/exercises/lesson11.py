@@ -23,16 +23,15 @@ Sizes are odd on purpose; on the CPU everything runs through Triton's interprete
 import collections
 import contextlib
 import pathlib
-import sys
 
 import torch
 import torch.nn.functional as F
 
-from helpers.block import SMALL, block_input, block_weights, decoder_block
+from helpers.block import SMALL, block_input, block_weights, decoder_block, rope_tables
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import Case, Exercise, room_for
 from helpers.exercises.lesson10 import SPAN_BYTES, SPREAD, _recorded, int64_hint
-from helpers.traffic import NO_DATA_OPS
+from helpers.traffic import HARNESS, EagerWork, source_line
 
 F16, F32 = torch.float16, torch.float32
 
@@ -369,10 +368,7 @@ _INSTEAD = (  # (what PyTorch did, its ATen ops, what the lesson uses instead)
 _LAUNCHES = 8   # the lesson's table: one Triton launch per step
 _STEPS = ("inv_rms", "linear (Q|K|V, row scale)", "rope_qk", "causal_attention", "linear (output, residual)",
           "rms_norm_rows", "swiglu_linear", "linear (down, residual)")
-_NOT_MINE = tuple(str(pathlib.Path(m.__file__).resolve().parent) for m in (torch,)) + (
-    str(pathlib.Path(__file__).resolve().parents[1]),                  # helpers/
-    str(pathlib.Path(__file__).resolve().parents[2] / "solutions"),    # the course's kernels
-    "site-packages", "<frozen")
+_COURSE = HARNESS + (str(pathlib.Path(__file__).resolve().parents[2] / "solutions"),)  # the course's kernels
 
 
 def _kinds(ops):
@@ -393,66 +389,11 @@ def _kinds(ops):
     return kinds
 
 
-class _EagerWork:
-    """Inside the block, every ATen op the forward itself runs that is not a view or an allocation:
-    {(file, line): [op, ...]}, by the line of the learner's code that asked for it."""
-
-    def __init__(self, once=()):
-        import triton
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        from helpers.block import rope_tables
-
-        # each folder as Python names its files, and with links resolved (a .venv that is a link)
-        triton_dir, torch_dir = ((str(pathlib.Path(m.__file__).parent),
-                                  str(pathlib.Path(m.__file__).resolve().parent)) for m in (triton, torch))
-        once = {rope_tables.__code__, *(f.__code__ for f in once)}   # work done once per model, not per step
-        found = self.found = collections.defaultdict(list)
-
-        def done_once(frame):
-            while frame is not None:
-                if frame.f_code in once:
-                    return True
-                frame = frame.f_back
-            return False
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                name = func.overloadpacket.__name__
-                if func.is_view or name in NO_DATA_OPS:
-                    return out
-                frame = sys._getframe(1)
-                while frame is not None and frame.f_code.co_filename.startswith(torch_dir):
-                    frame = frame.f_back
-                if frame is None or frame.f_code.co_filename.startswith(triton_dir) or done_once(frame):
-                    return out                      # Triton's runtime, or work done once per model
-                while frame is not None and any(part in frame.f_code.co_filename for part in _NOT_MINE):
-                    frame = frame.f_back
-                where = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("", 0)
-                found[where].append(name)
-                return out
-
-        self.mode = Mode()
-
-
-def _line(where):
-    """'line N of a notebook cell: `source`' for a (file, line) of the learner's code."""
-    import linecache
-
-    filename, lineno = where
-    if not filename:
-        return "in the course's code"
-    place = "a notebook cell" if "ipykernel" in filename else pathlib.Path(filename).name
-    source = linecache.getline(filename, lineno).strip()
-    return f"line {lineno} of {place}" + (f": `{source}`" if source else "")
-
-
 def _eager_message(found):
     lines = []
     for where, ops in list(found.items())[:4]:
-        lines.append(f"  {_line(where)}")
-        for (what, instead), names in _kinds(ops).items():
+        lines.append(f"  {source_line(where)}")
+        for (what, instead), names in _kinds([op.name for op in ops]).items():
             listed = ", ".join(op if n == 1 else f"{op} x{n}" for op, n in collections.Counter(names).items())
             lines.append(f"    {what} ({listed}): use {instead}")
     more = f"\n  ... and {len(found) - 4} more line(s)" if len(found) > 4 else ""
@@ -471,12 +412,13 @@ def _all_in_triton(fn):
     call = lambda: _run_block(fn, *case.args, **case.kwargs)  # noqa: E731
     if ON_GPU:   # the autotuners time their configs on the first call: not part of the forward
         call()
-    watch = _EagerWork(once=(course.pack_weights, course.pack_gate_up))
+    # helpers.block.rope_tables (cos and sin for a length) and the course's pack_weights: once per model
+    watch = EagerWork(course=_COURSE, once=(rope_tables, course.pack_weights, course.pack_gate_up))
     # the kernels' names, under the interpreter; a GPU runs the compiled kernels and counts them only
     recording = contextlib.nullcontext() if ON_GPU else interpreter.record()
     before = interpreter.launch_count()
     try:
-        with torch.no_grad(), recording as rec, watch.mode:
+        with torch.no_grad(), recording as rec, watch:
             call()
     except Exception as e:  # noqa: BLE001  (the learner's code, measured: say what it raised)
         return f"measuring it, your function raised {type(e).__name__}: {e}"
@@ -501,5 +443,6 @@ EXERCISES = [
              nan_hint=SWIGLU_NAN_HINT, structure=_product_in_the_epilogue, contiguous_output=True),
     Exercise("11", "decoder_block_fused", "the decoder block from the course's kernels",
              decoder_block_reference, _block_cases, run=_run_block, tol=BLOCK_TOL, kernel=True,
-             structure=_all_in_triton, timeout_s=300.0),
+             structure=_all_in_triton, timeout_s=300.0,
+             torch_ops=None),  # its structure check names what PyTorch ran, with what to use instead
 ]
