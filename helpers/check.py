@@ -30,6 +30,7 @@ import html
 import math
 import pathlib
 import signal
+import tempfile
 import threading
 import time
 import traceback
@@ -666,13 +667,16 @@ def _run_cases(ex, fn, on_case=None):
         if failures and wrote_something and time.monotonic() - started > MORE_CASES_S:
             skipped += 1  # one failure is known: the rest only while they are quick
             continue
-        if on_case is not None:
-            on_case(case.label, case.hint)
-        try:
-            problem, wrote = _run_case(ex, fn, case, tol_for)
-        except GPUCrashed as crash:  # nothing more can run in this CUDA context
-            earlier = "".join(f"\n(Earlier, case '{lbl}' failed too: {why})" for lbl, why in failures[:1])
-            raise GPUCrashed(f"failed on case '{case.label}':\n{crash}{earlier}") from None
+        with _built(case) as case:
+            if case is None:
+                continue  # a large case this GPU has no room for now
+            if on_case is not None:
+                on_case(case.label, case.hint)
+            try:
+                problem, wrote = _run_case(ex, fn, case, tol_for)
+            except GPUCrashed as crash:  # nothing more can run in this CUDA context
+                earlier = "".join(f"\n(Earlier, case '{lbl}' failed too: {why})" for lbl, why in failures[:1])
+                raise GPUCrashed(f"failed on case '{case.label}':\n{crash}{earlier}") from None
         wrote_something = wrote_something or wrote
         if problem:
             failures.append((case.label, problem))
@@ -721,14 +725,18 @@ _COPY_NAMES = {"clone": ".contiguous() or .clone()", "_to_copy": ".to() or .floa
 def _small_case(cases, strided):
     """The smallest case (the cheapest to run once more); if `strided`, the smallest that passes a
     non-contiguous tensor (where a copy of an input shows), if there is one."""
+    cases = [case for case in cases if case.build is None]   # not a large case built in its turn
     views = [case for case in cases if _strided(case)] if strided else []
-    return min(views or cases, key=lambda c: sum(t.numel() for t in _tensors((c.args, c.kwargs))))
+    size = lambda c: sum(t.numel() for t in _tensors((c.args, c.kwargs)))  # noqa: E731
+    return min(views or cases, key=size, default=None)
 
 
 def _computed_beside(ex, fn, cases):
     """None if `fn`, run once more on a small case, asked PyTorch only for allocations, views, metadata
     and what the exercise allows; else which line of the learner's code ran which op on the data."""
     case = _small_case(cases, strided=not ex.copies_inputs)
+    if case is None:
+        return None
     watch = EagerWork()
     what = "your function"
     try:
@@ -764,6 +772,33 @@ def _computed_beside(ex, fn, cases):
                "more pass over memory)")
     return "\n".join([head, *lines[:3], *more, f"{why}: the Python function around it should only {may} "
                                                   f"and launch."])
+
+
+@contextlib.contextmanager
+def _built(case):
+    """The case itself, or for a case built when its turn comes (Case.build), the case built while this
+    process holds the machine's large-case lock (two checks never hold such cases at once, whichever
+    processes run them), freed with the GPU memory PyTorch kept for it once the block ends."""
+    if case.build is None:
+        yield case
+        return
+    import fcntl  # POSIX: here only, where a GPU runs the check
+
+    with open(_LARGE_CASE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = None
+        try:
+            built = case.build()
+            yield built
+        finally:
+            if built is not None:  # the loop still holds the case: let go of its tensors
+                built.args, built.kwargs, built.reference_args, built.part = (), {}, None, None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+_LARGE_CASE_LOCK = pathlib.Path(tempfile.gettempdir()) / "course-large-case.lock"
 
 
 def _run_case(ex, fn, case, tol_for):

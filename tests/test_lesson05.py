@@ -283,8 +283,9 @@ def test_the_cases_past_int32_hold_together(monkeypatch, name):
     ex = exercises.get(name)
     make_cases = ex.cases
     (case,) = make_cases()[-1:]
+    case = case.build()  # built when its turn comes, in check()
     x = case.args[0]
     assert "2**31" in case.label and "int32" in case.hint and "int64" in case.hint
     assert x.stride(0) * (x.shape[0] - 1) >= 2**14 and case.part(x).shape == case.reference_args[0].shape
-    monkeypatch.setattr(ex, "cases", lambda: make_cases()[-1:])
+    monkeypatch.setattr(ex, "cases", lambda: [case])
     check(name, getattr(lesson05, name))

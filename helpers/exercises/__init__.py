@@ -27,6 +27,14 @@ class Case:
     # False for such a case: no guard-band copy of each input, and its inputs are compared before and
     # after by a float64 sum each instead of a whole copy (the check's own memory stays near the case's).
     guard: bool = True
+    # A case built only when its turn comes, under a lock shared by every process on the machine, and
+    # freed right after (a case of several GB): build() -> Case, or None where the GPU has no room.
+    build: Optional[Callable[[], Optional["Case"]]] = None
+
+
+def later(label, build):
+    """A case too large to keep beside the others, built by `build()` when its turn comes (Case.build)."""
+    return Case(label, (), build=build)
 
 
 def room_for(nbytes):

@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import Case, Exercise
+from helpers.exercises import Case, Exercise, later, room_for
 from helpers.exercises.lesson02 import fused
 
 NEG_INF = float("-inf")
@@ -107,6 +107,7 @@ def _strided_rows(n_rows, n_cols, dtype=torch.float32):
 # only what the slice holds (about 9 GB of GPU memory in all: the buffer, and the check's copy of its
 # span). Its last rows start at or past element 2**31, where `row * stride_xm` wraps in int32.
 INT32_SPAN = 2**31
+PAST_INT32 = "past 2**31 elements"  # the label of such a case until it is built
 INT32_ROW_STRIDE = 2**16
 
 
@@ -130,7 +131,10 @@ def _far_rows(n_cols, dtype, compared):
 
 
 def past_int32_case(label, n_cols, dtype, compared, hint, kwargs=None, extra=()):
-    """A Case whose x spans more than 2**31 elements, compared on its last `compared` rows only."""
+    """A Case whose x spans more than 2**31 elements, compared on its last `compared` rows only; None
+    where the GPU has no room for x's span and the check's copy of it."""
+    if not room_for(2 * INT32_SPAN * dtype.itemsize):
+        return None
     x, last = _far_rows(n_cols, dtype, compared)
     return Case(f"{x.shape[0]}x{n_cols} {str(dtype)[6:]}, {label}: rows {x.stride(0)} apart, x spans "
                 f"more than 2**31 elements (compared on its last {compared} rows)", (x, *extra), kwargs or {},
@@ -167,8 +171,10 @@ def _softmax_rows_cases():
              for (m, n), dt, kind, why in specs]
     cases += [Case(label, (x,)) for label, x in _strided_rows(_odd(9, 15), _odd(101, 199))]
     if ON_GPU:
-        cases.append(past_int32_case("a slice of a wide buffer", _odd(1001, 2047), F16, 3,
-                                     int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`")))
+        n = _odd(1001, 2047)
+        cases.append(later(PAST_INT32, lambda: past_int32_case(
+            "a slice of a wide buffer", n, F16, 3,
+            int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`"))))
     return cases
 
 
@@ -365,9 +371,10 @@ def _tiled_cases():
     strided = _strided_rows(5, _odd(501, 699))
     cases += [Case(label + ", block=128", (x,), {"block": 128}) for label, x in strided]
     if ON_GPU:
-        cases.append(past_int32_case("block=512, a slice of a wide buffer", _odd(2049, 4095), F16, 3,
-                                     int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`"),
-                                     kwargs={"block": 512}))
+        n = _odd(2049, 4095)
+        cases.append(later(PAST_INT32, lambda: past_int32_case(
+            "block=512, a slice of a wide buffer", n, F16, 3,
+            int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`"), kwargs={"block": 512})))
     return cases
 
 
@@ -457,9 +464,10 @@ def _rmsnorm_linear_cases():
         k, n = _odd(129, 255), _odd(65, 99)  # M * N under 2**22: the launcher does not autotune
         gamma = (1 + 0.2 * torch.randn(k, device=DEVICE)).to(F16)
         w = (torch.randn(n, k, device=DEVICE) / math.sqrt(k)).to(F16)
-        cases.append(past_int32_case(f"K={k}, N={n}, x a slice of a wide buffer", k, F16, 67,
-                                     int32_hint("the tile's row offsets", "`offs_m = (...).to(tl.int64)`"),
-                                     kwargs={"eps": 1e-6}, extra=(gamma, w)))
+        cases.append(later(PAST_INT32, lambda: past_int32_case(
+            f"K={k}, N={n}, x a slice of a wide buffer", k, F16, 67,
+            int32_hint("the tile's row offsets", "`offs_m = (...).to(tl.int64)`"), kwargs={"eps": 1e-6},
+            extra=(gamma, w))))
     return cases
 
 
@@ -529,20 +537,27 @@ def _groupnorm_cases():
     weight, bias = torch.randn(9, device=DEVICE), torch.randn(9, device=DEVICE)
     cases.append(Case("3x9x5x7 G3 float32, eps=1e-05, x channels 2 to 10 of a 3x13x5x7 tensor (samples "
                       "13 x 5 x 7 values apart: sx_n is not C x H x W)", (x, 3, weight, bias, 1e-5)))
-    if ON_GPU:  # samples 2**16 values apart: the last two start at or past element 2**31
-        compared, C, H, W = 2, 8, 8, 8
-        n = INT32_SPAN // INT32_ROW_STRIDE + compared
-        x = torch.empty(n, INT32_ROW_STRIDE // (H * W), H, W, device=DEVICE, dtype=F16)[:, :C]
-        x.normal_(0.0, 2.0)
-        weight, bias = torch.randn(C, device=DEVICE).to(F16), torch.randn(C, device=DEVICE).to(F16)
-        cases.append(Case(f"{n}x{C}x{H}x{W} G2 float16, eps=1e-05, x channels 0 to 7 of a tensor of "
-                          f"{x.stride(0) // (H * W)} channels: samples {x.stride(0)} values apart, x spans "
-                          f"more than 2**31 elements (compared on its last {compared} samples)",
-                          (x, 2, weight, bias, 1e-5),
-                          hint=int32_hint("the sample and group indices", "`n`, `g` with `.to(tl.int64)`"),
-                          reference_args=(x[-compared:].clone(), 2, weight, bias, 1e-5),
-                          part=lambda out: out[-compared:]))
+    if ON_GPU:
+        cases.append(later(PAST_INT32, _groupnorm_past_int32_case))
     return cases
+
+
+def _groupnorm_past_int32_case(compared=2, C=8, H=8, W=8):
+    """Samples 2**16 values apart: the last `compared` start at or past element 2**31 (None where the GPU
+    has no room for x's span and the check's copy of it)."""
+    if not room_for(2 * INT32_SPAN * F16.itemsize):
+        return None
+    n = INT32_SPAN // INT32_ROW_STRIDE + compared
+    x = torch.empty(n, INT32_ROW_STRIDE // (H * W), H, W, device=DEVICE, dtype=F16)[:, :C]
+    x.normal_(0.0, 2.0)
+    weight, bias = torch.randn(C, device=DEVICE).to(F16), torch.randn(C, device=DEVICE).to(F16)
+    return Case(f"{n}x{C}x{H}x{W} G2 float16, eps=1e-05, x channels 0 to 7 of a tensor of "
+                f"{x.stride(0) // (H * W)} channels: samples {x.stride(0)} values apart, x spans "
+                f"more than 2**31 elements (compared on its last {compared} samples)",
+                (x, 2, weight, bias, 1e-5),
+                hint=int32_hint("the sample and group indices", "`n`, `g` with `.to(tl.int64)`"),
+                reference_args=(x[-compared:].clone(), 2, weight, bias, 1e-5),
+                part=lambda out: out[-compared:])
 
 
 @contextlib.contextmanager

@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import Case, Exercise, room_for
+from helpers.exercises import Case, Exercise, later, room_for
 from helpers.exercises.lesson05 import SOFTMAX_TOL
 
 F16, F32 = torch.float16, torch.float32
@@ -171,7 +171,10 @@ def int64_hint(what, index):
 
 
 def _causal_int64_case():
-    """q's three sequences SPREAD values apart (b = 2 starts past 2**31); k, v ordinary."""
+    """q's three sequences SPREAD values apart (b = 2 starts past 2**31); k, v ordinary. None where the
+    GPU has no room for q's span and the check's copy of it."""
+    if not room_for(2 * SPAN_BYTES):
+        return None
     N, D = 200, 64
     q = _far_apart((3, 1, N, D), 0, F16)
     k, v = (torch.randn(3, 1, N, D, device=DEVICE).to(F16) for _ in range(2))
@@ -179,11 +182,20 @@ def _causal_int64_case():
                 (q, k, v), hint=int64_hint("q's sequences", "b (and h)"))
 
 
+def _softmax_int64_case(n):
+    """x's three rows of n values SPREAD values apart (row 2 starts past 2**31). None where the GPU has
+    no room for x's span and the check's copy of it."""
+    if not room_for(2 * SPAN_BYTES):
+        return None
+    return Case(f"3x{n} float16 (rows {SPREAD:,} values apart: offsets past 2**31)",
+                (_far_apart((3, n), 0, F16),), hint=int64_hint("x's rows", "the row index"))
+
+
 def _causal_cases():
     cases = [Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why})",
                   tuple(_causal_inputs(B, H, N, D, dtype, layout, scores)))
              for B, H, N, D, dtype, layout, scores, why in CAUSAL_SPECS]
-    return cases + ([_causal_int64_case()] if ON_GPU and room_for(2 * SPAN_BYTES) else [])
+    return cases + ([later("offsets past 2**31", _causal_int64_case)] if ON_GPU else [])
 
 
 def _asserted(e):
@@ -500,10 +512,9 @@ def _softmax_cases():
              (5, _odd(51, 199), F32, "randn", False, "rows shorter than a tile")]
     cases = [Case(f"{M}x{n} {_name(dtype)} ({why})", (_rows(M, n, dtype, kind, view),))
              for M, n, dtype, kind, view, why in specs]
-    if ON_GPU and room_for(2 * SPAN_BYTES):
+    if ON_GPU:
         n = _odd(*long)
-        cases.append(Case(f"3x{n} float16 (rows {SPREAD:,} values apart: offsets past 2**31)",
-                          (_far_apart((3, n), 0, F16),), hint=int64_hint("x's rows", "the row index")))
+        cases.append(later("offsets past 2**31", lambda: _softmax_int64_case(n)))
     return cases
 
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from helpers.block import SMALL, block_input, block_weights, decoder_block, rope_tables
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import Case, Exercise, room_for
+from helpers.exercises import Case, Exercise, later, room_for
 from helpers.exercises.lesson10 import SPAN_BYTES, SPREAD, _recorded, int64_hint
 from helpers.traffic import HARNESS, EagerWork, source_line
 
@@ -115,14 +115,17 @@ def _rope_cases():
                 if layout.endswith("dim-strided") else "")
         cases.append(Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why}; {tables})",
                           (q, k, *_angles(N, D // 2, sliced)), hint=hint))
-    return cases + ([_rope_int64_case()] if ON_GPU and room_for(3 * SPAN_BYTES) else [])
+    return cases + ([later("offsets past 2**31", _rope_int64_case)] if ON_GPU else [])
 
 
 def _rope_int64_case(D=64):
     """On a GPU: q's three positions and k's three sequences SPREAD values apart, in one buffer of
     2 * SPREAD + 6 D values (4.3 GB in float16), so that position 2 of q and sequence 2 of k start
     past 2**31 values from the buffer's start: offs_pos * sq_n and b * sk_b pass 2**31, while each
-    stride, below 2**31, reaches the kernel as a 32-bit integer."""
+    stride, below 2**31, reaches the kernel as a 32-bit integer. None where the GPU has no room for the
+    buffer and the check's copies of q and k."""
+    if not room_for(3 * SPAN_BYTES):
+        return None
     shape = (3, 1, 3, D)                         # (B, H, N, D)
     buffer = torch.empty(2 * SPREAD + 6 * D, device=DEVICE, dtype=F16)
     q = buffer.as_strided(shape, (D, D, SPREAD, 1))                        # positions far apart
