@@ -789,11 +789,13 @@ def _built(case):
         built = None
         try:
             built = case.build()
+            if built is None:
+                print(f"· case '{case.label}' not run: the GPU has too little free memory for it now.")
             yield built
         finally:
             if built is not None:  # the loop still holds the case: let go of its tensors
                 built.args, built.kwargs, built.reference_args, built.part = (), {}, None, None
-            if torch.cuda.is_available():
+            with contextlib.suppress(RuntimeError):  # a context a crash broke has nothing to free
                 torch.cuda.empty_cache()
             fcntl.flock(lock, fcntl.LOCK_UN)
 

@@ -78,17 +78,18 @@ class _Differentiable(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, reference, n_tensors, *args):
-        tensors = [a.detach().requires_grad_() for a in args[:n_tensors]]
+        dtypes = [a.dtype for a in args[:n_tensors]]
+        tensors = [_upcast(a.detach()).requires_grad_() for a in args[:n_tensors]]   # in float64
         with torch.enable_grad():
             out = reference(*tensors, *args[n_tensors:])
-        ctx.graph = (tensors, out)
-        return copied_by_a_kernel(out)
+        ctx.graph, ctx.dtypes = (tensors, out), dtypes
+        return copied_by_a_kernel(out.to(dtypes[0]))
 
     @staticmethod
     def backward(ctx, dout):
         tensors, out = ctx.graph
-        grads = torch.autograd.grad(out, tensors, dout)
-        return (None, None, *(copied_by_a_kernel(g) for g in grads))
+        grads = torch.autograd.grad(out, tensors, dout.to(out.dtype))
+        return (None, None, *(copied_by_a_kernel(g.to(d)) for g, d in zip(grads, ctx.dtypes)))
 
 
 def differentiable_result_copied_out(reference):

@@ -18,6 +18,7 @@ every exercise of the course.
 import dataclasses
 import hashlib
 import importlib.util
+import os
 import pathlib
 import sys
 import tempfile
@@ -25,6 +26,9 @@ from typing import Callable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 _FOLDER = pathlib.Path(tempfile.mkdtemp(prefix="course-mutants-"))
+# On a GPU check() runs the cases in a worker process, which imports a kernel's module by name: the
+# mutants' modules must be importable there too (else the check runs here, where a crash is for good).
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(_FOLDER), os.environ.get("PYTHONPATH"))))
 _modules = {}
 
 
