@@ -26,9 +26,10 @@ from typing import Callable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 _FOLDER = pathlib.Path(tempfile.mkdtemp(prefix="course-mutants-"))
-# On a GPU check() runs the cases in a worker process, which imports a kernel's module by name: the
-# mutants' modules must be importable there too (else the check runs here, where a crash is for good).
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(_FOLDER), os.environ.get("PYTHONPATH"))))
+# On a GPU check() runs the cases in a worker process (started with this process's sys.path), which
+# imports a kernel's module by name: the mutants' modules must be importable there too (else the check
+# runs here, where a crash breaks this process's CUDA context for good).
+sys.path.append(str(_FOLDER))
 _modules = {}
 
 
