@@ -18,7 +18,6 @@ every exercise of the course.
 import dataclasses
 import hashlib
 import importlib.util
-import os
 import pathlib
 import sys
 import tempfile
