@@ -401,6 +401,31 @@ def record(touches=False):
         _State.recorders.remove(rec)
 
 
+@contextlib.contextmanager
+def exponentials():
+    """Inside the block, the exponentials interpreted kernels compute (tl.exp and tl.exp2): yields a list
+    that collects the number of values of each call. Use it inside record(), which interprets the
+    kernels on a GPU too."""
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    originals = {name: getattr(InterpreterBuilder, name) for name in ("create_exp", "create_exp2")}
+    sizes = []
+
+    def counting(original):
+        def create(self, arg):
+            sizes.append(int(np.asarray(arg.data).size))
+            return original(self, arg)
+        return create
+
+    for name, original in originals.items():
+        setattr(InterpreterBuilder, name, counting(original))
+    try:
+        yield sizes
+    finally:
+        for name, original in originals.items():
+            setattr(InterpreterBuilder, name, original)
+
+
 def interpreted():
     """Run the Triton kernels launched in the block through the interpreter, even on a GPU.
 

@@ -14,7 +14,6 @@ op), and the tiled kernel reads x exactly twice and writes the output once (the 
 record of every load and store).
 """
 
-import contextlib
 import dataclasses
 import math
 
@@ -560,30 +559,6 @@ def _groupnorm_past_int32_case(compared=2, C=8, H=8, W=8):
                 part=lambda out: out[-compared:])
 
 
-@contextlib.contextmanager
-def _counting_exponentials():
-    """Counts the values that tl.exp and tl.exp2 compute in interpreted kernels: yields [count]."""
-    from triton.runtime.interpreter import InterpreterBuilder
-
-    names = [name for name in ("create_exp", "create_exp2") if hasattr(InterpreterBuilder, name)]
-    originals = {name: getattr(InterpreterBuilder, name) for name in names}
-    count = [0]
-
-    def counted(original):
-        def create(self, arg):
-            count[0] += arg.data.size
-            return original(self, arg)
-        return create
-
-    for name in names:
-        setattr(InterpreterBuilder, name, counted(originals[name]))
-    try:
-        yield count
-    finally:
-        for name, original in originals.items():
-            setattr(InterpreterBuilder, name, original)
-
-
 def _groupnorm_structure(fn):
     """One launch, nothing computed by PyTorch beside it, and Mish with one exponential per value.
 
@@ -594,11 +569,12 @@ def _groupnorm_structure(fn):
     problem = fused(fn, x, 4, weight, bias, 1e-5)
     if problem:
         return problem
-    with interpreter.record(), _counting_exponentials() as count:
+    with interpreter.record(), interpreter.exponentials() as sizes:
         fn(x, 4, weight, bias, 1e-5)
-    per_value = count[0] / x.numel()
+    count = sum(sizes)
+    per_value = count / x.numel()
     if per_value > 1.5:
-        return (f"for x of shape {tuple(x.shape)} your kernel computed {count[0]:,} exponentials, "
+        return (f"for x of shape {tuple(x.shape)} your kernel computed {count:,} exponentials, "
                 f"{per_value:.3g} per value of x. Mish needs one per value: with e = exp(y), "
                 f"tanh(softplus(y)) is e (e + 2) / (e (e + 2) + 2), as the lesson shows.")
     return None

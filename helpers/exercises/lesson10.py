@@ -28,7 +28,6 @@ every load and store (on a GPU too, on small inputs):
    last to the first, in those orders.
 """
 
-import contextlib
 
 import numpy as np
 import torch
@@ -528,38 +527,13 @@ SOFTMAX_NAN_HINT = ("If this case's rows begin with whole tiles of -inf: the run
                     "such a tile, and -inf - (-inf) is NaN.")
 
 
-@contextlib.contextmanager
-def _exponentials_counted():
-    """Inside the block, count the interpreter's exponentials (tl.exp and tl.exp2): yields a list that
-    collects the number of values of each call."""
-    from triton.runtime import interpreter as triton_interpreter
-
-    builder = triton_interpreter.InterpreterBuilder
-    originals = {name: getattr(builder, name) for name in ("create_exp", "create_exp2")}
-    sizes = []
-
-    def counting(original):
-        def create(self, arg):
-            sizes.append(int(np.asarray(arg.data).size))
-            return original(self, arg)
-        return create
-
-    for name, original in originals.items():
-        setattr(builder, name, counting(original))
-    try:
-        yield sizes
-    finally:
-        for name, original in originals.items():
-            setattr(builder, name, original)
-
-
 def _two_reads_one_exp(fn):
     """x read exactly twice and the output written once; one exponential per element in each pass (as
     many tile-wide exponentials as tiles loaded); and in every program, the first pass over a row visits
     its tiles from the first to the last, the second from the last to the first, in that order."""
     M, n = pick((3, _odd(2001, 3071)), (2, _odd(20_001, 30_001)))
     x = torch.randn(M, n, device=DEVICE)
-    with _exponentials_counted() as exps:
+    with interpreter.exponentials() as exps:
         launches, problem = _recorded(fn, x, touches=True)
     if problem:
         return problem
