@@ -91,6 +91,12 @@ def _sendable(value):
         or type(value).__module__.startswith("triton")
 
 
+def _cells():
+    """linecache's entries for the code of notebook cells (files that exist only there): a few kB."""
+    return {name: entry for name, entry in list(linecache.cache.items())
+            if len(entry) == 4 and entry[1] is None and not os.path.exists(name)}
+
+
 def dumps(obj):
     buffer = io.BytesIO()
     _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
@@ -131,7 +137,8 @@ def main(fd):
         except EOFError:
             return
         try:
-            ex, fn = pickle.loads(payload)
+            ex, fn, cells = pickle.loads(payload)
+            linecache.cache.update(cells)
         except Exception:  # noqa: BLE001  (it refers to something this process cannot import)
             conn.send(("unsendable",))
             continue
@@ -210,7 +217,9 @@ def run_cases(ex, fn):
     from helpers.check import CheckFailed, GPUCrashed, KernelTimeout, _run_cases
 
     try:
-        payload = dumps((ex, fn))   # the exercise too: its cases, reference and limits as they are here
+        # the exercise too (its cases, reference and limits as they are here), and the source of the
+        # notebook's cells, so that a message can quote the learner's line there too
+        payload = dumps((ex, fn, _cells()))
     except Exception:  # noqa: BLE001  (something the function refers to cannot be copied: check here)
         return _run_cases(ex, fn)
     worker = _get_worker()

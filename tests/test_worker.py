@@ -36,11 +36,12 @@ def cell_vector_add(x, y):
 '''
 
 
-def notebook_cell(source, name):
-    """Run `source` as a notebook cell would be (its file only in linecache); return its namespace."""
+def notebook_cell(source, name, **names):
+    """Run `source` as a notebook cell would be (its file only in linecache), with `names` defined by
+    earlier cells; return what it defines as `name`."""
     filename = f"/tmp/ipykernel_0/{abs(hash(source))}.py"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"__name__": "__main__", "torch": torch, "triton": triton, "tl": tl, "os": os}
+    namespace = {"__name__": "__main__", "torch": torch, "triton": triton, "tl": tl, "os": os, **names}
     exec(compile(source, filename, "exec"), namespace)
     return namespace[name]
 
@@ -94,6 +95,19 @@ def test_an_untouched_stub_from_a_notebook_cell_is_not_done(isolated):
 def test_wrong_answers_are_reported_as_in_process(isolated):
     with pytest.raises(CheckFailed, match="failed on case"):
         check("vector_add", notebook_cell(CELL.replace(" + tl.load(y", " - tl.load(y"), "cell_vector_add"))
+
+
+def test_a_message_from_the_worker_quotes_the_cells_line(isolated):
+    kernel = notebook_cell(CELL, "cell_add_kernel")   # the kernel in one cell, the function in another
+    wrapper = notebook_cell('''
+def cell_vector_add(x, y):
+    x = x * 1.0  # PyTorch beside the kernel
+    out = torch.empty_like(x)
+    cell_add_kernel[(triton.cdiv(x.numel(), 256),)](x, y.contiguous(), out, x.numel(), BLOCK=256)
+    return out
+''', "cell_vector_add", cell_add_kernel=kernel)
+    with pytest.raises(CheckFailed, match=r"`x = x \* 1.0  # PyTorch beside the kernel`"):
+        check("vector_add", wrapper)
 
 
 # ---------------------------------------------------------------- real crashes, on a GPU
