@@ -229,10 +229,11 @@ def time_limit(seconds, what):
     if not usable:
         yield
         return
-    started = time.monotonic()
+    started, launches = time.monotonic(), interpreter.launch_count()
 
     def on_alarm(signum, frame):
-        raise KernelTimeout(_timeout_message(what, seconds, time.monotonic() - started))
+        launched = interpreter.launch_count() - launches   # within the limit, the running one included
+        raise KernelTimeout(_timeout_message(what, seconds, time.monotonic() - started, launched))
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -243,16 +244,18 @@ def time_limit(seconds, what):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _timeout_message(what, seconds, elapsed):
+def _timeout_message(what, seconds, elapsed, launched=1):
     running = interpreter.progress()
     if running is None:
         return (f"{what} was still running after {seconds:g} s, outside any kernel, so the check "
                 f"stopped it. Look for a Python loop whose condition never changes.")
     kernel, started, total = running
-    if started > 1:
+    finished = launched - 1   # launches that ran to the end before this one
+    if started > 1 or finished > 0:
+        before = f" (after {finished:,} launch(es) that ran to the end)" if finished else ""
         return (f"{what} was still running after {seconds:g} s: {kernel} had started {started:,} of its "
-                f"{total:,} programs, so it is slow, not stuck. The interpreter runs one program at a "
-                f"time: give each program a block of elements (BLOCK of them), not one, so that "
+                f"{total:,} programs{before}, so it is slow, not stuck. The interpreter runs one program "
+                f"at a time: give each program a block of elements (BLOCK of them), not one, so that "
                 f"far fewer programs are launched.")
     return (f"{what} was still running after {seconds:g} s, inside program 1 of {kernel}, so the check "
             f"stopped it. Look for a loop whose bound never moves (a `while` or a `range` over a "

@@ -354,6 +354,13 @@ def test_a_slow_kernel_is_told_apart_from_an_endless_one(monkeypatch):
         check("vector_add", slow)
 
 
+def test_a_limit_reached_at_the_start_of_a_later_launch_is_still_slow(monkeypatch):
+    """The limit may fall on program 1 of a launch: launches that ran to the end before it say slow."""
+    monkeypatch.setattr(check_module.interpreter, "progress", lambda: ("one_per_program", 1, 1001))
+    assert "slow, not stuck" in check_module._timeout_message("your function", 1, 1.0, launched=3)
+    assert "Look for a loop whose bound" in check_module._timeout_message("your function", 1, 1.0, launched=1)
+
+
 def test_a_python_loop_that_never_ends_keeps_its_timeout_type(monkeypatch):
     monkeypatch.setattr(exercises.get("vector_add"), "timeout_s", 0.5)
 
