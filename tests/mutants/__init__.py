@@ -15,16 +15,19 @@ tests/test_mutants.py runs them all and requires at least four wrong and one rig
 every exercise of the course.
 """
 
+import atexit
 import dataclasses
 import hashlib
 import importlib.util
 import pathlib
+import shutil
 import sys
 import tempfile
 from typing import Callable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 _FOLDER = pathlib.Path(tempfile.mkdtemp(prefix="course-mutants-"))
+atexit.register(shutil.rmtree, _FOLDER, ignore_errors=True)
 # On a GPU check() runs the cases in a worker process (started with this process's sys.path), which
 # imports a kernel's module by name: the mutants' modules must be importable there too (else the check
 # runs here, where a crash breaks this process's CUDA context for good).
