@@ -387,6 +387,10 @@ def _backward_cases():
             q, k, v, dout = (t.transpose(1, 2) for t in (q, k, v, dout))
         if scale == "negative":
             q[..., 0], k[..., 0] = LARGE / 2, -LARGE
+            # dQ's first column is -LARGE times a row's sum of dS, which is 0 but for rounding: P's
+            # rounding near -141 (about 1e-5 of it), times 40, reached 0.58 of the tolerance in 8 draws
+            # and once passed it (2 of 1184 values, by 3%). With dO / 10: 0.08.
+            dout = dout * 0.1
         else:
             q, k = q * scale, k * scale
         kwargs = {"causal": causal}
