@@ -402,19 +402,18 @@ def record(touches=False):
 
 
 @contextlib.contextmanager
-def exponentials():
-    """Inside the block, the exponentials interpreted kernels compute (tl.exp and tl.exp2): yields a list
-    that collects the number of values of each call. Use it inside record(), which interprets the
-    kernels on a GPU too."""
+def _counting(names, size):
+    """Inside the block, every call of the interpreter builder's methods `names`: yields a list that
+    collects size(*arguments) of each call."""
     from triton.runtime.interpreter import InterpreterBuilder
 
-    originals = {name: getattr(InterpreterBuilder, name) for name in ("create_exp", "create_exp2")}
+    originals = {name: getattr(InterpreterBuilder, name) for name in names}
     sizes = []
 
     def counting(original):
-        def create(self, arg):
-            sizes.append(int(np.asarray(arg.data).size))
-            return original(self, arg)
+        def create(self, *args, **kwargs):
+            sizes.append(size(*args))
+            return original(self, *args, **kwargs)
         return create
 
     for name, original in originals.items():
@@ -424,6 +423,22 @@ def exponentials():
     finally:
         for name, original in originals.items():
             setattr(InterpreterBuilder, name, original)
+
+
+def exponentials():
+    """Inside the block, the exponentials interpreted kernels compute (tl.exp and tl.exp2): yields a list
+    that collects the number of values of each call. Use it inside record(), which interprets the
+    kernels on a GPU too."""
+    return _counting(("create_exp", "create_exp2"), lambda arg: int(np.asarray(arg.data).size))
+
+
+def dots():
+    """Inside the block, the tl.dot calls interpreted kernels make: yields a list that collects the
+    multiply-adds of each call (M * N * K). Use it inside record(), as exponentials()."""
+    def multiply_adds(a, b, *_):
+        (m, k), n = np.asarray(a.data).shape[-2:], np.asarray(b.data).shape[-1]
+        return int(np.prod(np.asarray(a.data).shape[:-2], dtype=np.int64)) * m * n * k
+    return _counting(("create_dot",), multiply_adds)
 
 
 def interpreted():

@@ -356,13 +356,16 @@ def _skips_tiles(fn):
 
     Counted by the interpreter at N = 512: whatever BLOCK_M is, a query block that loads every K/V
     tile reads 2 N D elements, and the launch has one program per query block. Skipping the tiles
-    right of the diagonal brings that to about (blocks + 1) / (2 blocks) of it.
+    right of the diagonal brings that to about (blocks + 1) / (2 blocks) of it. The matrix products
+    are counted too: a loop that visits every tile with its loads masked off loads as little, but
+    still multiplies every query by every key.
     """
     q, k, v = qkv(1, 1, MEASURE_N, MEASURE_D, KERNEL_DTYPE)
     problem = _once_unmeasured(lambda: fn(q, k, v))
     if problem:
         return problem
-    traffic, problem = _calling(triton_traffic, fn, q, k, v)
+    with interpreter.dots() as dots:
+        traffic, problem = _calling(triton_traffic, fn, q, k, v)
     if problem:
         return problem
     if not traffic.launches:
@@ -376,6 +379,13 @@ def _skips_tiles(fn):
                 f"{kv_loaded / every_tile:.0%} of what its {blocks} query blocks load when each visits "
                 f"every key tile ({every_tile:,}). A tile right of the diagonal holds only future keys: "
                 f"masking it gives the right answer, but it should not be loaded at all.")
+    every_dot = 2 * MEASURE_N * MEASURE_N * MEASURE_D   # QK^T and PV, every query against every key
+    if sum(dots) > 0.8 * every_dot:
+        return (f"at N = {MEASURE_N} your causal kernel loaded few K/V bytes, yet its tl.dot calls did "
+                f"{sum(dots):,} multiply-adds, {sum(dots) / every_dot:.0%} of what visiting every key tile "
+                f"takes ({every_dot:,}): the loop still visits the tiles right of the diagonal, with their "
+                f"loads masked off. Skipping a tile means the loop's bounds stop at the diagonal, so "
+                f"neither its loads nor its matrix products run.")
     return None
 
 

@@ -158,6 +158,14 @@ WRONG = [
     Wrong("flash_forward_causal", "no tile skipping: every tile loaded, then masked", edit(
         "06", "flash_forward_causal", ("    hi = tl.minimum(start_m + BLOCK_M, n_ctx)\n    acc, l_i, m_i",
                                        "    hi = n_ctx\n    acc, l_i, m_i"))),
+    Wrong("flash_forward_causal", "every tile visited, the loads right of the diagonal masked off", edit(
+        "06", "flash_forward_causal",
+        ("    hi = tl.minimum(start_m + BLOCK_M, n_ctx)\n    acc, l_i, m_i", "    hi = n_ctx\n    acc, l_i, m_i"),
+        ("kT = tl.load(kT_ptrs, mask=offs_n[None, :] < n_ctx, other=0.0)",
+         "kT = tl.load(kT_ptrs, mask=(offs_n[None, :] < n_ctx) & (offs_n[None, :] <= tl.max(offs_m)), other=0.0)"),
+        ("v = tl.load(v_ptrs, mask=offs_n[:, None] < n_ctx, other=0.0)",
+         "v = tl.load(v_ptrs, mask=(offs_n[:, None] < n_ctx) & (offs_n[:, None] <= tl.max(offs_m)), other=0.0)"),
+    )),
     Wrong("flash_forward_causal", "causal mask off by one (keys j < i)", edit(
         "06", "flash_forward_causal", ("s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        m_new",
                                        "s = tl.where(offs_m[:, None] > offs_n[None, :], s, float(\"-inf\"))\n        m_new"))),
