@@ -245,3 +245,24 @@ def test_the_case_past_int32_compares_the_last_head(monkeypatch):
         return out, lse
     with pytest.raises(CheckFailed, match=r"(?s)last head.*int32 wraps"):
         check("flash_forward", off_in_the_last_head)
+
+
+@pytest.mark.parametrize("name, gradients", [("flash_backward_dkdv", 2), ("flash_backward_dq", 1)])
+def test_the_backward_case_past_int32_compares_the_last_head(monkeypatch, name, gradients):
+    """The backward kernels' GPU-only case past 2**31 elements, at a stand-in size: out and lse saved
+    head by head, the reference on the last head, a mistake there caught with the int32 hint."""
+    from helpers.exercises.lesson06 import backward_past_int32_case
+
+    ex = exercises.get(name)
+    dtype = pick(torch.float32, torch.float16)
+    monkeypatch.setattr(ex, "cases", lambda: [backward_past_int32_case(gradients, H=5, N=37, D=16, dtype=dtype)])
+    solution = getattr(lesson06, name)
+    check(name, solution)
+
+    def off_in_the_last_head(*args, **kwargs):
+        grads = solution(*args, **kwargs)
+        first = grads if isinstance(grads, torch.Tensor) else grads[0]
+        first[:, -1, -1] += 1.0
+        return grads
+    with pytest.raises(CheckFailed, match=r"(?s)last head.*int32 wraps"):
+        check(name, off_in_the_last_head)

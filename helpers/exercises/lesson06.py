@@ -13,10 +13,14 @@ dK/dV kernel, the dQ kernel (both through launchers given in the lesson), and
 the torch.autograd.Function that runs them. The first three get what the
 forward pass saves (out, lse) and the output's gradient dout.
 
+On a GPU, the forward kernels and the two backward kernels also meet a case past
+2**31 elements per tensor (the lesson asks for int64 offsets), compared on its
+last head. The autograd.Function wires those same kernels, and has no such case.
+
 Once the values are right, each check measures what the lesson teaches: the
 tiled PyTorch version never makes a tensor larger than q (a whole row of scores
 per query block is), the causal kernel skips the tiles right of the diagonal
-(counted in K/V bytes loaded), the PyTorch backward writes the gradients itself
+(counted in K/V bytes loaded and in the matrix products' multiply-adds), the PyTorch backward writes the gradients itself
 (autograd records nothing), and the autograd.Function's backward runs Triton
 kernels and holds no N x N tensor.
 """
@@ -125,9 +129,11 @@ INT32_HINT = ("This case has more than 2**31 elements per tensor: an offset comp
 
 
 def _last_head(out):
-    """(out, lse) of the last head only; anything else as it is (the comparison then says what is wrong)."""
-    if isinstance(out, (tuple, list)) and len(out) == 2 and all(
-            isinstance(t, torch.Tensor) and t.dim() >= 2 for t in out):
+    """The last head of a (B, H, ...) output, or of each in a tuple of them ((out, lse), (dk, dv));
+    anything else as it is (the comparison then says what is wrong)."""
+    if isinstance(out, torch.Tensor) and out.dim() >= 2:
+        return out[:, -1:]
+    if isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in out):
         return tuple(t[:, -1:] for t in out)
     return out
 
@@ -146,6 +152,32 @@ def past_int32_case(H=2**15 + 1, N=512, D=128, dtype=torch.float16):
     return Case(_label(1, H, N, D, dtype, "past 2**31 elements per tensor; compared on its last head"),
                 (q, k, v), {}, hint=INT32_HINT, reference_args=tuple(t[:, -1:] for t in (q, k, v)),
                 part=_last_head, guard=False)
+
+
+def _saved_by_heads(q, k, v, causal, heads=256):
+    """_saved() for inputs too large to upcast whole: float32 scores, `heads` heads at a time, and the
+    last head (the one compared) in float64 as the other cases have it."""
+    out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32)
+    for h in range(0, q.shape[1], heads):
+        chunk = slice(h, h + heads)
+        o, l = attention_reference(*(t[:, chunk].float() for t in (q, k, v)), causal)
+        out[:, chunk], lse[:, chunk] = o, l
+    out[:, -1:], lse[:, -1:] = _saved(*(t[:, -1:] for t in (q, k, v)), causal, None)
+    return out, lse
+
+
+def backward_past_int32_case(gradients, H=2**15 + 1, N=512, D=128, dtype=torch.float16):
+    """Causal (1, H, N, D) inputs past 2**31 elements each, for the backward kernels on a GPU, with the
+    out and lse the forward saves; the reference runs on the last head. `gradients`: how many tensors
+    of that size the kernel returns (2 for dK and dV, 1 for dQ). Unguarded, the check holds q, k, v,
+    dO, out and the gradients, 4 GiB each: 24 to 28 GiB. None on a GPU without room."""
+    if not room_for((5 + gradients) * H * N * D * dtype.itemsize):
+        return None
+    q, k, v, dout = qkv(1, H, N, D, dtype, count=4)
+    args = (q, k, v, *_saved_by_heads(q, k, v, causal=True), dout)
+    return Case(_label(1, H, N, D, dtype, "past 2**31 elements per tensor; compared on its last head")
+                + ", causal", args, {"causal": True}, hint=INT32_HINT,
+                reference_args=tuple(t[:, -1:] for t in args), part=_last_head, guard=False)
 
 
 def _kernel_cases():
@@ -188,11 +220,16 @@ def _backward_case(B, H, N, D, dtype, scale, strided, why, causal, with_scale, s
     return Case(label, (q, k, v, out, lse, dout), kwargs, hint=hint)
 
 
-def _backward_cases(saved=True):
+def _backward_cases(saved=True, gradients=2):
     """The kernel sizes for the backward: causal every other case, and a random sm_scale in all but the
-    large-score case and one causal one (so that causal cases meet both)."""
-    return [_backward_case(*spec, causal=i % 2 == 1, with_scale=i % 4 != 3 and spec[5] == 1.0, saved=saved)
-            for i, spec in enumerate(KERNEL_SPECS)]
+    large-score case and one causal one (so that causal cases meet both). On a GPU, the kernels' own
+    exercises (saved=True) end with a case past 2**31 elements per tensor; attention_backward
+    (saved=False) grades the wiring of those same kernels through autograd, and has none."""
+    cases = [_backward_case(*spec, causal=i % 2 == 1, with_scale=i % 4 != 3 and spec[5] == 1.0, saved=saved)
+             for i, spec in enumerate(KERNEL_SPECS)]
+    if saved and ON_GPU:
+        cases.append(later("past 2**31 elements per tensor", lambda: backward_past_int32_case(gradients)))
+    return cases
 
 
 def _torch_backward_cases():
@@ -468,7 +505,8 @@ EXERCISES = [
              _torch_backward_cases, tol=GRADS, structure=_by_hand, nan_hint=CAUSAL_NAN),
     Exercise("06", "flash_backward_dkdv", "dK/dV kernel (Triton)", _dkdv, _backward_cases, tol=GRADS,
              kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
-    Exercise("06", "flash_backward_dq", "dQ kernel (Triton)", _dq, _backward_cases, tol=GRADS,
+    Exercise("06", "flash_backward_dq", "dQ kernel (Triton)", _dq, lambda: _backward_cases(gradients=1),
+             tol=GRADS,
              kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
     Exercise("06", "attention_backward", "autograd.Function over the kernels", _attention_out,
              lambda: _backward_cases(saved=False), run=_forward_backward, tol=GRADS, kernel=True,

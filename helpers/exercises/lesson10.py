@@ -10,7 +10,9 @@
    must be int64 before they meet a stride).
 2. `atomic_backward`: the key-block program's step of the one-kernel backward (`_attend_backward`),
    against autograd through PyTorch's attention in float64: full and causal, random scales, lengths
-   no block divides and several key blocks adding into every query row of dQ.
+   no block divides and several key blocks adding into every query row of dQ. No case past 2**31: the
+   given kernel moves dq_ptr, lse_ptr and delta_ptr to their head in int64 before the step runs, and
+   the step's own offsets stay below N * D.
 3. `softmax_long`: softmax over rows longer than one tile, in two passes (a running max and sum,
    then the output), the second walking the row from its last tile back to its first. Rows that
    begin with a whole tile of -inf, values of 1e4, float16, and rows of a wider matrix; on a GPU,

@@ -211,6 +211,10 @@ WRONG = [
     Wrong("flash_backward_dkdv", "lse passed to the kernel without .contiguous()", edit(
         "06", "flash_backward_dkdv", ("dout.contiguous(), lse.contiguous(), delta, dk, dv",
                                       "dout.contiguous(), lse, delta, dk, dv"))),
+    Wrong("flash_backward_dkdv", "int32 offsets: bh * N * D wraps past 2**31 elements", edit(
+        "06", "flash_backward_dkdv", ("    start_n = tl.program_id(0) * BLOCK_N\n    bh = tl.program_id(1).to(tl.int64)",
+                                      "    start_n = tl.program_id(0) * BLOCK_N\n    bh = tl.program_id(1)")),
+          gpu_only=True),
     Wrong("flash_backward_dkdv", "dK not multiplied by sm_scale", edit(
         "06", "flash_backward_dkdv", ("(dk * sm_scale).to(dk_ptr.dtype.element_ty)", "dk.to(dk_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dkdv", "dS = P * dP: delta not subtracted", edit(
@@ -232,6 +236,12 @@ WRONG = [
     Wrong("flash_backward_dq", "lse passed to the kernel without .contiguous()", edit(
         "06", "flash_backward_dq", ("dout.contiguous(), lse.contiguous(), delta, dq, N",
                                     "dout.contiguous(), lse, delta, dq, N"))),
+    Wrong("flash_backward_dq", "int32 offsets: bh * N * D wraps past 2**31 elements", edit(
+        "06", "flash_backward_dq", ("* BLOCK_M\n    bh = tl.program_id(1).to(tl.int64)\n    q_ptr += bh * n_ctx * HEAD_DIM\n"
+                                    "    k_ptr += bh * n_ctx * HEAD_DIM\n    v_ptr += bh * n_ctx * HEAD_DIM\n    do_ptr",
+                                    "* BLOCK_M\n    bh = tl.program_id(1)\n    q_ptr += bh * n_ctx * HEAD_DIM\n"
+                                    "    k_ptr += bh * n_ctx * HEAD_DIM\n    v_ptr += bh * n_ctx * HEAD_DIM\n    do_ptr")),
+          gpu_only=True),
     Wrong("flash_backward_dq", "dQ not multiplied by sm_scale", edit(
         "06", "flash_backward_dq", ("(dq * sm_scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dq", "dS = P * dP: delta not subtracted", edit(
