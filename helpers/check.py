@@ -476,11 +476,13 @@ def _not_contiguous(out, why=True):
     return None
 
 
-def _fingerprint(x):
+def _fingerprint(x, chunk=2**24):
     """A floating tensor's float64 sum (NaN counted as 0.5), to tell whether it changed without keeping
-    a copy of it (a case too large to copy); anything else as it is."""
+    a copy of it (a case too large to copy); anything else as it is. Summed `chunk` values at a time:
+    the memory it takes stays small beside such a tensor."""
     if isinstance(x, torch.Tensor) and x.is_floating_point():
-        return torch.sum(x.detach().nan_to_num(0.5), dtype=torch.float64)
+        parts = x.detach().reshape(-1).split(chunk)
+        return sum(torch.sum(part.nan_to_num(0.5), dtype=torch.float64) for part in parts)
     return x
 
 

@@ -57,7 +57,8 @@ def test_untouched_backward_kernels_are_not_done():
 def test_backward_cases_cover_both_masks_and_scales():
     """Each backward step meets causal and full cases, each with and without a random sm_scale."""
     for name in BACKWARD_STEPS:
-        seen = {(c.kwargs["causal"], "sm_scale" in c.kwargs) for c in exercises.get(name).cases()}
+        seen = {(c.kwargs["causal"], "sm_scale" in c.kwargs) for c in exercises.get(name).cases()
+                if c.build is None}   # a GPU's case past 2**31 is built when its turn comes
         assert {(True, False), (True, True), (False, True)} <= seen, (name, seen)
 
 
