@@ -66,6 +66,8 @@ def test_saved_inputs_are_what_the_forward_saves():
     """The backward steps get out in the inputs' dtype and lse in float32 at least, as the forward returns."""
     for name in BACKWARD_STEPS[:3]:
         for case in exercises.get(name).cases():
+            if case.build is not None:   # a GPU's case past 2**31: test_the_backward_case_past_int32_...
+                continue
             q, k, v, out, lse, dout = case.args
             want_out, want_lse = attention_reference(q.double(), k.double(), v.double(), **case.kwargs)
             assert out.dtype == q.dtype and lse.dtype == torch.promote_types(q.dtype, torch.float32)

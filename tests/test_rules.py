@@ -108,6 +108,8 @@ def test_a_result_computed_by_pytorch_and_copied_out_is_rejected(name, monkeypat
     ex = exercises.get(name)
     if ex.torch_ops is not None:   # the rule itself, not a structure check that may see it first
         monkeypatch.setattr(ex, "structure", None)
+    cases = ex.cases   # a GPU's cases past 2**31 elements are more than PyTorch computes whole: the rest
+    monkeypatch.setattr(ex, "cases", lambda: [case for case in cases() if case.build is None])
     cheat = (differentiable_result_copied_out if name in AUTOGRAD else result_copied_out)(ex.reference)
     with pytest.raises(CheckFailed) as caught:
         check(name, cheat)

@@ -221,12 +221,15 @@ def _backward_case(B, H, N, D, dtype, scale, strided, why, causal, with_scale, s
 
 
 def _backward_cases(saved=True, gradients=2):
-    """The kernel sizes for the backward: causal every other case, and a random sm_scale in all but the
-    large-score case and one causal one (so that causal cases meet both). On a GPU, the kernels' own
+    """The kernel sizes for the backward: causal every other case and the strided one (whose lse then
+    differs from row to row: at N(0, 1) scores every full row's lse is near log N, and float16's
+    tolerance hid a kernel that read lse's rows in the wrong order), and a random sm_scale in all but
+    the large-score case and one causal one (so that causal cases meet both). On a GPU, the kernels' own
     exercises (saved=True) end with a case past 2**31 elements per tensor; attention_backward
     (saved=False) grades the wiring of those same kernels through autograd, and has none."""
-    cases = [_backward_case(*spec, causal=i % 2 == 1, with_scale=i % 4 != 3 and spec[5] == 1.0, saved=saved)
-             for i, spec in enumerate(KERNEL_SPECS)]
+    cases = [_backward_case(*spec, causal=i % 2 == 1 or strided, with_scale=i % 4 != 3 and spec[5] == 1.0,
+                            saved=saved)
+             for i, spec in enumerate(KERNEL_SPECS) for strided in [spec[6]]]
     if saved and ON_GPU:
         cases.append(later("past 2**31 elements per tensor", lambda: backward_past_int32_case(gradients)))
     return cases

@@ -318,7 +318,7 @@ def _two_loop_kernel(x_ptr, g_ptr, w_ptr, out_ptr, M, N, K, eps,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """The rms first (one loop over K), then the product with x already normalized (a second loop)."""
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)   # x may pass 2**31 elements
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
