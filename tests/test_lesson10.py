@@ -85,7 +85,7 @@ def test_the_causal_cases_reach_underflow_and_overflow():
     (a running max started at 0 then divides 0 by 0); the "positive" ones overflow exp."""
     from helpers.exercises import lesson10 as spec
 
-    for case in spec._causal_cases():
+    for case in [c for c in spec._causal_cases() if c.build is None]:   # not a GPU's case past 2**31
         q, k, _ = (t.double() for t in case.args)
         scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
         causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()

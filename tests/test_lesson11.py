@@ -209,7 +209,7 @@ def test_every_rope_operand_with_strides_is_a_view_somewhere():
     non-contiguous view in some case, cos and sin with row strides that differ from each other."""
     from helpers.exercises import lesson11 as spec
 
-    cases = spec._rope_cases()
+    cases = [c for c in spec._rope_cases() if c.build is None]   # a GPU's case past 2**31 comes later
     q_dims = {c.args[0].stride(3) for c in cases}
     k_dims = {c.args[1].stride(3) for c in cases}
     assert any(not c.args[0].is_contiguous() for c in cases) and q_dims != {1}

@@ -537,7 +537,7 @@ def _two_reads_one_exp(fn):
     """x read exactly twice and the output written once; one exponential per element in each pass (as
     many tile-wide exponentials as tiles loaded); and in every program, the first pass over a row visits
     its tiles from the first to the last, the second from the last to the first, in that order."""
-    M, n = pick((3, _odd(2001, 3071)), (2, _odd(20_001, 30_001)))
+    M, n = pick((3, _odd(2001, 3071)), (2, _odd(40_001, 60_001)))   # 3 tiles at least, at any BLOCK
     x = torch.randn(M, n, device=DEVICE)
     with interpreter.exponentials() as exps:
         launches, problem = _recorded(fn, x, touches=True)

@@ -231,7 +231,7 @@ WRONG += [
 @triton.jit
 def _scalar_state_kernel(x_ptr, out_ptr, n_cols, stride_xm, stride_xn, stride_om, BLOCK: tl.constexpr):
     """Pass 1 reduces each tile at once and keeps one running (max, sum) per row."""
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)   # x may pass 2**31 elements
     offs = tl.arange(0, BLOCK)
     m = -float("inf")
     l = 0.0
