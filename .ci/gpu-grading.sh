@@ -4,17 +4,20 @@
 # that crash the GPU context, each reported on its own case with a correct check passing after it in
 # the same process) and every lesson notebook, solved, executed at full size with nothing on stderr
 # (tests/test_gpu_notebooks.py; the executed notebooks land in build/executed/).
-# Usage: PYTHON=python3 bash .ci/gpu-grading.sh [results folder] [workers]
+# On a host of several GPUs the unit tests' workers are spread over them (tests/conftest.py): compiling
+# kernels is most of the run, and such a host has that many more cores.
+# Usage: PYTHON=python3 bash .ci/gpu-grading.sh [results folder] [workers, default 10 per GPU]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 out=${1:-build/gpu-grading}
-workers=${2:-8}
+export COURSE_GPUS=$(nvidia-smi -L | grep -c "^GPU")
+workers=${2:-$((10 * COURSE_GPUS))}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 $PYTHON -c "import helpers; print(helpers.describe())" | tee "$out/describe.txt"
 $PYTHON -m pytest tests -m "not notebooks" -o addopts= -q -p no:cacheprovider -p no:logging \
-    -n "$workers" --dist loadfile -rfE 2>&1 | grep -v Warning | tail -40 | tee "$out/unit.txt"
+    -n "$workers" --dist load -rfE --durations=25 2>&1 | grep -v Warning | tail -70 | tee "$out/unit.txt"
 $PYTHON -m pytest tests/test_gpu_notebooks.py -o addopts= -q -p no:cacheprovider -rfE \
     -n 6 --dist load 2>&1 | grep -v Warning | tail -60 | tee "$out/notebooks.txt"

@@ -28,6 +28,7 @@ that `make grade` and `make progress` read.
 import contextlib
 import html
 import math
+import os
 import pathlib
 import signal
 import tempfile
@@ -805,7 +806,10 @@ def _built(case):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-_LARGE_CASE_LOCK = pathlib.Path(tempfile.gettempdir()) / "course-large-case.lock"
+# One lock per GPU: the first of CUDA_VISIBLE_DEVICES is the one a process uses (the test suite spreads
+# its workers over a host's GPUs that way).
+_GPU = "".join(c for c in os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] if c.isalnum())
+_LARGE_CASE_LOCK = pathlib.Path(tempfile.gettempdir()) / f"course-large-case-gpu{_GPU}.lock"
 
 
 def _run_case(ex, fn, case, tol_for):

@@ -258,7 +258,8 @@ def test_the_backward_case_past_int32_compares_the_last_head(monkeypatch, name, 
 
     ex = exercises.get(name)
     dtype = pick(torch.float32, torch.float16)
-    monkeypatch.setattr(ex, "cases", lambda: [backward_past_int32_case(gradients, H=5, N=37, D=16, dtype=dtype)])
+    case = lambda: backward_past_int32_case(gradients, H=5, N=37, D=16, dtype=dtype)  # noqa: E731
+    monkeypatch.setattr(ex, "cases", lambda: [case()])
     solution = getattr(lesson06, name)
     check(name, solution)
 

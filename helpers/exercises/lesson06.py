@@ -20,9 +20,9 @@ last head. The autograd.Function wires those same kernels, and has no such case.
 Once the values are right, each check measures what the lesson teaches: the
 tiled PyTorch version never makes a tensor larger than q (a whole row of scores
 per query block is), the causal kernel skips the tiles right of the diagonal
-(counted in K/V bytes loaded and in the matrix products' multiply-adds), the PyTorch backward writes the gradients itself
-(autograd records nothing), and the autograd.Function's backward runs Triton
-kernels and holds no N x N tensor.
+(counted in K/V bytes loaded and in the matrix products' multiply-adds), the
+PyTorch backward writes the gradients itself (autograd records nothing), and the
+autograd.Function's backward runs Triton kernels and holds no N x N tensor.
 """
 
 import math
