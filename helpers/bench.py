@@ -80,6 +80,23 @@ def measure(fn: Callable, warmup_ms=25, rep_ms=100, graph=False, quantiles=None)
     return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
 
 
+def host_us(fn, calls=30):
+    """Median host time of one call of `fn`, in µs: from the call to its return, the GPU idle and its
+    queue empty at the call (each call is waited for, untimed, before the next). What a launcher costs
+    the CPU: argument checks, allocations, descriptors, the autotuner's lookup, the launch itself. A
+    function that waits for the GPU itself (.item(), a copy to the host) includes the GPU's time."""
+    import time
+
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return 1e6 * statistics.median(times)
+
+
 def gbps(nbytes, ms):
     return nbytes / ms / 1e6
 
@@ -141,9 +158,24 @@ def recorded_rows(group, device=None):
 ROUNDS = 3
 
 
-def time_bench(b, ceiling):
+def _graph_ms(fn):
+    """measure(fn, graph=True), or None where `fn` cannot be captured in a CUDA graph (it waits for the
+    GPU, or replays graphs of its own)."""
+    try:
+        return measure(fn, graph=True)
+    except Exception:  # noqa: BLE001  (whatever the capture refused: this impl has no graphed time)
+        torch.cuda.synchronize()
+        return None
+
+
+def time_bench(b, ceiling, launch_bill=False):
     """Check each implementation of one Bench against the first, then time them in turn, ROUNDS times
-    over; return one row per implementation with the median of its rounds."""
+    over; return one row per implementation with the median of its rounds.
+
+    `ms` is the Bench's own timing (graph replays where b.graph, else launched from Python).
+    launch_bill=True (`make bench`) times every implementation both ways in each round, and its host
+    time per call (host_us): the rows then also hold `launched_ms`, `graphed_ms` (None where it cannot
+    be captured) and `host_us`, what a learner calling it from Python pays beside the GPU's time."""
     first = None
     for name, fn in b.impls.items():
         with compiler_quiet():  # the first call compiles (max-autotune prints tables and logs)
@@ -157,16 +189,25 @@ def time_bench(b, ceiling):
                 raise AssertionError(f"{b.group} {b.label or b.size}: {name} differs from "
                                      f"{next(iter(b.impls))} by {err:.2e} (relative)")
     rounds = {name: [] for name in b.impls}
+    other = {name: [] for name in b.impls}     # the other way of timing, with launch_bill
     for _ in range(ROUNDS):
         for name, fn in b.impls.items():
             rounds[name].append(measure(fn, graph=b.graph))
+            if launch_bill:
+                other[name].append(measure(fn) if b.graph else _graph_ms(fn))
     rows = []
     for name, times in rounds.items():
         ms = statistics.median(times)
-        rows.append({"group": b.group, "size": b.size, "label": b.label or str(b.size), "impl": name,
-                     "ms": ms, "rounds_ms": times, "gbps": gbps(b.bytes, ms), "tflops": tflops(b.flops, ms),
-                     "metric": b.metric, "fraction_of_copy": gbps(b.bytes, ms) / ceiling,
-                     "timing": "CUDA graph replay" if b.graph else "launched from Python"})
+        row = {"group": b.group, "size": b.size, "label": b.label or str(b.size), "impl": name,
+               "ms": ms, "rounds_ms": times, "gbps": gbps(b.bytes, ms), "tflops": tflops(b.flops, ms),
+               "metric": b.metric, "fraction_of_copy": gbps(b.bytes, ms) / ceiling,
+               "timing": "CUDA graph replay" if b.graph else "launched from Python"}
+        if launch_bill:
+            others = [t for t in other[name] if t is not None]
+            theirs = statistics.median(others) if len(others) == len(other[name]) else None
+            graphed, launched = (ms, theirs) if b.graph else (theirs, ms)
+            row.update(launched_ms=launched, graphed_ms=graphed, host_us=host_us(b.impls[name]))
+        rows.append(row)
     return rows
 
 
@@ -180,6 +221,11 @@ def table(rows, title):
     header = ("size", "implementation", "ms", "GB/s", "TFLOP/s", "% copy")
     cells = [(r["label"], r["impl"], f"{r['ms']:.4f}", f"{r['gbps']:.0f}", f"{r['tflops']:.1f}",
               f"{100 * r['fraction_of_copy']:.0f}%") for r in rows]
+    if rows and all("host_us" in r for r in rows):   # make bench's launch bill
+        header += ("launched ms", "graphed ms", "host µs")
+        figure = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+        cells = [c + (figure(r["launched_ms"], ".4f"), figure(r["graphed_ms"], ".4f"),
+                      figure(r["host_us"], ".1f")) for c, r in zip(cells, rows)]
     widths = [max(len(values[i]) for values in [header, *cells]) for i in range(len(header))]
 
     def line(values):  # names left-aligned, figures right-aligned
@@ -440,12 +486,14 @@ def run(module, ceiling, groups=None, saved=None):
             continue
         if saved and results and results[-1]["group"] != b.group:
             saved(results)
-        rows = time_bench(b, ceiling)
+        rows = time_bench(b, ceiling, launch_bill=True)
         results += rows
         for row in rows:
             value = row["gbps"] if b.metric == "GB/s" else row["tflops"]
+            graphed = "-" if row["graphed_ms"] is None else f"{row['graphed_ms']:.4f}"
             print(f"{b.group:>24} {row['label']:>18} {row['impl']:>26}: {row['ms']:9.4f} ms "
-                  f"{value:8.1f} {b.metric}", flush=True)
+                  f"{value:8.1f} {b.metric} (launched {row['launched_ms']:.4f} ms, graphed {graphed} ms, "
+                  f"host {row['host_us']:.1f} µs)", flush=True)
         del b
         torch.cuda.empty_cache()
     return results

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from helpers.bench import measure
+from helpers.bench import host_us, measure
 from helpers.compiled import compiler_quiet
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.solutions import load_solution
@@ -611,21 +611,6 @@ def _warp_specialize_survey():
     return rows
 
 
-def _host_us(fn, calls=200):
-    """Median host time of one call of fn, in µs: from the call to its return (the work enqueued)."""
-    import statistics
-    import time
-
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    torch.cuda.synchronize()
-    return 1e6 * statistics.median(times)
-
-
 def _launch_against_flush(n=1024):
     """What the default autotuner's timing of a candidate is made of, at n^3 float16: do_bench's L2 flush
     (zeroing a 256 MiB buffer) on the GPU, the host time of one candidate's launch from Python and of one
@@ -655,9 +640,9 @@ def _launch_against_flush(n=1024):
         candidate()
     return {"shape": f"{n}^3", "config": describe_config(config),
             "flush_us": statistics.median(flush_us),
-            "host_us": {"matmul(a, b)": _host_us(lambda: matmul(a, b)),
-                        "one candidate": _host_us(candidate),
-                        "graph.replay()": _host_us(graph.replay)},
+            "host_us": {"matmul(a, b)": host_us(lambda: matmul(a, b)),
+                        "one candidate": host_us(candidate),
+                        "graph.replay()": host_us(graph.replay)},
             "timed_us": {"launched from Python": 1000 * measure(candidate),
                          "graph replays": 1000 * measure(candidate, graph=True)}}
 

@@ -301,20 +301,12 @@ def benchmarks():
 
 
 
-def _host_us(fn, calls=30):
-    """Median microseconds the CPU spends in one call of fn (the GPU idle before each call): the time
-    to enqueue its launches, which is what a launch-bound step is made of."""
-    import statistics
-    import time
+def _host_us(fn):
+    """helpers.bench.host_us, to a tenth of a µs: the CPU's time in one call, the GPU idle before it (the
+    time to enqueue its launches, which is what a launch-bound step is made of)."""
+    from helpers.bench import host_us
 
-    times = []
-    for _ in range(calls):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    torch.cuda.synchronize()
-    return round(1e6 * statistics.median(times), 1)
+    return round(host_us(fn), 1)
 
 
 @triton.jit

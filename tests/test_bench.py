@@ -83,6 +83,43 @@ def test_implementations_are_timed_in_turn_and_keep_their_median(monkeypatch):
     assert rows[0]["rounds_ms"] == [1.0, 9.0, 2.0]
 
 
+def test_make_bench_records_the_launch_bill_of_every_implementation(monkeypatch):
+    """With launch_bill (make bench), each round times an implementation both ways, in turn; the rows
+    keep the Bench's own timing as `ms` and add launched_ms, graphed_ms and host_us; an implementation
+    that cannot be captured in a CUDA graph gets graphed_ms None, and the table says so."""
+    times = {("fast", False): [1.0, 9.0, 2.0], ("fast", True): [0.5, 0.6, 0.4],
+             ("slow", False): [3.0, 4.0, 5.0], ("slow", True): [RuntimeError("capture")] * 3}
+    order = []
+
+    def measure(fn, graph=False):
+        order.append((fn.__name__, graph))
+        value = times[fn.__name__, graph].pop(0)
+        if isinstance(value, Exception):
+            raise value
+        return value
+    monkeypatch.setattr(bench, "measure", measure)
+    monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(bench, "host_us", lambda fn: {"fast": 7.0, "slow": 30.0}[fn.__name__])
+    b = bench.Bench("g", 1, bytes=1000, flops=1, impls=_impls(bench.torch.ones(4)))
+    rows = bench.time_bench(b, ceiling=1.0, launch_bill=True)
+    assert order == [("fast", False), ("fast", True), ("slow", False), ("slow", True)] * bench.ROUNDS
+    fast, slow = rows
+    assert (fast["ms"], fast["launched_ms"], fast["graphed_ms"], fast["host_us"]) == (2.0, 2.0, 0.5, 7.0)
+    assert (slow["ms"], slow["launched_ms"], slow["graphed_ms"], slow["host_us"]) == (4.0, 4.0, None, 30.0)
+    text = bench.table(rows, "title")
+    assert "launched ms" in text and "host µs" in text
+    assert text.splitlines()[-1].split()[-2:] == ["-", "30.0"]
+
+
+def test_a_graphed_bench_records_its_launched_time_beside(monkeypatch):
+    times = {("fast", True): [1.0, 1.0, 1.0], ("fast", False): [5.0, 6.0, 7.0]}
+    monkeypatch.setattr(bench, "measure", lambda fn, graph=False: times[fn.__name__, graph].pop(0))
+    monkeypatch.setattr(bench, "host_us", lambda fn: 3.0)
+    b = bench.Bench("g", 1, bytes=1, flops=1, impls={"fast": _impls(bench.torch.ones(4))["fast"]}, graph=True)
+    (row,) = bench.time_bench(b, ceiling=1.0, launch_bill=True)
+    assert (row["ms"], row["graphed_ms"], row["launched_ms"]) == (1.0, 1.0, 6.0)
+
+
 def test_an_implementation_that_disagrees_is_refused_before_any_timing(monkeypatch):
     order = _fake_timer(monkeypatch, {"fast": [1.0] * 3, "slow": [1.0] * 3})
     impls = _impls(bench.torch.ones(4))
