@@ -7,17 +7,23 @@
 # On a host of several GPUs the unit tests' workers are spread over them (tests/conftest.py): compiling
 # kernels is most of the run, and such a host has that many more cores.
 # Usage: PYTHON=python3 bash .ci/gpu-grading.sh [results folder] [workers, default 10 per GPU]
+#        [parts, default "unit notebooks": either one alone runs only that half]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 out=${1:-build/gpu-grading}
 export COURSE_GPUS=$(nvidia-smi -L | grep -c "^GPU")
 workers=${2:-$((10 * COURSE_GPUS))}
+parts=${3:-unit notebooks}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 $PYTHON -c "import helpers; print(helpers.describe())" | tee "$out/describe.txt"
-$PYTHON -m pytest tests -m "not notebooks" -o addopts= -q -p no:cacheprovider -p no:logging \
-    -n "$workers" --dist load -rfE --durations=25 2>&1 | grep -v Warning | tail -70 | tee "$out/unit.txt"
-$PYTHON -m pytest tests/test_gpu_notebooks.py -o addopts= -q -p no:cacheprovider -rfE \
-    -n 6 --dist load 2>&1 | grep -v Warning | tail -60 | tee "$out/notebooks.txt"
+if [[ " $parts " == *" unit "* ]]; then
+  $PYTHON -m pytest tests -m "not notebooks" -o addopts= -q -p no:cacheprovider -p no:logging \
+      -n "$workers" --dist load -rfE --durations=25 2>&1 | grep -v Warning | tail -70 | tee "$out/unit.txt"
+fi
+if [[ " $parts " == *" notebooks "* ]]; then
+  $PYTHON -m pytest tests/test_gpu_notebooks.py -o addopts= -q -p no:cacheprovider -rfE \
+      -n $((6 * COURSE_GPUS)) --dist load 2>&1 | grep -v Warning | tail -60 | tee "$out/notebooks.txt"
+fi

@@ -2,8 +2,8 @@
 it. No cell may fail, and no cell may write to stderr: no compiler output, MLIR reproducer or
 warning reaches a learner. The executed notebooks are kept in build/executed/ to read.
 
-Skipped without a GPU (CI has none); .ci/gpu-grading.sh runs it on an H100 and an H200, with
-`-n 6 --dist load` so that several lessons run at once.
+Skipped without a GPU (CI has none); .ci/gpu-grading.sh runs it on an H100 and an H200, with six
+workers per GPU (`--dist load`) so that several lessons run at once.
 """
 
 import pathlib
