@@ -118,6 +118,16 @@ def launch_count():
     return _State.launches
 
 
+def count_launch():
+    """Count one launch of a compiled kernel made without JITFunction.run (helpers.launch)."""
+    _State.launches += 1
+
+
+def recording():
+    """Whether a record() is open: Triton kernels then run through the interpreter, even on a GPU."""
+    return bool(_State.recorders)
+
+
 def progress():
     """(kernel name, programs started, programs in the grid) of the running launch, or None."""
     if _State.kernel is None:
@@ -318,7 +328,7 @@ def _count_compiled_launches():
 
     def counted_run(self, *args, grid, warmup, **kwargs):
         if not warmup:
-            _State.launches += 1
+            count_launch()
         return run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     jit.JITFunction.run = counted_run

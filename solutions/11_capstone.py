@@ -342,6 +342,15 @@ def _launch_parts(h, w_gate_up):
     except Exception as e:  # noqa: BLE001  (Triton's internals move between versions: record why)
         parts["not recorded: " + type(e).__name__] = str(e)[:200]
     parts["swiglu_linear_kernel, through the autotuner"] = _host_us(lambda: swiglu_linear_kernel[grid](*args))
+    try:
+        from helpers.launch import Launcher
+
+        prepared = Launcher(swiglu_linear_kernel)
+        prepared(grid, *args)                              # the first call at this key: the slow way
+        parts["swiglu_linear_kernel, a launcher prepared once (helpers.launch)"] = _host_us(
+            lambda: prepared(grid, *args))
+    except Exception as e:  # noqa: BLE001  (record why, as above)
+        parts["not recorded (prepared launcher): " + type(e).__name__] = str(e)[:200]
     parts["swiglu_linear (the launcher: checks, output)"] = _host_us(lambda: swiglu_linear(h, w_gate_up))
     return parts
 

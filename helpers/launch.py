@@ -1,0 +1,98 @@
+"""A launcher prepared once: a Triton kernel's compiled form, launched straight from Python.
+
+`kernel[grid](*args)` runs Python at every call before anything reaches the GPU: it binds the
+arguments to the kernel's signature and examines each one (a pointer's alignment to 16 bytes, an
+integer equal to 1 or divisible by 16) to find the compiled variant, builds its cache key, and,
+through an autotuner, builds the autotuner's key and dictionaries of arguments first. Lesson 11's
+record takes one launch apart: about 12 µs for a kernel that does nothing, 24 to 40 µs for one of
+the course's matmuls.
+
+`Launcher(kernel)` does that work once per key: the first call at a key goes through
+`kernel[grid](...)` (which compiles, and autotunes), then keeps the compiled kernel, the grid and
+the constexpr values it ran with; each later call at that key launches the compiled kernel
+directly. This is what Inductor's generated code does with its Triton kernels.
+
+The key is what decides the compiled variant and the autotuner's choice: each integer's value, and
+each tensor's dtype and whether its start is 16-byte aligned (a tensor's shape and strides reach a
+kernel only as the integers passed beside it). A new sequence length is a new key, compiled or
+looked up the slow way once. A configuration with a pre-hook (lesson 09's `matmul` sets its host
+descriptors' block shapes in one) cannot be skipped past: such a kernel is refused.
+
+Under the interpreter (no GPU) every call goes through `kernel[grid](...)`: nothing is compiled.
+"""
+
+import inspect
+
+import torch
+
+from helpers import interpreter
+from helpers.device import ON_GPU
+
+
+def _jit_function(kernel):
+    """The @triton.jit function under any autotuner or heuristics wrapped around it."""
+    from triton.runtime.jit import JITFunction
+
+    while not isinstance(kernel, JITFunction):
+        kernel = kernel.fn
+    return kernel
+
+
+def _key(args, constexprs):
+    """What decides the compiled variant and the autotuner's choice, for the positional arguments."""
+    key = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            key.append((a.dtype, a.data_ptr() % 16 == 0))
+        elif a is None or isinstance(a, int):
+            key.append(a)
+        elif isinstance(a, float):   # passed as fp32, never specialized on
+            key.append(float)
+        else:   # a host tensor descriptor's block shape is set per configuration: not for a prepared launch
+            raise TypeError(f"a prepared launch takes tensors, integers, floats and None, "
+                            f"not {type(a).__name__}")
+    return tuple(key) + tuple(sorted(constexprs.items()))
+
+
+class Launcher:
+    """launcher = Launcher(kernel); launcher(grid, *args, **constexprs) launches kernel[grid](*args,
+    **constexprs), from the second call at the same key on through its compiled form directly.
+    Every runtime argument is given by position; constexprs by name. `grid` is a tuple or, as for
+    kernel[grid], a function of the arguments by name (called once per key)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.prepared = {}     # key -> (runner, the constexpr values that follow the positional args)
+
+    def __call__(self, grid, *args, **constexprs):
+        if not ON_GPU or interpreter.recording():   # the interpreter runs it (a meter is reading it)
+            return self.kernel[grid](*args, **constexprs)
+        key = _key(args, constexprs)
+        prepared = self.prepared.get(key)
+        if prepared is None:
+            self.kernel[grid](*args, **constexprs)    # compiles, autotunes, launches: the slow way, once
+            self.prepared[key] = self._prepare(grid, args, constexprs)
+            return None
+        runner, trailing = prepared
+        runner(*args, *trailing)
+        interpreter.count_launch()   # the course's meters count every launch, this path's too
+        return None
+
+    def _prepare(self, grid, args, constexprs):
+        """(the compiled kernel's runner for this grid, the trailing argument values) after a first call."""
+        jit = _jit_function(self.kernel)
+        config = getattr(self.kernel, "best_config", None)
+        assert config is None or config.pre_hook is None, \
+            f"{jit.__name__}: its configuration has a pre-hook, which a prepared launch would skip"
+        options = config.all_kwargs() if config is not None else {}
+        named = {p.name: p.default for p in jit.params if p.default is not inspect.Parameter.empty}
+        named.update(zip(jit.arg_names, args))
+        named.update(constexprs)
+        named.update(config.kwargs if config is not None else {})
+        grid = grid(named) if callable(grid) else grid
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        compiled = jit.warmup(*args, grid=grid, **constexprs, **options)   # the one the first call ran
+        compiled = compiled.result() if hasattr(compiled, "result") else compiled   # (asynchronous compiles)
+        trailing = tuple(named[name] for name in jit.arg_names[len(args):])
+        return compiled[grid], trailing
+

@@ -1,0 +1,115 @@
+"""helpers.launch.Launcher: the same results as kernel[grid](...), every launch counted, and on a GPU
+the compiled kernel launched directly once a key has been seen (the GPU tests run in
+.ci/gpu-grading.sh)."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from helpers import interpreter
+from helpers.device import DEVICE, ON_GPU, pick
+from helpers.launch import Launcher, _key
+
+gpu_only = pytest.mark.skipif(not ON_GPU, reason="a prepared launch needs a compiled kernel (a GPU)")
+
+
+# two configurations on a GPU (the autotuner times them); the interpreter cannot time any
+CONFIGS = [triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)]
+
+
+@triton.autotune(configs=pick(cpu=CONFIGS[:1], gpu=CONFIGS), key=["n"])
+@triton.jit
+def scaled_add(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr, SQUARE: tl.constexpr = False):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    if SQUARE:
+        x = x * x
+    tl.store(out_ptr + offs, alpha * x + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def launch(launcher, x, y, alpha=2.0, **constexprs):
+    out = torch.empty_like(x)
+    grid = lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)  # noqa: E731
+    launcher(grid, x, y, out, x.numel(), alpha, **constexprs)
+    return out
+
+
+def test_the_same_values_as_the_kernel_and_every_launch_counted():
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(1000, device=DEVICE) for _ in range(2))
+    for square in (False, True, False):
+        before = interpreter.launch_count()
+        out = launch(launcher, x, y, SQUARE=square)
+        assert interpreter.launch_count() == before + 1
+        torch.testing.assert_close(out, 2.0 * (x * x if square else x) + y)
+
+
+def test_the_key_is_what_decides_the_compiled_variant():
+    x = torch.zeros(64, device=DEVICE)
+    assert _key((x, 16, 2.5, None), {"B": 4}) == ((torch.float32, True), 16, float, None, ("B", 4))
+    assert _key((x[1:],), {}) == ((torch.float32, False),)      # 4 bytes in: not 16-byte aligned
+    assert _key((x, 17), {}) != _key((x, 16), {})               # divisible by 16, or not
+    with pytest.raises(TypeError, match="not object"):
+        _key((object(),), {})
+
+
+@gpu_only
+def test_a_second_call_at_a_key_launches_the_compiled_kernel():
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(1000, device=DEVICE) for _ in range(2))
+    launch(launcher, x, y)
+    assert len(launcher.prepared) == 1
+    calls = []
+    run = scaled_add.run
+    scaled_add.run = lambda *a, **k: calls.append(1) or run(*a, **k)
+    try:
+        x2 = torch.randn(1000, device=DEVICE)
+        torch.testing.assert_close(launch(launcher, x2, y, alpha=-1.5), -1.5 * x2 + y)   # the same key
+    finally:
+        scaled_add.run = run
+    assert calls == []   # neither the autotuner nor JITFunction.run was called
+
+
+@gpu_only
+def test_a_new_length_or_a_misaligned_pointer_is_a_new_key():
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(1001, device=DEVICE) for _ in range(2))
+    torch.testing.assert_close(launch(launcher, x[:1000], y[:1000]), 2.0 * x[:1000] + y[:1000])
+    torch.testing.assert_close(launch(launcher, x[:999], y[:999]), 2.0 * x[:999] + y[:999])
+    torch.testing.assert_close(launch(launcher, x[1:], y[1:]), 2.0 * x[1:] + y[1:])
+    assert len(launcher.prepared) == 3
+
+
+@gpu_only
+def test_inside_a_meter_the_interpreter_runs_it():
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(300, device=DEVICE) for _ in range(2))
+    launch(launcher, x, y)
+    launch(launcher, x, y)   # prepared
+    with interpreter.record() as rec:
+        out = launch(launcher, x, y)
+    assert len(rec.launches) == 1 and rec.launches[0].bytes_loaded == 2 * x.nbytes
+    torch.testing.assert_close(out, 2.0 * x + y)
+
+
+@gpu_only
+def test_a_prepared_launch_can_be_captured_in_a_cuda_graph():
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(4096, device=DEVICE) for _ in range(2))
+    out = torch.empty_like(x)
+    grid = (triton.cdiv(x.numel(), 64),)
+
+    def step():
+        launcher(grid, x, y, out, x.numel(), 3.0)
+    step()
+    step()   # prepared: the launch the graph captures
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, 3.0 * x + y)
