@@ -57,12 +57,15 @@ def _key(args, constexprs):
 class Launcher:
     """launcher = Launcher(kernel); launcher(grid, *args, **constexprs) launches kernel[grid](*args,
     **constexprs), from the second call at the same key on through its compiled form directly.
-    Every runtime argument is given by position; constexprs by name. `grid` is a tuple or, as for
-    kernel[grid], a function of the arguments by name (called once per key)."""
+    Every runtime argument is given by position; constexprs (and options such as num_warps) by name.
+    `grid` is a tuple or, as for kernel[grid], a function of the arguments by name: it is worked out
+    at every call (the same key can need another grid: a batch size that no argument carries)."""
 
     def __init__(self, kernel):
         self.kernel = kernel
-        self.prepared = {}     # key -> (runner, the constexpr values that follow the positional args)
+        self.jit = _jit_function(kernel) if ON_GPU else None   # the interpreter has no compiled form
+        # key -> (compiled kernel, the values of the parameters after the positional arguments)
+        self.prepared = {}
 
     def __call__(self, grid, *args, **constexprs):
         if not ON_GPU or interpreter.recording():   # the interpreter runs it (a meter is reading it)
@@ -73,26 +76,26 @@ class Launcher:
             self.kernel[grid](*args, **constexprs)    # compiles, autotunes, launches: the slow way, once
             self.prepared[key] = self._prepare(grid, args, constexprs)
             return None
-        runner, trailing = prepared
-        runner(*args, *trailing)
+        compiled, trailing = prepared
+        if callable(grid):
+            grid = grid({**dict(zip(self.jit.arg_names, args)), **trailing})
+        compiled[tuple(grid) + (1,) * (3 - len(grid))](*args, *trailing.values())
         interpreter.count_launch()   # the course's meters count every launch, this path's too
         return None
 
     def _prepare(self, grid, args, constexprs):
-        """(the compiled kernel's runner for this grid, the trailing argument values) after a first call."""
-        jit = _jit_function(self.kernel)
+        """(the compiled kernel the first call ran, {name: value} of the parameters after `args`)."""
         config = getattr(self.kernel, "best_config", None)
         assert config is None or config.pre_hook is None, \
-            f"{jit.__name__}: its configuration has a pre-hook, which a prepared launch would skip"
+            f"{self.jit.__name__}: its configuration has a pre-hook, which a prepared launch would skip"
         options = config.all_kwargs() if config is not None else {}
-        named = {p.name: p.default for p in jit.params if p.default is not inspect.Parameter.empty}
-        named.update(zip(jit.arg_names, args))
+        named = {p.name: p.default for p in self.jit.params if p.default is not inspect.Parameter.empty}
+        named.update(zip(self.jit.arg_names, args))
         named.update(constexprs)
         named.update(config.kwargs if config is not None else {})
         grid = grid(named) if callable(grid) else grid
         grid = tuple(grid) + (1,) * (3 - len(grid))
-        compiled = jit.warmup(*args, grid=grid, **constexprs, **options)   # the one the first call ran
+        compiled = self.jit.warmup(*args, grid=grid, **constexprs, **options)   # the one the first call ran
         compiled = compiled.result() if hasattr(compiled, "result") else compiled   # (asynchronous compiles)
-        trailing = tuple(named[name] for name in jit.arg_names[len(args):])
-        return compiled[grid], trailing
+        return compiled, {name: named[name] for name in self.jit.arg_names[len(args):]}
 

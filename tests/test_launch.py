@@ -82,6 +82,23 @@ def test_a_new_length_or_a_misaligned_pointer_is_a_new_key():
     assert len(launcher.prepared) == 3
 
 
+@triton.jit
+def fill_blocks(out_ptr, value, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, value + tl.zeros([BLOCK], tl.float32))
+
+
+@gpu_only
+def test_the_grid_is_worked_out_at_every_call():
+    """The same arguments, another grid (as a batch size no argument carries): every program runs."""
+    launcher = Launcher(fill_blocks)
+    out = torch.zeros(3 * 32, device=DEVICE)
+    launcher((2,), out, 1.0, BLOCK=32)
+    launcher((3,), out, 2.0, BLOCK=32)    # prepared now, at the same key
+    assert len(launcher.prepared) == 1
+    assert (out == 2.0).all()
+
+
 @gpu_only
 def test_inside_a_meter_the_interpreter_runs_it():
     launcher = Launcher(scaled_add)
