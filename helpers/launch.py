@@ -51,6 +51,8 @@ def _key(args, constexprs):
         else:   # a host tensor descriptor's block shape is set per configuration: not for a prepared launch
             raise TypeError(f"a prepared launch takes tensors, integers, floats and None, "
                             f"not {type(a).__name__}")
+    if any(isinstance(v, torch.Tensor) for v in constexprs.values()):   # its pointer would be kept
+        raise TypeError("a prepared launch takes its tensors by position, not by name")
     return tuple(key) + tuple(sorted(constexprs.items()))
 
 

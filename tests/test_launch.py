@@ -53,6 +53,8 @@ def test_the_key_is_what_decides_the_compiled_variant():
     assert _key((x, 17), {}) != _key((x, 16), {})               # divisible by 16, or not
     with pytest.raises(TypeError, match="not object"):
         _key((object(),), {})
+    with pytest.raises(TypeError, match="by position"):
+        _key((), {"x_ptr": x})
 
 
 @gpu_only
