@@ -139,6 +139,19 @@ def test_decoder_block_fused_float16_is_as_close_as_eager():
     assert math.isfinite(fused_err) and fused_err <= 2 * eager_err, (fused_err, eager_err)
 
 
+def test_a_captured_step_gives_the_block_s_values_and_a_fresh_output():
+    """CapturedStep: one graph per input shape on a GPU, fn itself elsewhere; each call's output is its
+    own (the next replay does not overwrite it) and follows that call's input."""
+    w16 = lesson11.pack_weights({n: t.half() for n, t in block_weights(SMALL, device=DEVICE).items()}, SMALL)
+    step = lesson11.CapturedStep(lambda x: lesson11.decoder_block_fused(x, w16, SMALL))
+    inputs = [block_input(SMALL, batch=2, seq=16, device=DEVICE).half() for _ in range(3)]
+    outs = [step(x) for x in inputs]
+    for x, out in zip(inputs, outs):
+        torch.testing.assert_close(out, lesson11.decoder_block_fused(x, w16, SMALL), atol=0, rtol=0)
+    assert len(step.graphs) == (1 if ON_GPU else 0)
+    assert outs[0].data_ptr() != outs[1].data_ptr()
+
+
 def test_pack_weights_is_the_same_block():
     w = block_weights(SMALL)
     packed = lesson11.pack_weights(w, SMALL)
