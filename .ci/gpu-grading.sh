@@ -12,7 +12,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 out=${1:-build/gpu-grading}
-export COURSE_GPUS=$(nvidia-smi -L | grep -c "^GPU")
+# the GPUs this run may use: CUDA_VISIBLE_DEVICES's, if it names some, else every one nvidia-smi lists
+if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
+  COURSE_GPUS=$(tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -c .)
+else
+  COURSE_GPUS=$(nvidia-smi -L | grep -c "^GPU")
+fi
+export COURSE_GPUS
 workers=${2:-$((10 * COURSE_GPUS))}
 parts=${3:-unit notebooks}
 mkdir -p "$out"

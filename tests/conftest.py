@@ -10,7 +10,9 @@ import pytest
 # memory to themselves more often.
 if os.environ.get("COURSE_GPUS") and os.environ.get("PYTEST_XDIST_WORKER"):
     _worker = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw"))
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(_worker % int(os.environ["COURSE_GPUS"]))
+    _gpus = os.environ.get("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(int(os.environ["COURSE_GPUS"])))))
+    _gpus = _gpus.split(",")   # those the run was given, if it was given some
+    os.environ["CUDA_VISIBLE_DEVICES"] = _gpus[_worker % len(_gpus)]
 
 import helpers  # noqa: E402  first of the course: picks the device before any kernel is defined
 
