@@ -429,6 +429,37 @@ def _skips_tiles(fn):
     return None
 
 
+def _backward_skips_tiles(fn):
+    """A backward kernel, causal, does clearly fewer multiply-adds (tl.dot, counted by the interpreter)
+    than the same kernel on full attention: the blocks that see none of each other are skipped.
+
+    At N = 512 either kernel visits about (blocks + 1) / (2 blocks) of the tiles when it skips (0.56 to
+    0.63 at blocks of 32 to 128); one that visits every tile and masks the future does them all. The
+    ratio to its own full run holds whatever the kernel computes per tile."""
+    case = _backward_case(1, 1, MEASURE_N, MEASURE_D, KERNEL_DTYPE, 1.0, False, "", False, False,
+                          saved=True)
+    multiply_adds = {}
+    for causal in (False, True):
+        out, lse = _saved(*case.args[:3], causal, None)
+        args = (*case.args[:3], out, lse, case.args[5])
+        problem = _once_unmeasured(lambda: fn(*args, causal=causal))
+        if problem:
+            return problem
+        with interpreter.dots() as dots:
+            _, problem = _calling(triton_traffic, fn, *args, causal=causal)
+        if problem:
+            return problem
+        multiply_adds[causal] = sum(dots)
+    full, causal = multiply_adds[False], multiply_adds[True]
+    if full and causal > 0.8 * full:
+        return (f"at N = {MEASURE_N} your kernel's tl.dot calls did {causal:,} multiply-adds with "
+                f"causal=True and {full:,} with causal=False ({causal / full:.0%}): the causal run still "
+                f"visits the blocks that see none of each other, masked. Start the loop where the "
+                f"diagonal begins (the lesson's bullet on causal): those blocks are then never loaded or "
+                f"multiplied.")
+    return None
+
+
 def _by_hand(fn):
     """attention_backward_torch computes the gradients itself: autograd records no graph while it runs.
 
@@ -507,10 +538,11 @@ EXERCISES = [
     Exercise("06", "attention_backward_torch", "attention gradients by hand (PyTorch)", _gradients,
              _torch_backward_cases, tol=GRADS, structure=_by_hand, nan_hint=CAUSAL_NAN),
     Exercise("06", "flash_backward_dkdv", "dK/dV kernel (Triton)", _dkdv, _backward_cases, tol=GRADS,
-             kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
+             kernel=True, copies_inputs=True, structure=_backward_skips_tiles, nan_hint=CAUSAL_NAN,
+             timeout_s=300.0 if ON_GPU else 120.0),
     Exercise("06", "flash_backward_dq", "dQ kernel (Triton)", _dq, lambda: _backward_cases(gradients=1),
-             tol=GRADS,
-             kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN, timeout_s=300.0 if ON_GPU else 120.0),
+             tol=GRADS, kernel=True, copies_inputs=True, structure=_backward_skips_tiles, nan_hint=CAUSAL_NAN,
+             timeout_s=300.0 if ON_GPU else 120.0),
     Exercise("06", "attention_backward", "autograd.Function over the kernels", _attention_out,
              lambda: _backward_cases(saved=False), run=_forward_backward, tol=GRADS, kernel=True,
              copies_inputs=True, structure=_recomputes, nan_hint=CAUSAL_NAN,

@@ -215,6 +215,8 @@ WRONG = [
         "06", "flash_backward_dkdv", ("    start_n = tl.program_id(0) * BLOCK_N\n    bh = tl.program_id(1).to(tl.int64)",
                                       "    start_n = tl.program_id(0) * BLOCK_N\n    bh = tl.program_id(1)")),
           gpu_only=True),
+    Wrong("flash_backward_dkdv", "causal: every query block visited, the ones before the keys masked", edit(
+        "06", "flash_backward_dkdv", ("offs_n, start_n, hi,", "offs_n, 0, hi,"))),
     Wrong("flash_backward_dkdv", "dK not multiplied by sm_scale", edit(
         "06", "flash_backward_dkdv", ("(dk * sm_scale).to(dk_ptr.dtype.element_ty)", "dk.to(dk_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dkdv", "dS = P * dP: delta not subtracted", edit(
@@ -242,6 +244,9 @@ WRONG = [
                                     "* BLOCK_M\n    bh = tl.program_id(1)\n    q_ptr += bh * n_ctx * HEAD_DIM\n"
                                     "    k_ptr += bh * n_ctx * HEAD_DIM\n    v_ptr += bh * n_ctx * HEAD_DIM\n    do_ptr")),
           gpu_only=True),
+    Wrong("flash_backward_dq", "causal: every key tile visited, the ones past the diagonal masked", edit(
+        "06", "flash_backward_dq", ("        hi = tl.minimum(start_m + BLOCK_M, n_ctx)\n        dq = bwd_dq_loop(",
+                                    "        hi = n_ctx\n        dq = bwd_dq_loop("))),
     Wrong("flash_backward_dq", "dQ not multiplied by sm_scale", edit(
         "06", "flash_backward_dq", ("(dq * sm_scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dq", "dS = P * dP: delta not subtracted", edit(
