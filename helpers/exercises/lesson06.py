@@ -227,9 +227,11 @@ def _backward_cases(saved=True, gradients=2):
     the large-score case and one causal one (so that causal cases meet both). On a GPU, the kernels' own
     exercises (saved=True) end with a case past 2**31 elements per tensor; attention_backward
     (saved=False) grades the wiring of those same kernels through autograd, and has none."""
-    cases = [_backward_case(*spec, causal=i % 2 == 1 or strided, with_scale=i % 4 != 3 and spec[5] == 1.0,
-                            saved=saved)
-             for i, spec in enumerate(KERNEL_SPECS) for strided in [spec[6]]]
+    cases = []
+    for i, spec in enumerate(KERNEL_SPECS):
+        strided = spec[6]
+        cases.append(_backward_case(*spec, causal=i % 2 == 1 or strided,
+                                    with_scale=i % 4 != 3 and spec[5] == 1.0, saved=saved))
     if saved and ON_GPU:
         cases.append(later("past 2**31 elements per tensor", lambda: backward_past_int32_case(gradients)))
     return cases
@@ -391,6 +393,17 @@ def _tiles_only(fn):
     return None
 
 
+def _measured(fn, *args, **kwargs):
+    """(traffic, tl.dot multiply-adds, None) of one call of fn, counted by the interpreter after one
+    call left unmeasured on a GPU; or (None, None, a message) if either call raised."""
+    problem = _once_unmeasured(lambda: fn(*args, **kwargs))
+    if problem:
+        return None, None, problem
+    with interpreter.dots() as dots:
+        traffic, problem = _calling(triton_traffic, fn, *args, **kwargs)
+    return traffic, sum(dots), problem
+
+
 def _skips_tiles(fn):
     """The causal kernel loads clearly fewer K/V bytes than query blocks that visit every tile.
 
@@ -401,11 +414,7 @@ def _skips_tiles(fn):
     still multiplies every query by every key.
     """
     q, k, v = qkv(1, 1, MEASURE_N, MEASURE_D, KERNEL_DTYPE)
-    problem = _once_unmeasured(lambda: fn(q, k, v))
-    if problem:
-        return problem
-    with interpreter.dots() as dots:
-        traffic, problem = _calling(triton_traffic, fn, q, k, v)
+    traffic, multiply_adds, problem = _measured(fn, q, k, v)
     if problem:
         return problem
     if not traffic.launches:
@@ -420,12 +429,12 @@ def _skips_tiles(fn):
                 f"every key tile ({every_tile:,}). A tile right of the diagonal holds only future keys: "
                 f"masking it gives the right answer, but it should not be loaded at all.")
     every_dot = 2 * MEASURE_N * MEASURE_N * MEASURE_D   # QK^T and PV, every query against every key
-    if sum(dots) > 0.8 * every_dot:
+    if multiply_adds > 0.8 * every_dot:
         return (f"at N = {MEASURE_N} your causal kernel loaded few K/V bytes, yet its tl.dot calls did "
-                f"{sum(dots):,} multiply-adds, {sum(dots) / every_dot:.0%} of what visiting every key tile "
-                f"takes ({every_dot:,}): the loop still visits the tiles right of the diagonal, with their "
-                f"loads masked off. Skipping a tile means the loop's bounds stop at the diagonal, so "
-                f"neither its loads nor its matrix products run.")
+                f"{multiply_adds:,} multiply-adds, {multiply_adds / every_dot:.0%} of what visiting every "
+                f"key tile takes ({every_dot:,}): the loop still visits the tiles right of the diagonal, "
+                f"with their loads masked off. Skipping a tile means the loop's bounds stop at the "
+                f"diagonal, so neither its loads nor its matrix products run.")
     return None
 
 
@@ -441,15 +450,10 @@ def _backward_skips_tiles(fn):
     multiply_adds = {}
     for causal in (False, True):
         out, lse = _saved(*case.args[:3], causal, None)
-        args = (*case.args[:3], out, lse, case.args[5])
-        problem = _once_unmeasured(lambda: fn(*args, causal=causal))
+        _, multiply_adds[causal], problem = _measured(fn, *case.args[:3], out, lse, case.args[5],
+                                                       causal=causal)
         if problem:
             return problem
-        with interpreter.dots() as dots:
-            _, problem = _calling(triton_traffic, fn, *args, causal=causal)
-        if problem:
-            return problem
-        multiply_adds[causal] = sum(dots)
     full, causal = multiply_adds[False], multiply_adds[True]
     if full and causal > 0.8 * full:
         return (f"at N = {MEASURE_N} your kernel's tl.dot calls did {causal:,} multiply-adds with "
