@@ -12,6 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 out=${1:-build/gpu-grading}
+# The whole log is written as it runs (unit.log, notebooks.log), the last lines shown.
 # the GPUs this run may use: CUDA_VISIBLE_DEVICES's, if it names some, else every one nvidia-smi lists
 if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
   COURSE_GPUS=$(tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -c .)
@@ -27,9 +28,11 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 $PYTHON -c "import helpers; print(helpers.describe())" | tee "$out/describe.txt"
 if [[ " $parts " == *" unit "* ]]; then
   $PYTHON -m pytest tests -m "not notebooks" -o addopts= -q -p no:cacheprovider -p no:logging \
-      -n "$workers" --dist load -rfE --durations=25 2>&1 | grep -v Warning | tail -70 | tee "$out/unit.txt"
+      -n "$workers" --dist load -rfE --durations=25 2>&1 | grep --line-buffered -v Warning > "$out/unit.log"
+  tail -70 "$out/unit.log" | tee "$out/unit.txt"
 fi
 if [[ " $parts " == *" notebooks "* ]]; then
   $PYTHON -m pytest tests/test_gpu_notebooks.py -o addopts= -q -p no:cacheprovider -rfE \
-      -n $((6 * COURSE_GPUS)) --dist load 2>&1 | grep -v Warning | tail -60 | tee "$out/notebooks.txt"
+      -n $((6 * COURSE_GPUS)) --dist load 2>&1 | grep --line-buffered -v Warning > "$out/notebooks.log"
+  tail -60 "$out/notebooks.log" | tee "$out/notebooks.txt"
 fi

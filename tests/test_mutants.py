@@ -32,8 +32,16 @@ def test_check_rejects(wrong):
 
 
 @pytest.mark.parametrize("right", RIGHT, ids=lambda r: f"{r.exercise}: {r.why}")
-def test_check_accepts(right):
+def test_check_accepts(right, capsys):
     check(right.exercise, right.fn)
+    if ON_GPU and _gpu_gib() >= 70:  # an H100 or an H200: every case past 2**31 elements must have run
+        assert "not run:" not in capsys.readouterr().out, "a case past 2**31 elements did not run"
+
+
+def _gpu_gib():
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory / 2**30
 
 
 def test_every_exercise_has_its_mutants():
