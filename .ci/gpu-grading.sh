@@ -23,7 +23,7 @@ export COURSE_GPUS
 workers=${2:-$((10 * COURSE_GPUS))}
 parts=${3:-unit notebooks}
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export COURSE_LARGE_CASE_WAIT_S=300 PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 $PYTHON -c "import helpers; print(helpers.describe())" | tee "$out/describe.txt"
 if [[ " $parts " == *" unit "* ]]; then

@@ -794,6 +794,7 @@ def _built(case):
         fcntl.flock(lock, fcntl.LOCK_EX)
         built = None
         try:
+            torch.cuda.empty_cache()   # what the earlier cases left cached: the GPU's room is measured next
             built = case.build()
             if built is None:
                 print(f"· case '{case.label}' not run: the GPU has too little free memory for it now.")

@@ -1,5 +1,6 @@
 """Shared test set-up: results of check() go to a temporary file, never to the learner's."""
 
+import contextlib
 import os
 
 import pytest
@@ -35,3 +36,15 @@ def _private_results_file(tmp_path_factory):
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
+def _give_back_gpu_memory():
+    """On a GPU, each test hands back the memory PyTorch cached for it: the workers sharing a GPU leave
+    room for the cases past 2**31 elements (which wait for it: COURSE_LARGE_CASE_WAIT_S)."""
+    yield
+    if helpers.ON_GPU:
+        import torch
+
+        with contextlib.suppress(RuntimeError):   # a context a crashing kernel broke
+            torch.cuda.empty_cache()
