@@ -17,6 +17,14 @@ if os.environ.get("COURSE_GPUS") and os.environ.get("PYTEST_XDIST_WORKER"):
 
 import helpers  # noqa: E402  first of the course: picks the device before any kernel is defined
 
+# ... and none takes more than half of its GPU's memory (the cases past 2**31 elements need 35 GiB at
+# most): a wrong answer's huge allocation (PyTorch attention over such a case) fails its own check,
+# not the neighbour's test that allocates next.
+if os.environ.get("COURSE_GPUS") and helpers.ON_GPU:
+    import torch
+
+    torch.cuda.set_per_process_memory_fraction(0.5)
+
 
 def pytest_report_header(config):
     return f"course device: {helpers.describe()}"
