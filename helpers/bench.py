@@ -80,6 +80,25 @@ def measure(fn: Callable, warmup_ms=25, rep_ms=100, graph=False, quantiles=None)
     return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
 
 
+def launched_ms(fn, calls=50, repeats=5):
+    """Milliseconds per call of `fn` called back to back from Python, as a training loop or a model's
+    forward calls it: events around `calls` calls, the median of `repeats` such runs. No L2 flush in
+    between (do_bench's flush is a GPU memset of 256 MB, behind which the CPU prepares the next call
+    for free): a call whose host time exceeds its GPU time shows it here."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
 def host_us(fn, calls=30):
     """Median host time of one call of `fn`, in µs: from the call to its return, the GPU idle and its
     queue empty at the call (each call is waited for, untimed, before the next). What a launcher costs
@@ -173,9 +192,10 @@ def time_bench(b, ceiling, launch_bill=False):
     over; return one row per implementation with the median of its rounds.
 
     `ms` is the Bench's own timing (graph replays where b.graph, else launched from Python).
-    launch_bill=True (`make bench`) times every implementation both ways in each round, and its host
-    time per call (host_us): the rows then also hold `launched_ms`, `graphed_ms` (None where it cannot
-    be captured) and `host_us`, what a learner calling it from Python pays beside the GPU's time."""
+    launch_bill=True (`make bench`) also times, in each round, every implementation called back to back
+    from Python (launched_ms) and, where the Bench's own timing is not one, as graph replays; and its
+    host time per call (host_us): the rows then also hold `launched_ms`, `graphed_ms` (None where it
+    cannot be captured) and `host_us`, what a learner calling it from Python pays beside the GPU's time."""
     first = None
     for name, fn in b.impls.items():
         with compiler_quiet():  # the first call compiles (max-autotune prints tables and logs)
@@ -189,12 +209,15 @@ def time_bench(b, ceiling, launch_bill=False):
                 raise AssertionError(f"{b.group} {b.label or b.size}: {name} differs from "
                                      f"{next(iter(b.impls))} by {err:.2e} (relative)")
     rounds = {name: [] for name in b.impls}
-    other = {name: [] for name in b.impls}     # the other way of timing, with launch_bill
+    launched = {name: [] for name in b.impls}   # with launch_bill: back to back from Python
+    graphed = {name: [] for name in b.impls}    # with launch_bill, where the Bench's own timing is not
     for _ in range(ROUNDS):
         for name, fn in b.impls.items():
             rounds[name].append(measure(fn, graph=b.graph))
             if launch_bill:
-                other[name].append(measure(fn) if b.graph else _graph_ms(fn))
+                launched[name].append(launched_ms(fn))
+                if not b.graph:
+                    graphed[name].append(_graph_ms(fn))
     rows = []
     for name, times in rounds.items():
         ms = statistics.median(times)
@@ -203,10 +226,12 @@ def time_bench(b, ceiling, launch_bill=False):
                "metric": b.metric, "fraction_of_copy": gbps(b.bytes, ms) / ceiling,
                "timing": "CUDA graph replay" if b.graph else "launched from Python"}
         if launch_bill:
-            others = [t for t in other[name] if t is not None]
-            theirs = statistics.median(others) if len(others) == len(other[name]) else None
-            graphed, launched = (ms, theirs) if b.graph else (theirs, ms)
-            row.update(launched_ms=launched, graphed_ms=graphed, host_us=host_us(b.impls[name]))
+            if b.graph:
+                graph_ms = ms
+            else:   # None where any round could not capture it
+                graph_ms = None if None in graphed[name] else statistics.median(graphed[name])
+            row.update(launched_ms=statistics.median(launched[name]), graphed_ms=graph_ms,
+                       host_us=host_us(b.impls[name]))
         rows.append(row)
     return rows
 

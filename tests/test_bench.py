@@ -84,11 +84,13 @@ def test_implementations_are_timed_in_turn_and_keep_their_median(monkeypatch):
 
 
 def test_make_bench_records_the_launch_bill_of_every_implementation(monkeypatch):
-    """With launch_bill (make bench), each round times an implementation both ways, in turn; the rows
-    keep the Bench's own timing as `ms` and add launched_ms, graphed_ms and host_us; an implementation
-    that cannot be captured in a CUDA graph gets graphed_ms None, and the table says so."""
+    """With launch_bill (make bench), each round times an implementation its Bench's way, back to back
+    from Python, and as graph replays, in turn; the rows keep the Bench's own timing as `ms` and add
+    launched_ms, graphed_ms and host_us; an implementation that cannot be captured in a CUDA graph gets
+    graphed_ms None, and the table says so."""
     times = {("fast", False): [1.0, 9.0, 2.0], ("fast", True): [0.5, 0.6, 0.4],
-             ("slow", False): [3.0, 4.0, 5.0], ("slow", True): [RuntimeError("capture")] * 3}
+             ("slow", False): [3.0, 4.0, 5.0], ("slow", True): [RuntimeError("capture")] * 3,
+             ("fast", "loop"): [2.5, 2.4, 2.6], ("slow", "loop"): [40.0, 41.0, 39.0]}
     order = []
 
     def measure(fn, graph=False):
@@ -97,23 +99,29 @@ def test_make_bench_records_the_launch_bill_of_every_implementation(monkeypatch)
         if isinstance(value, Exception):
             raise value
         return value
+
+    def launched_ms(fn):
+        order.append((fn.__name__, "loop"))
+        return times[fn.__name__, "loop"].pop(0)
     monkeypatch.setattr(bench, "measure", measure)
+    monkeypatch.setattr(bench, "launched_ms", launched_ms)
     monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(bench, "host_us", lambda fn: {"fast": 7.0, "slow": 30.0}[fn.__name__])
     b = bench.Bench("g", 1, bytes=1000, flops=1, impls=_impls(bench.torch.ones(4)))
     rows = bench.time_bench(b, ceiling=1.0, launch_bill=True)
-    assert order == [("fast", False), ("fast", True), ("slow", False), ("slow", True)] * bench.ROUNDS
+    assert order == [(name, way) for name in ("fast", "slow") for way in (False, "loop", True)] * bench.ROUNDS
     fast, slow = rows
-    assert (fast["ms"], fast["launched_ms"], fast["graphed_ms"], fast["host_us"]) == (2.0, 2.0, 0.5, 7.0)
-    assert (slow["ms"], slow["launched_ms"], slow["graphed_ms"], slow["host_us"]) == (4.0, 4.0, None, 30.0)
+    assert (fast["ms"], fast["launched_ms"], fast["graphed_ms"], fast["host_us"]) == (2.0, 2.5, 0.5, 7.0)
+    assert (slow["ms"], slow["launched_ms"], slow["graphed_ms"], slow["host_us"]) == (4.0, 40.0, None, 30.0)
     text = bench.table(rows, "title")
     assert "launched ms" in text and "host µs" in text
     assert text.splitlines()[-1].split()[-2:] == ["-", "30.0"]
 
 
 def test_a_graphed_bench_records_its_launched_time_beside(monkeypatch):
-    times = {("fast", True): [1.0, 1.0, 1.0], ("fast", False): [5.0, 6.0, 7.0]}
+    times = {("fast", True): [1.0, 1.0, 1.0], ("fast", "loop"): [5.0, 6.0, 7.0]}
     monkeypatch.setattr(bench, "measure", lambda fn, graph=False: times[fn.__name__, graph].pop(0))
+    monkeypatch.setattr(bench, "launched_ms", lambda fn: times[fn.__name__, "loop"].pop(0))
     monkeypatch.setattr(bench, "host_us", lambda fn: 3.0)
     b = bench.Bench("g", 1, bytes=1, flops=1, impls={"fast": _impls(bench.torch.ones(4))["fast"]}, graph=True)
     (row,) = bench.time_bench(b, ceiling=1.0, launch_bill=True)
