@@ -37,25 +37,16 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 LOG2E = 1.4426950408889634   # log2(e): exp(x) == exp2(x * LOG2E)
 LN2 = gl.constexpr(0.6931471805599453)   # ln(2): log(x) == log2(x) * LN2
 
-# The TMA load was renamed between Triton releases: 3.6 has tma.async_copy_global_to_shared, later
-# ones tma.async_load (the old name is kept only to raise an error). A constexpr chosen at import picks
-# the branch; the other branch is never traced, so the name missing from this Triton is never looked up.
-NEW_TMA_NAMES = gl.constexpr(hasattr(tma, "async_load"))
+# The TMA load was renamed between Triton releases: 3.6 has tma.async_copy_global_to_shared, later ones
+# tma.async_load (the old name is kept there only to raise an error). The kernels call `tma_load`, the
+# one this Triton has, picked here at import.
+tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 
 BLOCK_M = 128        # query rows per CTA
 HALF_M = 64          # query rows per consumer warpgroup (the M of one wgmma)
 PRODUCER_REGS = gl.constexpr(24)   # setmaxnreg for the producer's warpgroup: the least a thread may have
 CONSUMER_REGS = gl.constexpr(240)  # setmaxnreg for the second consumer; the first (default partition) gets the rest
 MAXNREG = 168        # 12 warps (4 + 4 + 1, rounded up to whole warpgroups) * 32 * 168 <= 65536 registers
-
-
-@gluon.jit
-def _tma_load(desc, coord, barrier, dest):
-    """Copy one box of `desc` at `coord` into shared memory `dest`; `barrier` counts its bytes in."""
-    if NEW_TMA_NAMES:
-        tma.async_load(desc, coord, barrier, dest)
-    else:
-        tma.async_copy_global_to_shared(desc, coord, barrier, dest)
 
 
 @gluon.jit
@@ -99,8 +90,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
     # Q: two boxes of 64 rows, one per consumer. Rows past N belong to the next head (or read as zeros
     # past the tensor's end); their results are never stored.
     mbarrier.expect(q_ready, 2 * 64 * HEAD_DIM * 2)
-    _tma_load(q_desc, [row_base + start_m, 0], q_ready, q_smem.index(0))
-    _tma_load(q_desc, [row_base + start_m + 64, 0], q_ready, q_smem.index(1))
+    tma_load(q_desc, [row_base + start_m, 0], q_ready, q_smem.index(0))
+    tma_load(q_desc, [row_base + start_m + 64, 0], q_ready, q_smem.index(1))
 
     n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, BLOCK_N)
     tile_bytes: gl.constexpr = BLOCK_N * HEAD_DIM * 2
@@ -112,9 +103,9 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
         # K and V get a barrier each, so a consumer can start S = Q K^T before V has landed.
         # Keys past N come from the next head (or zeros): the consumers mask their scores to -inf.
         mbarrier.expect(k_ready.index(slot), tile_bytes)
-        _tma_load(k_desc, [row_base + j * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+        tma_load(k_desc, [row_base + j * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
         mbarrier.expect(v_ready.index(slot), tile_bytes)
-        _tma_load(v_desc, [row_base + j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+        tma_load(v_desc, [row_base + j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
 
 
 # ---------------------------------------------------------------- the consumers: 2 warpgroups
