@@ -49,6 +49,19 @@ CONSUMER_REGS = gl.constexpr(240)  # setmaxnreg for the second consumer; the fir
 MAXNREG = 168        # 12 warps (4 + 4 + 1, rounded up to whole warpgroups) * 32 * 168 <= 65536 registers
 
 
+# Row max and row sum through gl.reduce with combine functions of our own: gl.max / gl.sum are built on
+# triton.jit helpers, which become interpreter functions when Triton was imported with TRITON_INTERPRET=1
+# (the course does that on a CPU), and compile_for_hopper must still work there.
+@gluon.jit
+def _max_combine(a, b):
+    return gl.maximum(a, b)
+
+
+@gluon.jit
+def _add_combine(a, b):
+    return a + b
+
+
 @gluon.jit
 def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
     """(n_plain, n_tiles): this query block visits key tiles 0 .. n_tiles-1, of which the first n_plain
@@ -146,10 +159,10 @@ def _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, 
         # online softmax in base 2: scores scaled by sm_scale * log2(e) (qk_scale > 0, so the max of the
         # scaled row is the scaled max). Every row has a visible key in its first tile, so m_new is
         # finite from the first tile on and no -inf - -inf appears.
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+        m_new = gl.maximum(m_i, gl.reduce(s, 1, _max_combine) * qk_scale)
         p = gl.exp2(s * qk_scale - m_new[:, None])
         alpha = gl.exp2(m_i - m_new)                 # rescales what was summed under the old max
-        l_i = l_i * alpha + gl.sum(p, axis=1)
+        l_i = l_i * alpha + gl.reduce(p, 1, _add_combine)
         alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))   # same rows, same threads
         acc = acc * alpha_o[:, None]
         m_i = m_new
