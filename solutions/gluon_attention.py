@@ -43,10 +43,12 @@ LN2 = gl.constexpr(0.6931471805599453)   # ln(2): log(x) == log2(x) * LN2
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 
 BLOCK_M = 128        # query rows per CTA
-HALF_M = 64          # query rows per consumer warpgroup (the M of one wgmma)
 PRODUCER_REGS = gl.constexpr(24)   # setmaxnreg for the producer's warpgroup: the least a thread may have
-CONSUMER_REGS = gl.constexpr(240)  # setmaxnreg for the second consumer; the first (default partition) gets the rest
+CONSUMER_REGS = gl.constexpr(240)  # setmaxnreg for the second consumer (a worker partition)
 MAXNREG = 168        # 12 warps (4 + 4 + 1, rounded up to whole warpgroups) * 32 * 168 <= 65536 registers
+# Inside the partitions the three warpgroups share 3 * 168 = 504 registers a thread: the producer 24,
+# consumer 1 240, and the default partition (consumer 0) what is left, 504 - 24 - 240 = 240 (the PTX's
+# setmaxnreg values say so).
 
 
 # Row max and row sum through gl.reduce with combine functions of our own: gl.max / gl.sum are built on

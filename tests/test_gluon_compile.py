@@ -22,7 +22,8 @@ HOPPER_SMEM_PER_CTA = 227 * 1024
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("solutions_gluon_attention", ROOT / "solutions" / "gluon_attention.py")
+    path = ROOT / "solutions" / "gluon_attention.py"
+    spec = importlib.util.spec_from_file_location("solutions_gluon_attention", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
