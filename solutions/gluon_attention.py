@@ -274,11 +274,11 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
 
 
 def tile_config(head_dim):
-    """(BLOCK_N, NUM_STAGES) for a head size, within the 227 KB of shared memory a Hopper CTA may have.
-    Bytes: Q 2*64*D*2, each ring slot 2*BLOCK_N*D*2 (K and V).
+    """(BLOCK_N, NUM_STAGES) for a head size, within the 227 KB (232448 bytes) of shared memory a Hopper
+    CTA may have. Bytes: Q 2*64*D*2, each ring slot 2*BLOCK_N*D*2 (K and V), plus the barriers.
       D=64:  Q 16 KB + 4 slots * 32 KB = 144 KB
-      D=128: Q 32 KB + 2 slots * 64 KB = 160 KB (3 slots, 224 KB, would leave no room for the
-             compiler's own scratch)."""
+      D=128: Q 32 KB + 2 slots * 64 KB = 160 KB. 3 slots (224 KB, 229664 bytes compiled) also fit, with
+             room for nothing else; untimed yet which is faster (gluon_attention's num_stages tries it)."""
     return {64: (128, 4), 128: (128, 2)}[head_dim]
 
 
@@ -292,8 +292,9 @@ def tensor_descriptors(q, k, v, block_n):
             TensorDescriptor.from_tensor(v.view(-1, D), [block_n, D], kv_layout))
 
 
-def gluon_attention(q, k, v, causal=False, sm_scale=None):
-    """softmax(q k^T * sm_scale) v for q, k, v (B, H, N, D) float16: (out, lse), lse natural-log."""
+def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stages=None):
+    """softmax(q k^T * sm_scale) v for q, k, v (B, H, N, D) float16: (out, lse), lse natural-log.
+    block_n, num_stages: the key tile and ring depth, tile_config(D) unless given (block_n 64 or 128)."""
     assert q.dim() == 4 and q.shape == k.shape == v.shape, "q, k, v must all be (B, H, N, D)"
     assert q.dtype == k.dtype == v.dtype == torch.float16, "q, k, v must be float16"
     B, H, N, D = q.shape
@@ -302,7 +303,10 @@ def gluon_attention(q, k, v, causal=False, sm_scale=None):
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    block_n, stages = tile_config(D)
+    default_n, default_stages = tile_config(D)
+    block_n = block_n or default_n
+    stages = num_stages or default_stages
+    assert block_n in (64, 128), "block_n must divide the 128-row query block (64 or 128)"
     q_desc, k_desc, v_desc = tensor_descriptors(q, k, v, block_n)
     grid = (triton.cdiv(N, BLOCK_M), B * H)
     gluon_attention_kernel[grid](q_desc, k_desc, v_desc, out, lse, N, sm_scale * LOG2E,
@@ -311,7 +315,7 @@ def gluon_attention(q, k, v, causal=False, sm_scale=None):
     return out, lse
 
 
-def compile_for_hopper(head_dim, causal, n_ctx=1000):
+def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None):
     """Compile the kernel for sm_90 without a GPU (ptxas runs on the host): the CompiledKernel, whose
     .asm holds "ttgir", "ptx", "cubin", and whose .metadata has n_regs, n_spills and shared (bytes).
     The descriptors' types come from ones built over a small CPU tensor of the same dtype and boxes."""
@@ -319,7 +323,9 @@ def compile_for_hopper(head_dim, causal, n_ctx=1000):
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    block_n, stages = tile_config(head_dim)
+    default_n, default_stages = tile_config(head_dim)
+    block_n = block_n or default_n
+    stages = num_stages or default_stages
     x = torch.empty((256, head_dim), dtype=torch.float16)
     q_desc, k_desc, _ = tensor_descriptors(x, x, x, block_n)
     signature = {"q_desc": mangle_type(q_desc), "k_desc": mangle_type(k_desc), "v_desc": mangle_type(k_desc),

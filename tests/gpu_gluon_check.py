@@ -39,6 +39,9 @@ import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
 
+DEVICE = "cuda"
+
+
 def say(*args):
     print(*args, flush=True)
 
@@ -83,19 +86,36 @@ CASES = [  # (B, H, N, D, causal, sm_scale or None): simplest first, so a hang i
     (4, 16, 2048, 64, True, None),    # many CTAs at once: races in the ring show as wrong or changing bits
 ]
 
+# Other (BLOCK_N, NUM_STAGES) than tile_config's: BLOCK_N 64 gives S and O different wgmma shapes (the
+# row statistics change layout between them), and a deeper or shallower ring changes the phase pattern.
+VARIANTS = {64: [(64, 4), (128, 2)], 128: [(64, 4), (128, 3)]}
+VARIANT_CASES = [(1, 1, 1, 64, True, None), (2, 3, 333, 64, False, None), (2, 3, 333, 128, True, None),
+                 (1, 4, 1000, 128, False, None), (2, 4, 2048, 64, True, None)]
+
+
+def all_cases():
+    """(B, H, N, D, causal, sm_scale, block_n, num_stages): CASES with the default tiles, then VARIANTS."""
+    cases = [case + (None, None) for case in CASES]
+    for case in VARIANT_CASES:
+        cases += [case + variant for variant in VARIANTS[case[3]]]
+    return cases
+
 
 def check(ga):
     results = []
     failures = 0
-    for B, H, N, D, causal, sm_scale in CASES:
+    cases = all_cases()
+    for B, H, N, D, causal, sm_scale, block_n, num_stages in cases:
         name = f"B{B} H{H} N{N} D{D} {'causal' if causal else 'full'}"
         name += f" scale {sm_scale}" if sm_scale else ""
+        name += f" BLOCK_N {block_n} stages {num_stages}" if block_n else ""
         say(f"check {name} ...")
         torch.manual_seed(N * 7 + D + causal)
-        q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.float16) for _ in range(3))
-        out, lse = ga.gluon_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+        q, k, v = (torch.randn(B, H, N, D, device=DEVICE, dtype=torch.float16) for _ in range(3))
+        tiles = {"block_n": block_n, "num_stages": num_stages}
+        out, lse = ga.gluon_attention(q, k, v, causal=causal, sm_scale=sm_scale, **tiles)
         torch.cuda.synchronize()
-        out2, lse2 = ga.gluon_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+        out2, lse2 = ga.gluon_attention(q, k, v, causal=causal, sm_scale=sm_scale, **tiles)
         torch.cuda.synchronize()
         ref, ref_lse = reference(q, k, v, causal, D ** -0.5 if sm_scale is None else sm_scale)
         out_err = (out.float() - ref).abs().max().item()
@@ -107,9 +127,10 @@ def check(ga):
         say(f"    {'ok ' if ok else 'BAD'} max|out - ref| {out_err:.2e}  max|lse - ref| {lse_err:.2e}  "
             f"same bits twice {same_bits}  finite {finite}")
         results.append({"case": name, "B": B, "H": H, "N": N, "D": D, "causal": causal, "sm_scale": sm_scale,
+                        "block_n": block_n, "num_stages": num_stages,
                         "out_max_abs_err": out_err, "lse_max_abs_err": lse_err, "deterministic": same_bits,
                         "finite": finite, "ok": ok})
-    return results, failures
+    return results, failures, len(cases)
 
 
 def graph_ms(fn):
@@ -133,7 +154,7 @@ def bench(ga):
             H = 2048 // D
             for causal in (False, True):
                 torch.manual_seed(0)
-                q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.float16) for _ in range(3))
+                q, k, v = (torch.randn(B, H, N, D, device=DEVICE, dtype=torch.float16) for _ in range(3))
                 flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
 
                 def cudnn():
@@ -143,6 +164,10 @@ def bench(ga):
                 impls = {"gluon": lambda: ga.gluon_attention(q, k, v, causal=causal),
                          "cudnn": cudnn,
                          "triton_lesson10": lambda: course_attention(q, k, v, causal=causal)}
+                if N == 4096:   # the other tile shapes, once per head size and mask
+                    for bn, stages in VARIANTS[D]:
+                        impls[f"gluon_n{bn}_s{stages}"] = (lambda bn=bn, stages=stages: ga.gluon_attention(
+                            q, k, v, causal=causal, block_n=bn, num_stages=stages))
                 row = {"B": B, "H": H, "N": N, "D": D, "causal": causal}
                 for impl, fn in impls.items():
                     say(f"time {impl} B{B} H{H} N{N} D{D} {'causal' if causal else 'full'} ...")
@@ -156,7 +181,7 @@ def bench(ga):
                     say(f"    {impl:16s} {graph:8.3f} ms graph  {plain:8.3f} ms launched  "
                         f"{flops / graph / 1e9:7.1f} TFLOP/s")
                 if "tflops" in row.get("cudnn", {}):
-                    for impl in ("gluon", "triton_lesson10"):
+                    for impl in [name for name in row if name.startswith(("gluon", "triton"))]:
                         if "tflops" in row.get(impl, {}):
                             row[impl]["vs_cudnn"] = row[impl]["tflops"] / row["cudnn"]["tflops"]
                     say(f"    gluon / cuDNN = {row['gluon'].get('vs_cudnn', math.nan):.2f}   "
@@ -176,8 +201,8 @@ def main():
               "triton": triton.__version__}
 
     started = time.time()
-    record["checks"], failures = check(ga)
-    say(f"{len(CASES) - failures}/{len(CASES)} checks passed ({time.time() - started:.0f} s)")
+    record["checks"], failures, n_cases = check(ga)
+    say(f"{n_cases - failures}/{n_cases} checks passed ({time.time() - started:.0f} s)")
     if "--check" not in sys.argv:
         if failures:
             say("timing anyway (numbers above are wrong: the timings are of a broken kernel)")
