@@ -1,0 +1,365 @@
+"""A FlashAttention-3-style forward for Hopper (sm_90), written in Gluon.
+
+Lesson 10's `attention` is written in Triton's block language: the compiler decides which warps load,
+which multiply, and how the shared-memory ring is pipelined. Gluon is Triton's lower layer, where the
+kernel says all of that itself. This module spells out the FlashAttention-3 design on Hopper:
+
+* one CTA per (block of 128 query rows, batch * head);
+* warp specialisation: three partitions of one CTA running different code at the same time
+    - a producer of 1 warp that only issues TMA copies: the CTA's Q tile once, then every K and V tile
+      into a ring of NUM_STAGES shared-memory slots;
+    - two consumer warpgroups of 4 warps, each owning 64 of the 128 query rows: S = Q K^T with an
+      asynchronous wgmma, the online softmax in registers, then O += P V with P fed from registers;
+* register reallocation: the producer gives its registers back (setmaxnreg down to 24 a thread) so the
+  two consumers can hold S, P and the output accumulator (up to 240 a thread);
+* mbarriers between the partitions (ready: "the TMA copy has landed", empty: "both consumers are done
+  with this slot").
+
+The function `gluon_attention(q, k, v, causal=False, sm_scale=None) -> (out, lse)` has the contract of
+lesson 10's `attention`: q, k, v (B, H, N, D) float16, out (B, H, N, D), lse (B, H, N) float32, the
+natural-log logsumexp of each row's scaled scores.
+
+Not here yet (FA3's further steps): ping-pong scheduling between the two consumers (one's softmax
+while the other's matmuls run), and overlapping a warpgroup's own softmax with its next S = Q K^T.
+
+Importing this module needs no GPU: the kernel is defined here, and compiled at its first launch.
+Gluon kernels do not run under Triton's CPU interpreter.
+"""
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                              warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+LOG2E = 1.4426950408889634   # log2(e): exp(x) == exp2(x * LOG2E)
+LN2 = gl.constexpr(0.6931471805599453)   # ln(2): log(x) == log2(x) * LN2
+
+# The TMA load was renamed between Triton releases: 3.6 has tma.async_copy_global_to_shared, later ones
+# tma.async_load (the old name is kept there only to raise an error). The kernels call `tma_load`, the
+# one this Triton has, picked here at import.
+tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+
+BLOCK_M = 128        # query rows per CTA
+PRODUCER_REGS = gl.constexpr(24)   # setmaxnreg for the producer's warpgroup: the least a thread may have
+CONSUMER_REGS = gl.constexpr(240)  # setmaxnreg for the second consumer (a worker partition)
+MAXNREG = 168        # 12 warps (4 + 4 + 1, rounded up to whole warpgroups) * 32 * 168 <= 65536 registers
+# Inside the partitions the three warpgroups share 3 * 168 = 504 registers a thread: the producer 24,
+# consumer 1 240, and the default partition (consumer 0) what is left, 504 - 24 - 240 = 240 (the PTX's
+# setmaxnreg values say so).
+
+
+# Row max and row sum through gl.reduce with combine functions of our own: gl.max / gl.sum are built on
+# triton.jit helpers, which become interpreter functions when Triton was imported with TRITON_INTERPRET=1
+# (the course does that on a CPU), and compile_for_hopper must still work there.
+@gluon.jit
+def _max_combine(a, b):
+    return gl.maximum(a, b)
+
+
+@gluon.jit
+def _add_combine(a, b):
+    return a + b
+
+
+@gluon.jit
+def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
+    """(n_plain, n_tiles): this query block visits key tiles 0 .. n_tiles-1, of which the first n_plain
+    need no mask. Producer and consumers call this same function, so they agree on the loop count.
+
+    Full attention: every key tile, the last one masked if N is not a multiple of BLOCK_N.
+    Causal: the keys before start_m are seen by all 128 rows (no mask); the tiles covering the block's
+    own keys start_m .. start_m + 127 need the diagonal mask. BLOCK_N divides 128, so the unmasked tiles
+    end exactly at start_m."""
+    if CAUSAL:
+        hi = gl.minimum(start_m + 128, n_ctx)
+        n_plain = start_m // BLOCK_N
+    else:
+        hi = n_ctx
+        n_plain = n_ctx // BLOCK_N
+    n_tiles = (hi + BLOCK_N - 1) // BLOCK_N
+    return n_plain, n_tiles
+
+
+# ---------------------------------------------------------------- the producer: 1 warp, TMA only
+#
+# Barrier protocol for ring slot s (tile j lives in slot j % NUM_STAGES; it is the u-th use of the slot,
+# u = j // NUM_STAGES). An mbarrier completes a "phase" each time its expected arrivals (and, for TMA,
+# its expected bytes) are in; a waiter names the parity of the phase it waits for, (u & 1) here.
+#   k_ready[s], v_ready[s]  count 1: the producer's expect() is the one arrival, the TMA engine then
+#                           delivers the bytes. Consumers wait for parity (u & 1) before reading.
+#   kv_empty[s]             count 2: each consumer warpgroup arrives once when its wgmma reading K and V
+#                           of that slot has finished. The producer waits for parity (u & 1) ^ 1 before
+#                           overwriting: for u = 0 that is the phase "before" the first, which a fresh
+#                           barrier reports as complete, so the first NUM_STAGES fills do not wait.
+#   q_ready                 count 1, used once (parity 0): both 64-row halves of Q.
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+              row_base, start_m, n_ctx, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+              NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Load partition. Q, K, V are seen as one (B*H*N, D) matrix: this head's rows start at row_base."""
+    # Q: two boxes of 64 rows, one per consumer. Rows past N belong to the next head (or read as zeros
+    # past the tensor's end); their results are never stored.
+    mbarrier.expect(q_ready, 2 * 64 * HEAD_DIM * 2)
+    tma_load(q_desc, [row_base + start_m, 0], q_ready, q_smem.index(0))
+    tma_load(q_desc, [row_base + start_m + 64, 0], q_ready, q_smem.index(1))
+
+    n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, BLOCK_N)
+    tile_bytes: gl.constexpr = BLOCK_N * HEAD_DIM * 2
+    for j in range(n_tiles):
+        slot = j % NUM_STAGES
+        phase = (j // NUM_STAGES) & 1
+        # wait until both consumers released this slot's previous tile (free the first time round)
+        mbarrier.wait(kv_empty.index(slot), phase ^ 1)
+        # K and V get a barrier each, so a consumer can start S = Q K^T before V has landed.
+        # Keys past N come from the next head (or zeros): the consumers mask their scores to -inf.
+        mbarrier.expect(k_ready.index(slot), tile_bytes)
+        tma_load(k_desc, [row_base + j * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+        mbarrier.expect(v_ready.index(slot), tile_bytes)
+        tma_load(v_desc, [row_base + j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+
+
+# ---------------------------------------------------------------- the consumers: 2 warpgroups
+#
+# Each consumer is one warpgroup (4 warps, 128 threads) holding 64 query rows. Its layouts:
+#   S_LAYOUT  the wgmma accumulator of S (64 x BLOCK_N, fp32): each row lives in the 4 threads of one
+#             quad of one warp, so row max and row sum need only shuffles inside a warp;
+#   O_LAYOUT  the accumulator of O (64 x HEAD_DIM), the same row ownership;
+#   P_LAYOUT  P as the A operand of a register-sourced wgmma. For 16-bit types it holds each thread's
+#             values where the S accumulator had them, so converting P costs (almost) nothing: this is
+#             what lets FA3 skip the trip of P through shared memory.
+
+
+@gluon.jit
+def _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, lo, hi, n_ctx,
+                  qk_scale, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, S_LAYOUT: gl.constexpr,
+                  O_LAYOUT: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr):
+    """Online softmax over key tiles lo .. hi-1 (tile indices). MASK: hide keys >= N, and when CAUSAL
+    also keys past each row's own position."""
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+    for j in range(lo, hi):
+        slot = j % NUM_STAGES
+        phase = (j // NUM_STAGES) & 1
+
+        # S = Q K^T: K's slot is (BLOCK_N, D) in shared memory; permute views it as (D, BLOCK_N).
+        mbarrier.wait(k_ready.index(slot), phase)
+        s = gl.zeros([64, BLOCK_N], gl.float32, S_LAYOUT)
+        s = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s])
+
+        if MASK:
+            offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, S_LAYOUT))
+            keep = (offs_m[:, None] >= 0) & (offs_n[None, :] < n_ctx)
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            s = gl.where(keep, s, -float("inf"))
+
+        # online softmax in base 2: scores scaled by sm_scale * log2(e) (qk_scale > 0, so the max of the
+        # scaled row is the scaled max). Every row has a visible key in its first tile, so m_new is
+        # finite from the first tile on and no -inf - -inf appears.
+        m_new = gl.maximum(m_i, gl.reduce(s, 1, _max_combine) * qk_scale)
+        p = gl.exp2(s * qk_scale - m_new[:, None])
+        alpha = gl.exp2(m_i - m_new)                 # rescales what was summed under the old max
+        l_i = l_i * alpha + gl.reduce(p, 1, _add_combine)
+        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))   # same rows, same threads
+        acc = acc * alpha_o[:, None]
+        m_i = m_new
+
+        # O += P V, P from registers, V's slot (BLOCK_N, D) straight from shared memory
+        p16 = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
+        mbarrier.wait(v_ready.index(slot), phase)
+        acc = warpgroup_mma(p16, v_smem.index(slot), acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        # Both wgmmas reading this slot have completed (wait(0) above): hand the slot back. The arrive
+        # is issued once for the warpgroup; kv_empty counts 2, one per consumer.
+        mbarrier.arrive(kv_empty.index(slot), count=1)
+    return acc, l_i, m_i
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, o_ptr, lse_ptr,
+              row_base, start_m, n_ctx, qk_scale, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+              NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Softmax/MMA partition WG (0 or 1): query rows start_m + 64*WG .. + 63 of this head."""
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    ROW_S: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
+    row0 = start_m + WG * 64
+    offs_m = row0 + gl.arange(0, 64, ROW_S)
+    m_i = gl.full([64], -float("inf"), gl.float32, ROW_S)
+    l_i = gl.zeros([64], gl.float32, ROW_S)
+    acc = gl.zeros([64, HEAD_DIM], gl.float32, O_LAYOUT)
+
+    q = q_smem.index(WG)
+    mbarrier.wait(q_ready, 0)
+    n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, BLOCK_N)
+    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m,
+                                  0, n_plain, n_ctx, qk_scale, BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT,
+                                  False, CAUSAL)
+    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m,
+                                  n_plain, n_tiles, n_ctx, qk_scale, BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT,
+                                  True, CAUSAL)
+
+    # Epilogue: O = acc / l, stored straight from the accumulator's registers (rows past N masked: a
+    # TMA store over the (B*H*N, D) view would write them into the next head). lse in natural log.
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))
+    out = (acc / l_o[:, None]).to(gl.float16)
+    offs_mo = row0 + gl.arange(0, 64, gl.SliceLayout(1, O_LAYOUT))
+    offs_d = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, O_LAYOUT))
+    rows = (row_base + offs_mo).to(gl.int64)
+    o_mask = (offs_mo[:, None] < n_ctx) & (offs_d[None, :] < HEAD_DIM)
+    gl.store(o_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], out, mask=o_mask)
+    lse = (m_i + gl.log2(l_i)) * LN2
+    gl.store(lse_ptr + (row_base + offs_m).to(gl.int64), lse, mask=offs_m < n_ctx)
+
+
+# ---------------------------------------------------------------- the kernel: allocate, fork
+
+
+@gluon.jit
+def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_scale,
+                           HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                           CAUSAL: gl.constexpr):
+    """Grid (cdiv(N, 128), B*H). q/k/v_desc: host TMA descriptors over the (B*H*N, D) view, boxes of
+    64 rows (Q) and BLOCK_N rows (K, V). o_ptr (B*H*N, D) fp16 and lse_ptr (B*H*N,) fp32 contiguous."""
+    gl.static_assert(128 % BLOCK_N == 0, "the causal split needs BLOCK_N to divide the 128-row block")
+    pid = gl.program_id(0)
+    if CAUSAL:   # the query blocks with the most key tiles start first
+        start_m = (gl.num_programs(0) - 1 - pid) * 128
+    else:
+        start_m = pid * 128
+    row_base = gl.program_id(1) * n_ctx
+
+    # Shared memory: Q (2 x 64 x D), the K and V rings (NUM_STAGES x BLOCK_N x D each), the barriers.
+    # The descriptors' NVMMA layouts (128-byte swizzle) are what both TMA and wgmma read.
+    q_smem = gl.allocate_shared_memory(gl.float16, [2, 64, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_ready, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=2)   # one arrival from each consumer warpgroup
+    fence_async_shared()   # the initialised barriers must be visible to the TMA engine (async proxy)
+
+    # Fork: the default partition (this kernel's num_warps = 4 warps) is consumer 0; the workers are
+    # consumer 1 (4 warps) and the producer (1 warp). All join again when the three functions return.
+    gl.warp_specialize([
+        (_consumer, (0, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, o_ptr, lse_ptr,
+                     row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL)),
+        (_consumer, (1, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, o_ptr, lse_ptr,
+                     row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL)),
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+                     row_base, start_m, n_ctx, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+    mbarrier.invalidate(q_ready)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(k_ready.index(i))
+        mbarrier.invalidate(v_ready.index(i))
+        mbarrier.invalidate(kv_empty.index(i))
+
+
+# ---------------------------------------------------------------- host side
+
+
+def tile_config(head_dim):
+    """(BLOCK_N, NUM_STAGES) for a head size, within the 227 KB (232448 bytes) of shared memory a Hopper
+    CTA may have. Bytes: Q 2*64*D*2, each ring slot 2*BLOCK_N*D*2 (K and V), plus the barriers.
+      D=64:  Q 16 KB + 4 slots * 32 KB = 144 KB
+      D=128: Q 32 KB + 2 slots * 64 KB = 160 KB. 3 slots (224 KB, 229664 bytes compiled) also fit, with
+             room for nothing else; untimed yet which is faster (gluon_attention's num_stages tries it)."""
+    return {64: (128, 4), 128: (128, 2)}[head_dim]
+
+
+def tensor_descriptors(q, k, v, block_n):
+    """Host TMA descriptors over the (B*H*N, D) views: Q in boxes of 64 rows, K and V of block_n."""
+    D = q.shape[-1]
+    q_layout = gl.NVMMASharedLayout.get_default_for([64, D], gl.float16)
+    kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, D], gl.float16)
+    return (TensorDescriptor.from_tensor(q.view(-1, D), [64, D], q_layout),
+            TensorDescriptor.from_tensor(k.view(-1, D), [block_n, D], kv_layout),
+            TensorDescriptor.from_tensor(v.view(-1, D), [block_n, D], kv_layout))
+
+
+def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stages=None):
+    """softmax(q k^T * sm_scale) v for q, k, v (B, H, N, D) float16: (out, lse), lse natural-log.
+    block_n, num_stages: the key tile and ring depth, tile_config(D) unless given (block_n 64 or 128)."""
+    assert q.dim() == 4 and q.shape == k.shape == v.shape, "q, k, v must all be (B, H, N, D)"
+    assert q.dtype == k.dtype == v.dtype == torch.float16, "q, k, v must be float16"
+    B, H, N, D = q.shape
+    assert D in (64, 128), "head dimension must be 64 or 128"
+    sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    out = torch.empty_like(q)
+    lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    default_n, default_stages = tile_config(D)
+    block_n = block_n or default_n
+    stages = num_stages or default_stages
+    assert block_n in (64, 128), "block_n must divide the 128-row query block (64 or 128)"
+    q_desc, k_desc, v_desc = tensor_descriptors(q, k, v, block_n)
+    grid = (triton.cdiv(N, BLOCK_M), B * H)
+    gluon_attention_kernel[grid](q_desc, k_desc, v_desc, out, lse, N, sm_scale * LOG2E,
+                                 HEAD_DIM=D, BLOCK_N=block_n, NUM_STAGES=stages, CAUSAL=causal,
+                                 num_warps=4, maxnreg=MAXNREG)
+    return out, lse
+
+
+def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None):
+    """Compile the kernel for sm_90 without a GPU (ptxas runs on the host): the CompiledKernel, whose
+    .asm holds "ttgir", "ptx", "cubin", and whose .metadata has n_regs, n_spills and shared (bytes).
+    The descriptors' types come from ones built over a small CPU tensor of the same dtype and boxes."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    default_n, default_stages = tile_config(head_dim)
+    block_n = block_n or default_n
+    stages = num_stages or default_stages
+    x = torch.empty((256, head_dim), dtype=torch.float16)
+    q_desc, k_desc, _ = tensor_descriptors(x, x, x, block_n)
+    signature = {"q_desc": mangle_type(q_desc), "k_desc": mangle_type(k_desc), "v_desc": mangle_type(k_desc),
+                 "o_ptr": "*fp16", "lse_ptr": "*fp32", "n_ctx": "i32", "qk_scale": "fp32",
+                 "HEAD_DIM": "constexpr", "BLOCK_N": "constexpr", "NUM_STAGES": "constexpr",
+                 "CAUSAL": "constexpr"}
+    constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": block_n, "NUM_STAGES": stages, "CAUSAL": causal}
+    src = GluonASTSource(gluon_attention_kernel, signature=signature, constexprs=constexprs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": MAXNREG})
+
+
+def ptxas_report(compiled):
+    """ptxas's own account of a compiled kernel's PTX for sm_90a: {"registers", "spill_stores",
+    "spill_loads", "smem_static", "text"}. (A CompiledKernel's n_regs / n_spills are only filled in
+    when it is loaded onto a GPU; metadata.shared is known at compile time.)"""
+    import os
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "kernel.ptx")
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        run = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", ptx, "-o",
+                              os.path.join(tmp, "kernel.cubin")], capture_output=True, text=True, check=True)
+    text = run.stdout + run.stderr
+
+    def number(pattern):
+        found = re.search(pattern, text)
+        return int(found.group(1)) if found else None
+
+    return {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
+            "spill_loads": number(r"(\d+) bytes spill loads"), "smem_static": number(r"(\d+) bytes smem"),
+            "text": text}

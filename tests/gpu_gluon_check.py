@@ -1,0 +1,220 @@
+"""On a Hopper GPU (H100 / H200): check and time the Gluon FlashAttention-3-style forward
+(solutions/gluon_attention.py). Not a pytest module (no test_ prefix): run it as a script,
+
+    python tests/gpu_gluon_check.py            # checks, then timings
+    python tests/gpu_gluon_check.py --check    # checks only
+
+1. Numbers: out against attention computed in float32 from the same fp16 inputs (atol 2e-2, as for
+   fp16 attention elsewhere in the course), lse against torch.logsumexp of the float32 scores, over
+   shapes that hit the edges: N = 1, N not a multiple of 128 or of BLOCK_N, several heads and batches
+   (a head reading its neighbour's rows would show), causal and full, D = 64 and 128, a non-default
+   sm_scale. Each case also runs twice and must give the same bits (no atomics: a difference means a
+   race in the shared-memory ring).
+2. Speed: TFLOP/s (4*B*H*N*N*D flops, half for causal) timed as CUDA-graph replays with
+   triton.testing, beside cuDNN's SDPA and the course's Triton `attention` (lesson 10), at
+   B4 N4096 and B1 N16384, D 64 and 128 (H = 2048 / D), causal and full.
+
+A wrong barrier phase hangs the GPU rather than failing: every case prints before it starts (flushed),
+so the last line printed names the case that hung. Run it under `timeout`.
+Results go to $OUT/gluon_attention_gpu.json when OUT is set.
+"""
+
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402, I001  (helpers between torch and triton, as in the solutions)
+import torch.nn.functional as F  # noqa: E402
+
+import helpers  # noqa: E402,F401  (before triton: picks the device)
+
+import triton  # noqa: E402
+import triton.testing  # noqa: E402
+
+
+DEVICE = "cuda"
+
+
+def say(*args):
+    print(*args, flush=True)
+
+
+def load_gluon():
+    spec = importlib.util.spec_from_file_location("solutions_gluon_attention",
+                                                  ROOT / "solutions" / "gluon_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def reference(q, k, v, causal, sm_scale):
+    """(out, lse) in float32 from the fp16 inputs: scores, mask, softmax, P V."""
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * sm_scale
+    if causal:
+        n = q.shape[2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.matmul(torch.softmax(s, dim=-1), v.float()), lse
+
+
+CASES = [  # (B, H, N, D, causal, sm_scale or None): simplest first, so a hang is easy to place
+    (1, 1, 128, 64, False, None),
+    (1, 1, 128, 128, False, None),
+    (1, 1, 128, 64, True, None),
+    (1, 1, 1, 64, False, None),
+    (1, 1, 1, 128, True, None),
+    (1, 1, 77, 64, True, None),
+    (2, 3, 200, 64, False, None),
+    (2, 3, 200, 128, True, None),
+    (1, 2, 129, 128, False, None),
+    (1, 2, 255, 64, True, None),
+    (2, 2, 333, 128, False, 0.3),
+    (3, 2, 513, 64, True, None),
+    (1, 4, 1000, 64, False, None),
+    (1, 4, 1000, 128, True, None),
+    (2, 8, 1024, 128, False, None),
+    (2, 8, 1024, 64, True, None),
+    (1, 2, 4096, 128, True, None),
+    (1, 2, 4100, 64, False, None),
+    (4, 16, 2048, 64, True, None),    # many CTAs at once: races in the ring show as wrong or changing bits
+]
+
+# Other (BLOCK_N, NUM_STAGES) than tile_config's: BLOCK_N 64 gives S and O different wgmma shapes (the
+# row statistics change layout between them), and a deeper or shallower ring changes the phase pattern.
+VARIANTS = {64: [(64, 4), (128, 2)], 128: [(64, 4), (128, 3)]}
+VARIANT_CASES = [(1, 1, 1, 64, True, None), (2, 3, 333, 64, False, None), (2, 3, 333, 128, True, None),
+                 (1, 4, 1000, 128, False, None), (2, 4, 2048, 64, True, None)]
+
+
+def all_cases():
+    """(B, H, N, D, causal, sm_scale, block_n, num_stages): CASES with the default tiles, then VARIANTS."""
+    cases = [case + (None, None) for case in CASES]
+    for case in VARIANT_CASES:
+        cases += [case + variant for variant in VARIANTS[case[3]]]
+    return cases
+
+
+def check(ga):
+    results = []
+    failures = 0
+    cases = all_cases()
+    for B, H, N, D, causal, sm_scale, block_n, num_stages in cases:
+        name = f"B{B} H{H} N{N} D{D} {'causal' if causal else 'full'}"
+        name += f" scale {sm_scale}" if sm_scale else ""
+        name += f" BLOCK_N {block_n} stages {num_stages}" if block_n else ""
+        say(f"check {name} ...")
+        torch.manual_seed(N * 7 + D + causal)
+        q, k, v = (torch.randn(B, H, N, D, device=DEVICE, dtype=torch.float16) for _ in range(3))
+        tiles = {"block_n": block_n, "num_stages": num_stages}
+        out, lse = ga.gluon_attention(q, k, v, causal=causal, sm_scale=sm_scale, **tiles)
+        torch.cuda.synchronize()
+        out2, lse2 = ga.gluon_attention(q, k, v, causal=causal, sm_scale=sm_scale, **tiles)
+        torch.cuda.synchronize()
+        ref, ref_lse = reference(q, k, v, causal, D ** -0.5 if sm_scale is None else sm_scale)
+        out_err = (out.float() - ref).abs().max().item()
+        lse_err = (lse - ref_lse).abs().max().item()
+        same_bits = torch.equal(out, out2) and torch.equal(lse, lse2)
+        finite = bool(torch.isfinite(out).all() and torch.isfinite(lse).all())
+        ok = out_err <= 2e-2 and lse_err <= 5e-3 and same_bits and finite
+        failures += not ok
+        say(f"    {'ok ' if ok else 'BAD'} max|out - ref| {out_err:.2e}  max|lse - ref| {lse_err:.2e}  "
+            f"same bits twice {same_bits}  finite {finite}")
+        results.append({"case": name, "B": B, "H": H, "N": N, "D": D, "causal": causal, "sm_scale": sm_scale,
+                        "block_n": block_n, "num_stages": num_stages,
+                        "out_max_abs_err": out_err, "lse_max_abs_err": lse_err, "deterministic": same_bits,
+                        "finite": finite, "ok": ok})
+    return results, failures, len(cases)
+
+
+def graph_ms(fn):
+    """Median ms of fn as CUDA-graph replays (and as plain launches, for the launch overhead)."""
+    fn()
+    torch.cuda.synchronize()
+    plain = triton.testing.do_bench(fn, warmup=25, rep=100)
+    graph = triton.testing.do_bench_cudagraph(fn, rep=100)
+    return graph, plain
+
+
+def bench(ga):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from helpers.solutions import load_solution
+    course_attention = load_solution("10").attention
+
+    rows = []
+    for B, N in ((4, 4096), (1, 16384)):
+        for D in (64, 128):
+            H = 2048 // D
+            for causal in (False, True):
+                torch.manual_seed(0)
+                q, k, v = (torch.randn(B, H, N, D, device=DEVICE, dtype=torch.float16) for _ in range(3))
+                flops = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
+
+                def cudnn():
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                impls = {"gluon": lambda: ga.gluon_attention(q, k, v, causal=causal),
+                         "cudnn": cudnn,
+                         "triton_lesson10": lambda: course_attention(q, k, v, causal=causal)}
+                if N == 4096:   # the other tile shapes, once per head size and mask
+                    for bn, stages in VARIANTS[D]:
+                        impls[f"gluon_n{bn}_s{stages}"] = (lambda bn=bn, stages=stages: ga.gluon_attention(
+                            q, k, v, causal=causal, block_n=bn, num_stages=stages))
+                row = {"B": B, "H": H, "N": N, "D": D, "causal": causal}
+                for impl, fn in impls.items():
+                    say(f"time {impl} B{B} H{H} N{N} D{D} {'causal' if causal else 'full'} ...")
+                    try:
+                        graph, plain = graph_ms(fn)
+                    except Exception as error:  # noqa: BLE001  (e.g. cuDNN attention missing in this torch)
+                        say(f"    {impl} failed: {type(error).__name__}: {error}")
+                        row[impl] = {"error": f"{type(error).__name__}: {error}"}
+                        continue
+                    row[impl] = {"graph_ms": graph, "launch_ms": plain, "tflops": flops / graph / 1e9}
+                    say(f"    {impl:16s} {graph:8.3f} ms graph  {plain:8.3f} ms launched  "
+                        f"{flops / graph / 1e9:7.1f} TFLOP/s")
+                if "tflops" in row.get("cudnn", {}):
+                    for impl in [name for name in row if name.startswith(("gluon", "triton"))]:
+                        if "tflops" in row.get(impl, {}):
+                            row[impl]["vs_cudnn"] = row[impl]["tflops"] / row["cudnn"]["tflops"]
+                    say(f"    gluon / cuDNN = {row['gluon'].get('vs_cudnn', math.nan):.2f}   "
+                        f"lesson 10 / cuDNN = {row['triton_lesson10'].get('vs_cudnn', math.nan):.2f}")
+                rows.append(row)
+    return rows
+
+
+def main():
+    assert torch.cuda.is_available(), "needs a CUDA GPU (Hopper)"
+    cap = torch.cuda.get_device_capability()
+    say(f"{torch.cuda.get_device_name()} sm_{cap[0]}{cap[1]}  torch {torch.__version__}  "
+        f"triton {triton.__version__}")
+    assert cap == (9, 0), "the Gluon kernel uses wgmma and setmaxnreg: Hopper (sm_90) only"
+    ga = load_gluon()
+    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "triton": triton.__version__}
+
+    started = time.time()
+    record["checks"], failures, n_cases = check(ga)
+    say(f"{n_cases - failures}/{n_cases} checks passed ({time.time() - started:.0f} s)")
+    if "--check" not in sys.argv:
+        if failures:
+            say("timing anyway (numbers above are wrong: the timings are of a broken kernel)")
+        record["timings"] = bench(ga)
+
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        path = pathlib.Path(out_dir) / "gluon_attention_gpu.json"
+        path.write_text(json.dumps(record, indent=1))
+        say(f"wrote {path}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
