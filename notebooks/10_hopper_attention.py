@@ -392,6 +392,120 @@ for gpu in hopper:
 # same share, and once running, the producer gives most of its share to the consumers. The profile
 # alone cannot show the reallocation, but the budget fits it exactly.
 #
+# ## FlashAttention-3's arrangement, written in Gluon
+#
+# Triton's block language leaves the arrangement to the compiler: which warps load, which multiply,
+# how deep the shared-memory ring is. Gluon (`triton.experimental.gluon`) is the layer beneath it, in
+# the same Python syntax, where the kernel says all of that itself: each tensor's layout across the
+# threads, the shared-memory buffers, the barriers, and which warps run which function. The course's
+# `solutions/gluon_attention.py` is the lesson's forward rewritten that way, the first of the four
+# techniques above:
+#
+# - one program per block of 128 query rows, split in three *partitions* running side by side
+#   (`gl.warp_specialize`): a **producer** of one warp that only issues TMA copies (Q once, then
+#   each K and V tile into a ring of slots in shared memory), and two **consumer** warpgroups of 64
+#   rows each, which run `S = Q Kᵀ` on the tensor cores (`warpgroup_mma`), the online softmax in
+#   registers, and `O += P V` with P straight from registers;
+# - registers moved at run time: the producer's warp drops to 24 a thread, the consumers rise to 240;
+# - **mbarriers** between them: per ring slot, `ready` (the tile has landed) and `empty` (both
+#   consumers are done with it).
+#
+# Not there yet: the ping-pong between the two consumers and the overlap inside one, FlashAttention-3's
+# next two steps. Gluon kernels do not run in Triton's interpreter, but they compile without a GPU:
+# Triton's NVIDIA backend and its `ptxas` run on the host. Compiled here for Hopper (sm_90), D = 128,
+# causal:
+
+# %%
+try:
+    build = course.gluon_build(head_dim=128, causal=True)
+except Exception as error:  # noqa: BLE001  (a Triton without its NVIDIA backend or ptxas)
+    build = None
+    print(f"This Triton cannot compile for sm_90 here ({type(error).__name__}): the figures below are "
+          f"the recorded ones.")
+if build:
+    print(f"{build['warps']} warps: two consumer warpgroups and the producer's warp (rounded up to a "
+          f"warpgroup)")
+    print(f"registers at launch: {build['registers']} a thread, {build['spilled bytes']} bytes spilled; "
+          f"shared memory {build['shared bytes']:,} bytes of the 232,448 a Hopper program may have")
+    print(f"in the PTX: {build['wgmma']} wgmma instructions, {build['TMA copies']} TMA copies, "
+          f"{build['mbarrier waits']} mbarrier waits")
+    print("setmaxnreg:", ", ".join(f"{way} {n}" for way, n in build["setmaxnreg"]))
+
+# %% [markdown]
+# At launch every one of the 384 threads gets the registers printed above, within the SM's 65,536;
+# once running, `setmaxnreg dec 24` is the producer handing most of its share back and
+# `setmaxnreg inc 240` the consumers taking it, the split the profile of cuDNN above fits. Checked and timed on a Hopper GPU
+# (`tests/gpu_gluon_check.py`: out and lse against float32 attention over lengths no tile divides,
+# several heads and batches, causal and full, two tile shapes and ring depths; every case run twice
+# for the same bits), beside cuDNN and the lesson's kernel, as CUDA-graph replays:
+
+# %%
+gluon_runs = course.gluon_recorded()
+if not gluon_runs:
+    print("Not recorded yet: `python tests/gpu_gluon_check.py` on a Hopper GPU records it.")
+for gpu, record in gluon_runs.items():
+    checks = record["checks"]
+    print(f"{gpu} ({record['date']}, torch {record['torch']}, triton {record['triton']}): "
+          f"{sum(c['ok'] for c in checks)} of {len(checks)} checks passed, largest |out - reference| "
+          f"{max(c['out_max_abs_err'] for c in checks):.1e}")
+    print(f"  {'shape':26} {'Gluon':>7} {'cuDNN':>7} {'lesson':>7}   TFLOP/s; Gluon / cuDNN")
+    for t in record["timings"]:
+        shape = f"B{t['B']} H{t['H']} N{t['N']} D{t['D']} {'causal' if t['causal'] else 'full'}"
+        ours, cudnn, lesson = (t[name]["tflops"] for name in ("gluon", "cudnn", "triton_lesson10"))
+        print(f"  {shape:26} {ours:7.0f} {cudnn:7.0f} {lesson:7.0f}   {ours / cudnn:.2f}")
+
+# %% [markdown]
+# Compare the columns: warp specialisation alone does not carry the Gluon kernel clear of the
+# lesson's kernel or of cuDNN. Each consumer still waits for its own softmax between its two matrix
+# multiplies, and the tensor cores wait with it. The next steps are the ones FlashAttention-3 takes:
+# the consumers taking turns on the tensor cores through two more barriers, and each issuing the next
+# tile's `S = Q Kᵀ` before its softmax.
+#
+# ### The ring's barriers
+#
+# The producer and the consumers never call each other: they meet only at the barriers. An mbarrier
+# in shared memory expects a number of arrivals (for `ready`, the producer's one, with the bytes the
+# TMA copy will bring; for `empty`, one from each consumer). When they are in, it completes a
+# *phase* and starts the next. A waiter does not name the phase by number but by its **parity**, the
+# phase count's last bit: `mbarrier.wait(bar, parity)` returns once the barrier's count of completed
+# phases has the other parity. A fresh barrier has completed none, so `wait(bar, 1)` returns at once
+# (the phase "before the first" counts as done) and `wait(bar, 0)` waits for the first completion.
+#
+# One bit is enough because neither side can get two phases ahead: the producer cannot refill a slot
+# before the consumers release it, and the consumers cannot read a slot before the producer fills
+# it. Get a parity wrong and one of two things happens, neither with an error message: a wait returns
+# early (a consumer reads a tile that has not landed, or the producer overwrites one still being
+# read: wrong numbers), or a wait never returns (the kernel hangs, and with it the notebook).
+#
+# ## Exercise 2 · The ring's barriers
+#
+# K/V tile `j` (j = 0, 1, 2, ...) goes into a ring of `num_stages` slots, `j % num_stages` in the
+# kernel. Write `ring_waits(j, num_stages)`, returning `(slot, ready_parity, empty_parity)`: the slot
+# tile `j` uses, the parity the consumers wait for on that slot's `ready` barrier before reading tile
+# `j`, and the parity the producer waits for on its `empty` barrier before loading tile `j` into it.
+# Count how many tiles the slot has held before `j`.
+#
+# The check runs the protocol your waits make: the producer and both consumers over a few tiles, in
+# every order their steps and the copies' landings can interleave, on a model of the barriers above;
+# it reports the first read of a tile that has not landed, the first overwrite, or the hang, and who
+# waits for what.
+
+# %% tags=["exercise"]
+def ring_waits(j, num_stages):
+    """(slot, ready_parity, empty_parity) for K/V tile j in a ring of num_stages slots."""
+    # YOUR CODE HERE: which slot, and how many tiles has that slot held before tile j?
+    raise NotImplementedError("write ring_waits")
+
+
+# %%
+check("ring_waits", ring_waits)
+
+# %% [markdown]
+# In `solutions/gluon_attention.py` the producer's loop and the consumers' share one formula for the
+# slot and the parity (`phase = (j // NUM_STAGES) & 1`), and the producer waits for `phase ^ 1`. The
+# GPU check runs it with rings of 2, 3 and 4 slots, where a wrong parity would show as a hang or as
+# different bits on a second run.
+#
 # ## The backward pass: dQ added up by atomics
 #
 # Lesson 06's backward runs two kernels after the small `delta = rowsum(dO · O)` pass. The dK/dV
@@ -420,7 +534,7 @@ for gpu in hopper:
 # backward in which one program writes each dQ row (lesson 06's two kernels), or a library's
 # deterministic mode (FlashAttention-2 and 3 offer one, at some cost in speed).
 #
-# ## Exercise 2 · The backward's step, dQ by atomics
+# ## Exercise 3 · The backward's step, dQ by atomics
 #
 # `attention_backward_kernel` and the launcher `attention_backward` are written: a program per key
 # block loads K and V, then calls `_attend_backward` over the query blocks that see its keys (the
@@ -700,7 +814,7 @@ for gpu in hopper:
 # arrives in half the time: halving the exponentials keeps the arithmetic out of the way. The rows
 # that fit, at the end of this lesson, show a compiler's kernel that pays for the second one.
 #
-# ## Exercise 3 · The long-row softmax
+# ## Exercise 4 · The long-row softmax
 #
 # Write `softmax_long_kernel`; the launcher is written (one program per row, tiles of `BLOCK`
 # values). The row's values are contiguous; rows are `stride_xm` apart in x and `stride_om` apart in
@@ -881,7 +995,7 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 # Two exponentials per element, where the course's kernel, holding the whole row, takes the max first
 # and spends one. On the H100 the extra instructions fit under the time the memory takes; the H200
 # has the same SMs and more bandwidth, so each byte leaves less time for arithmetic, and the second
-# exponential shows. That is the gap, and it is the algorithm's choice, the point of exercise 3. The
+# exponential shows. That is the gap, and it is the algorithm's choice, the point of exercise 4. The
 # RMSNorm is different: neither kernel is issue-bound (`SM %`), both wait on memory, and the gap
 # between them is in how busy each keeps DRAM, which shifts from GPU to GPU and shape to shape.
 

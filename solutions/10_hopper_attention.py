@@ -9,6 +9,8 @@ Exercises:
                              Q|K|V projection's column slices, in place), writes the heads side by side
     _attend_backward         the key-block program's step of the one-kernel backward: dK and dV here,
                              these keys' share of dQ added into memory with atomic adds
+    ring_waits               the Gluon forward's ring of K/V slots: the slot of tile j and the phase
+                             parities its consumers and its producer wait for
     softmax_long_kernel      a long row in two passes, one exponential per element, the second pass
                              walking the row backwards
 
@@ -321,6 +323,59 @@ def attention(q, k, v, causal=False, sm_scale=None):
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
     attention_kernel[grid](*descs, lse, N, sm_scale * lesson06.LOG2E.value, HEAD_DIM=D, CAUSAL=causal)
     return out, lse
+
+
+# ---------------------------------------------------------------- FlashAttention-3's arrangement, in Gluon
+#
+# solutions/gluon_attention.py: a producer warp issuing TMA copies into a ring of K/V slots, two consumer
+# warpgroups of 64 query rows each, mbarriers between them. Gluon kernels compile without a GPU (ptxas
+# runs on the host) but run only on one: there is no interpreter for them.
+
+
+def ring_waits(j, num_stages):
+    """(slot, ready_parity, empty_parity) for K/V tile j in a ring of num_stages slots. Tile j is the
+    use-th tile in its slot; the consumers wait for ready's phase `use` to complete, the producer for
+    empty's phase `use - 1` (both consumers done with the slot's previous tile). A fresh barrier counts
+    as having completed the phase before its first, so the first round's producer waits pass at once."""
+    use = j // num_stages
+    return j % num_stages, use % 2, (use + 1) % 2
+
+
+def gluon_module():
+    """solutions/gluon_attention.py, imported once (Triton's NVIDIA backend compiles it; a Hopper GPU runs
+    it)."""
+    import importlib.util
+    import sys
+
+    from helpers.solutions import ROOT
+
+    name = "solutions_gluon_attention"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "solutions" / "gluon_attention.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def gluon_build(head_dim=128, causal=True):
+    """The Gluon forward compiled for sm_90 on this machine: what ptxas and the PTX say about it."""
+    module = gluon_module()
+    with compiler_quiet():
+        compiled = module.compile_for_hopper(head_dim, causal)
+        report = module.ptxas_report(compiled)
+    ptx = compiled.asm["ptx"]
+    setmaxnreg = sorted({(line.split()[0].split(".")[1], int(line.split()[-1].rstrip(";")))
+                         for line in ptx.splitlines() if "setmaxnreg" in line})
+    return {"registers": report["registers"], "spilled bytes": report["spill_stores"] + report["spill_loads"],
+            "shared bytes": compiled.metadata.shared, "warps": compiled.metadata.num_warps,
+            "wgmma": ptx.count("wgmma.mma_async"), "TMA copies": ptx.count("cp.async.bulk.tensor"),
+            "mbarrier waits": ptx.count("mbarrier.try_wait"), "setmaxnreg": setmaxnreg}
+
+
+def gluon_recorded():
+    """{GPU name: tests/gpu_gluon_check.py's record}: the Gluon forward checked and timed on that GPU."""
+    return lesson09.recorded("10_hopper_attention_gluon")
 
 
 # ---------------------------------------------------------------- exercise: the backward, dQ by atomics

@@ -16,7 +16,8 @@
 
 A wrong barrier phase hangs the GPU rather than failing: every case prints before it starts (flushed),
 so the last line printed names the case that hung. Run it under `timeout`.
-Results go to $OUT/gluon_attention_gpu.json when OUT is set.
+Results go to helpers/recorded/10_hopper_attention_gluon/<gpu>.json, where lesson 10 reads them (and to
+$OUT/gluon_attention_gpu.json when OUT is set).
 """
 
 import importlib.util
@@ -197,8 +198,10 @@ def main():
         f"triton {triton.__version__}")
     assert cap == (9, 0), "the Gluon kernel uses wgmma and setmaxnreg: Hopper (sm_90) only"
     ga = load_gluon()
-    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "triton": triton.__version__}
+    from helpers import profile
+    from helpers.bench import slug
+
+    record = profile.stamp()
 
     started = time.time()
     record["checks"], failures, n_cases = check(ga)
@@ -208,10 +211,11 @@ def main():
             say("timing anyway (numbers above are wrong: the timings are of a broken kernel)")
         record["timings"] = bench(ga)
 
-    out_dir = os.environ.get("OUT")
-    if out_dir:
-        path = pathlib.Path(out_dir) / "gluon_attention_gpu.json"
-        path.write_text(json.dumps(record, indent=1))
+    paths = [ROOT / "helpers" / "recorded" / "10_hopper_attention_gluon" / f"{slug(record['device'])}.json"]
+    if os.environ.get("OUT"):
+        paths.append(pathlib.Path(os.environ["OUT"]) / "gluon_attention_gpu.json")
+    for path in paths:
+        path.write_text(json.dumps(record, indent=1) + "\n")
         say(f"wrote {path}")
     sys.exit(1 if failures else 0)
 

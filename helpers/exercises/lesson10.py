@@ -8,12 +8,15 @@
    The output must be (B, N, H, D), contiguous: the heads side by side (contiguous_output). On a GPU,
    one more case: q's three sequences 2**30 + 64 values apart, so the last starts past 2**31 (b and h
    must be int64 before they meet a stride).
-2. `atomic_backward`: the key-block program's step of the one-kernel backward (`_attend_backward`),
+2. `ring_waits`: the Gluon forward's ring of K/V slots, (slot, ready parity, empty parity) for each tile,
+   judged by what those waits do: the producer and two consumers run over rings of 1 to 4 slots, in
+   every interleaving, on a model of mbarriers; the first early read, overwrite or hang is reported.
+3. `atomic_backward`: the key-block program's step of the one-kernel backward (`_attend_backward`),
    against autograd through PyTorch's attention in float64: full and causal, random scales, lengths
    no block divides and several key blocks adding into every query row of dQ. No case past 2**31: the
    given kernel moves dq_ptr, lse_ptr and delta_ptr to their head in int64 before the step runs, and
    the step's own offsets stay below N * D.
-3. `softmax_long`: softmax over rows longer than one tile, in two passes (a running max and sum,
+4. `softmax_long`: softmax over rows longer than one tile, in two passes (a running max and sum,
    then the output), the second walking the row from its last tile back to its first. Rows that
    begin with a whole tile of -inf, values of 1e4, float16, and rows of a wider matrix; on a GPU,
    three rows 2**30 + 64 values apart (the row index must be int64 before it meets the stride).
@@ -24,12 +27,14 @@ every load and store (on a GPU too, on small inputs):
    right of the diagonal skipped), no N x N tensor, V's loads in V's own storage (no copy), and the
    block rule: run with 16 query rows and
    tiles of 32 keys, the kernel must refuse to compile (`tl.static_assert`) or still be right;
-2. one launch writes dQ, dK and dV, and every write into dQ is an atomic add;
-3. x read exactly twice, one exponential per element in each pass (the interpreter's exp is
+3. one launch writes dQ, dK and dV, and every write into dQ is an atomic add;
+4. x read exactly twice, one exponential per element in each pass (the interpreter's exp is
    counted), the first pass visiting the tiles from the first to the last and the second from the
    last to the first, in those orders.
 """
 
+
+import dataclasses
 
 import numpy as np
 import torch
@@ -498,7 +503,7 @@ def _softmax_cases():
     # On the CPU the solution's tile is 256 values; on a GPU 4096 to 16384. Rows are several tiles
     # long, odd (a multiple of no tile), and the -inf head is longer than a tile of either.
     long = pick((1001, 3071), (20_001, 40_001))
-    headed = pick((2049, 3071), (40_001, 60_001))   # half a row: longer than a tile of 1024 (CPU), 16384 (GPU)
+    headed = pick((2049, 3071), (40_001, 60_001))   # half a row: longer than a tile (1024 CPU, 16384 GPU)
     specs = [(pick(3, 67), _odd(*long), F32, "randn", False, "rows of several tiles"),
              (4, _odd(*long), F16, "randn", False, "float16 inputs, float32 arithmetic"),
              (1, _odd(*long), F32, "randn", False, "a single row"),
@@ -608,12 +613,177 @@ def _two_reads_one_exp(fn):
     return None
 
 
+# ---------------------------------------------------------------- the ring's barriers (Gluon)
+#
+# The Gluon forward's producer loads K/V tile j into a ring slot; two consumers read it. Each slot has a
+# `ready` barrier (one arrival: the producer's load landing) and an `empty` one (two arrivals: each
+# consumer releasing the slot). ring_waits(j, num_stages) -> (slot, ready_parity, empty_parity) says
+# where tile j goes and which phase parity each side waits for. The check runs the protocol those waits
+# make, every interleaving of the three partitions and the loads' landings, on a model of mbarriers:
+# a barrier counts its completed phases, and wait(parity) returns once the count's parity differs from
+# `parity` (a fresh barrier: wait(1) returns at once, wait(0) waits for the first completion).
+
+
+def ring_waits_reference(j, num_stages):
+    use = j // num_stages        # the how-many-th tile in this slot
+    return j % num_stages, use % 2, 1 - use % 2
+
+
+def _ring_cases():
+    return [Case(f"{stages} slot{'s' if stages > 1 else ''}, {n} tiles", (stages, n))
+            for stages, n in ((1, 5), (2, 7), (3, 8), (4, 10), (2, 2), (3, 1))]
+
+
+def _run_ring(fn, num_stages, n_tiles):
+    """The answer for every tile, beside the case it answers (for the explanation)."""
+    return [fn(j, num_stages) for j in range(n_tiles)], (num_stages, n_tiles)
+
+
+def _ring_table_problem(table, stages):
+    """A message if the table is not (slot, parity, parity) of ints, slots in the ring, parities 0 or 1."""
+    for j, row in enumerate(table):
+        if not (isinstance(row, (tuple, list)) and len(row) == 3
+                and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in row)):
+            return (f"ring_waits({j}, {stages}) returned {row!r}: return three ints, "
+                    f"(slot, ready_parity, empty_parity).")
+        slot, ready, empty = (int(v) for v in row)
+        if not 0 <= slot < stages:
+            return (f"ring_waits({j}, {stages}) put tile {j} in slot {slot}: the ring's slots are 0 to "
+                    f"{stages - 1}.")
+        for name, parity in (("ready_parity", ready), ("empty_parity", empty)):
+            if parity not in (0, 1):
+                return (f"ring_waits({j}, {stages}) returned {name} = {parity}: a parity is 0 or 1 (an "
+                        f"mbarrier keeps one bit of its phase: the last bit of a count of phases).")
+    return None
+
+
+def simulate_ring(table, stages):
+    """Run the producer and two consumers over len(table) tiles with the waits `table` gives, through
+    every interleaving (breadth first, so the first problem met is the earliest possible one).
+    None if every interleaving finishes with each consumer having read each tile; else what went wrong."""
+    start = _Ring(0, (), (None,) * stages, (0,) * stages, (0,) * stages, (0,) * stages, (0,) * stages,
+                  (0, 0), (False, False))
+    seen, frontier = {start}, [start]
+    try:
+        while frontier:
+            following = []
+            for state in frontier:
+                moves = _ring_moves(state, table)
+                if not moves and not state.finished(len(table)):
+                    return _hang(table, state)
+                following += [move for move in moves if move not in seen]
+                seen.update(moves)
+            frontier = following
+    except _Broken as broken:
+        return str(broken)
+    return None
+
+
+class _Broken(Exception):
+    """A tile read before it landed, or overwritten before both consumers read it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ring:
+    producer: int      # the next tile the producer loads
+    flight: tuple      # ((slot, tile), ...): copies issued, not landed yet
+    holds: tuple       # per slot: the tile in it (None: none yet)
+    readers: tuple     # per slot: consumers still to read that tile
+    ready: tuple       # per slot: ready's completed phases
+    empty: tuple       # per slot: empty's completed phases
+    arrived: tuple     # per slot: consumers arrived on empty in its current phase
+    next: tuple        # per consumer: the next tile it reads
+    reading: tuple     # per consumer: reading that tile now
+
+    def finished(self, n):
+        return self.producer == n and min(self.next) == n
+
+
+def _passes(completed, parity):
+    """mbarrier.wait(parity) returns once the count of completed phases has the other parity."""
+    return completed % 2 != parity
+
+
+def _ring_moves(state, table):
+    """Every state one step from `state`: the producer's next load, a copy landing, a consumer starting
+    or finishing a read. Raises _Broken where the step breaks the ring."""
+    r, moves = state, []
+    if r.producer < len(table):                    # the producer: wait on empty, then load
+        j = r.producer
+        slot, _, parity = table[j]
+        if _passes(r.empty[slot], parity):
+            old = next((t for s, t in r.flight if s == slot), None)
+            if old is None and r.readers[slot]:
+                old = r.holds[slot]
+            if old is not None:
+                raise _Broken(f"the producer began loading tile {j} into slot {slot} before both consumers "
+                              f"had read tile {old} from it: its wait on empty[{slot}] for parity {parity} "
+                              f"returned too early, and tile {old} is lost.")
+            moves.append(dataclasses.replace(r, producer=j + 1, flight=r.flight + ((slot, j),)))
+    for i, (slot, tile) in enumerate(r.flight):    # a copy lands: ready completes a phase
+        moves.append(dataclasses.replace(r, flight=r.flight[:i] + r.flight[i + 1:],
+                                         holds=_put(r.holds, slot, tile), readers=_put(r.readers, slot, 2),
+                                         ready=_put(r.ready, slot, r.ready[slot] + 1)))
+    for c in (0, 1):                               # a consumer: wait on ready, read, release the slot
+        j = r.next[c]
+        if j == len(table):
+            continue
+        slot, parity, _ = table[j]
+        if r.reading[c]:
+            done = r.arrived[slot] == 1            # the second arrival completes empty's phase
+            moves.append(dataclasses.replace(r, readers=_put(r.readers, slot, r.readers[slot] - 1),
+                                             empty=_put(r.empty, slot, r.empty[slot] + done),
+                                             arrived=_put(r.arrived, slot, 0 if done else 1),
+                                             next=_put(r.next, c, j + 1), reading=_put(r.reading, c, False)))
+        elif _passes(r.ready[slot], parity):
+            if r.holds[slot] != j:
+                there = "nothing yet" if r.holds[slot] is None else f"tile {r.holds[slot]}"
+                raise _Broken(f"consumer {c} read slot {slot} for tile {j} while it held {there}: its wait "
+                              f"on ready[{slot}] for parity {parity} returned before tile {j} had landed.")
+            moves.append(dataclasses.replace(r, reading=_put(r.reading, c, True)))
+    return moves
+
+
+def _put(values, i, value):
+    return values[:i] + (value,) + values[i + 1:]
+
+
+def _hang(table, state):
+    prod, ready, empty, nxt = state.producer, state.ready, state.empty, state.next
+    waiting = []
+    if prod < len(table):
+        slot, _, parity = table[prod]
+        waiting.append(f"the producer waits on empty[{slot}] for parity {parity} before tile {prod} "
+                       f"({empty[slot]} phase{'s' if empty[slot] != 1 else ''} completed)")
+    for c in (0, 1):
+        if nxt[c] < len(table):
+            slot, parity, _ = table[nxt[c]]
+            waiting.append(f"consumer {c} waits on ready[{slot}] for parity {parity} before tile {nxt[c]} "
+                           f"({ready[slot]} phase{'s' if ready[slot] != 1 else ''} completed)")
+    return ("the kernel hangs: " + "; ".join(waiting) + ". None of those phases can complete. On a GPU "
+            "nothing reports this: the kernel never returns.")
+
+
+def _explain_ring(out, expected):
+    table, (stages, n) = out
+    if not isinstance(table, list) or any(row is None for row in table):
+        return "ring_waits returned None for a tile: return (slot, ready_parity, empty_parity)."
+    problem = _ring_table_problem(table, stages)
+    if problem is None:
+        problem = simulate_ring([tuple(int(v) for v in row) for row in table], stages)
+    if problem is None:
+        return None
+    return f"With {stages} slot{'s' if stages > 1 else ''} and {n} tiles, {problem}"
+
+
 EXERCISES = [
     Exercise("10", "causal_attention", "causal attention on the projection's layout",
              causal_attention_reference, _causal_cases, tol=CAUSAL_TOL, kernel=True, nan_hint=CAUSAL_NAN,
              structure=_causal_structure,
              contiguous_output="the output projection reads it as a (B * N, H * D) matrix, the heads "
                                "side by side in each row"),
+    Exercise("10", "ring_waits", "the ring's barriers: where each tile goes, which phase to wait for",
+             ring_waits_reference, _ring_cases, run=_run_ring, explain=_explain_ring),
     Exercise("10", "atomic_backward", "the one-kernel backward: dQ by atomic adds", attention_gradients,
              _backward_cases, run=_run_backward, tol=GRADS_TOL, kernel=True, nan_hint=BACKWARD_NAN,
              structure=_dq_by_atomics, timeout_s=300.0 if ON_GPU else 120.0,

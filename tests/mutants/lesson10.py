@@ -1,4 +1,4 @@
-"""Lesson 10: causal_attention, atomic_backward, softmax_long. Most mutants are one-line edits of the
+"""Lesson 10: causal_attention, ring_waits, atomic_backward, softmax_long. Most mutants are one-line edits of the
 solution."""
 
 import torch
@@ -218,5 +218,27 @@ SOFTMAX_RIGHT = [
         "10", "softmax_long", (PASS_2, END_ALIGNED))),
 ]
 
-WRONG = CAUSAL_WRONG + BACKWARD_WRONG + SOFTMAX_WRONG
-RIGHT = CAUSAL_RIGHT + BACKWARD_RIGHT + SOFTMAX_RIGHT
+# ---------------------------------------------------------------- ring_waits (the Gluon forward's barriers)
+# (slot, ready_parity, empty_parity) for tile j of a ring of s slots; use = j // s.
+
+RING_WRONG = [
+    Wrong("ring_waits", "the parity of the tile, not of the slot's use: j % 2",
+          lambda j, s: (j % s, j % 2, 1 - (j // s) % 2)),
+    Wrong("ring_waits", "the producer waits for the consumers' parity: its first wait never returns",
+          lambda j, s: (j % s, (j // s) % 2, (j // s) % 2)),
+    Wrong("ring_waits", "the producer never really waits: parity 1 always", lambda j, s: (j % s, (j // s) % 2, 1)),
+    Wrong("ring_waits", "the slot's use as the slot: j // s",
+          lambda j, s: (j // s, (j // s) % 2, 1 - (j // s) % 2)),
+    Wrong("ring_waits", "the phase count itself, not its parity", lambda j, s: (j % s, j // s, j // s + 1)),
+    Wrong("ring_waits", "the consumers' parity flipped: they read before the first copy lands",
+          lambda j, s: (j % s, 1 - (j // s) % 2, 1 - (j // s) % 2)),
+    Wrong("ring_waits", "returns a list of two", lambda j, s: [j % s, (j // s) % 2]),
+]
+
+RING_RIGHT = [
+    Right("ring_waits", "bit operations, and the slots in another order",
+          lambda j, s: ((j + 1) % s, (j // s) & 1, ((j // s) & 1) ^ 1)),
+]
+
+WRONG = CAUSAL_WRONG + RING_WRONG + BACKWARD_WRONG + SOFTMAX_WRONG
+RIGHT = CAUSAL_RIGHT + RING_RIGHT + BACKWARD_RIGHT + SOFTMAX_RIGHT
