@@ -19,8 +19,15 @@ The function `gluon_attention(q, k, v, causal=False, sm_scale=None) -> (out, lse
 lesson 10's `attention`: q, k, v (B, H, N, D) float16, out (B, H, N, D), lse (B, H, N) float32, the
 natural-log logsumexp of each row's scaled scores.
 
-Not here yet (FA3's further steps): ping-pong scheduling between the two consumers (one's softmax
-while the other's matmuls run), and overlapping a warpgroup's own softmax with its next S = Q K^T.
+FA3's two scheduling steps are there behind flags (gluon_attention's overlap= and pingpong=, the
+kernel's OVERLAP and PINGPONG; both off, the default, is the plain schedule, compiled as before):
+* OVERLAP: each consumer issues the next tile's S = Q K^T before this tile's softmax, so the tensor
+  cores work while the softmax runs;
+* PINGPONG: the two consumers take turns on the tensor cores, one's softmax while the other's matmuls
+  run, handing the turn over through two more mbarriers.
+The plain schedule is the one checked and timed on an H100 (tests/gpu_gluon_check.py). The other
+three are compiled for sm_90 (tests/test_gluon_compile.py), and their barrier protocol is run through
+every interleaving on a model (tests/test_gluon_protocol.py).
 
 Importing this module needs no GPU: the kernel is defined here, and compiled at its first launch.
 Gluon kernels do not run under Triton's CPU interpreter.
@@ -132,58 +139,193 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
 #   P_LAYOUT  P as the A operand of a register-sourced wgmma. For 16-bit types it holds each thread's
 #             values where the S accumulator had them, so converting P costs (almost) nothing: this is
 #             what lets FA3 skip the trip of P through shared memory.
+#
+# A key tile's work is split in two helpers: _issue_qk (wait for K, start S = Q K^T, do not wait for
+# it) and _softmax_pv (wait for S, online softmax, O += P V, release the slot). The plain loop calls them
+# back to back; OVERLAP and PINGPONG change only where the calls and the waits go.
+#
+# OVERLAP (FA3's intra-warpgroup overlap). The plain loop leaves the tensor cores idle during each
+# softmax: S = Q K^T is waited for at once, the softmax runs, then O += P V. With OVERLAP the loop is
+# rotated by one S: while tile j's softmax runs on the CUDA cores, tile j+1's S = Q K^T is already
+# running on the tensor cores.
+#     first tile  issue S(0) and wait for it (nothing is running yet that it could overlap)
+#     tile j      issue S(j+1); wait until at most 1 wgmma group is pending (S(j) done, S(j+1) may run);
+#                 softmax(j); issue O += P(j) V(j); wait for all (O, and S(j+1) too); release slot j
+#     last tile   nothing to issue; softmax; O += P V; wait for all; release
+# (_attend_tiles_overlapped: one loop over all the tiles, unrolled by two.) wgmma groups complete in
+# the order they were issued, which is what makes warpgroup_mma_wait(1) mean "S(j) is done". Slot j
+# is released only after the wait(0) that follows its O += P V: by then both wgmmas that read it (S(j)
+# from K, the PV from V) have completed. Two S tiles are alive at once (64 x BLOCK_N fp32 each:
+# BLOCK_N / 2 registers a thread each) beside the accumulator (HEAD_DIM / 2) and P (BLOCK_N / 4): at
+# D = 128 and BLOCK_N = 128 that is 224 of the 240 registers, and ptxas spills (220 bytes with Triton
+# 3.9, 364 with 3.6), so there the host picks BLOCK_N = 64.
+#
+# PINGPONG (FA3's inter-warpgroup overlap). Two warpgroups issuing wgmmas at the same time share the
+# tensor cores; the idea is rather to take turns: warpgroup 0 runs its matmuls while warpgroup 1 runs
+# its softmax, then they swap. A "turn" is what a consumer issues between two of its softmaxes:
+# O += P V of tile j, then the next S = Q K^T (of tile j+1; with OVERLAP of tile j+2). Turn 0 holds
+# the first S = Q K^T (with OVERLAP the first two); turn j+1 begins before O += P V of tile j. So each
+# consumer takes n_tiles + 1 turns, and both take the same number: n_tiles is the CTA's, not the
+# warpgroup's.
+#
+# Turn protocol (PINGPONG): two more mbarriers, turn[0] and turn[1], count 1 each.
+#   take turn k   wait on turn[WG]: "the other warpgroup has handed the tensor cores over";
+#   hand over     once the turn's wgmmas are issued (not finished), arrive on turn[1 - WG].
+# Turns alternate: WG0's turn 0, WG1's 0, WG0's 1, WG1's 1, ... WG1's turn k waits for WG0's (k+1)-th
+# hand-over, phase k of turn[1]: parity k & 1. WG0's turn k waits for WG1's k-th hand-over, phase k-1
+# of turn[0]: parity (k - 1) & 1 = (k & 1) ^ 1; for k = 0 that is parity 1, the phase "before the first",
+# which a fresh barrier reports as complete: WG0 starts without waiting. In one formula: (k + 1 - WG) & 1.
+# One bit of parity is enough because a barrier cannot run two phases ahead of its waiter: a warpgroup
+# hands over once per turn and takes its next turn only after the other has handed over in between.
+# WG1's last hand-over completes a phase of turn[0] that nobody waits for; that is harmless.
+# An mbarrier.arrive is lowered to a bar.sync of the warpgroup's 128 threads followed by one thread's
+# arrive, so a hand-over comes after all four warps have issued their wgmmas.
+#
+# Ring depth. A consumer waits on k_ready inside its turn, while the other consumer waits for that turn:
+# the slot must come free without it. The turn that holds O += P V of tile j waits for K of tile j+1
+# (with OVERLAP, of tile j+2), whose slot held tile j+1-NUM_STAGES (j+2-NUM_STAGES) before, and the
+# other consumer has released only the tiles up to j-1 (its O += P V of tile j comes in its next turn).
+# So PINGPONG needs NUM_STAGES >= 2, and with OVERLAP NUM_STAGES >= 3. (OVERLAP alone needs 2: a
+# consumer waits for K of tile j+1 while it still holds tile j.) With fewer slots the kernel would
+# deadlock: it refuses to compile (static_assert), and tests/test_gluon_protocol.py finds the hang.
 
 
 @gluon.jit
-def _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m, lo, hi, n_ctx,
-                  qk_scale, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, S_LAYOUT: gl.constexpr,
-                  O_LAYOUT: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr):
-    """Online softmax over key tiles lo .. hi-1 (tile indices). MASK: hide keys >= N, and when CAUSAL
-    also keys past each row's own position."""
+def _take_turn(turn_bars, WG: gl.constexpr, k):
+    """PINGPONG: wait for warpgroup WG's k-th turn on the tensor cores (the protocol above)."""
+    mbarrier.wait(turn_bars.index(WG), (k + 1 - WG) & 1)
+
+
+@gluon.jit
+def _hand_over(turn_bars, WG: gl.constexpr):
+    """PINGPONG: this turn's wgmmas are issued; the other warpgroup's turn."""
+    mbarrier.arrive(turn_bars.index(1 - WG), count=1)
+
+
+@gluon.jit
+def _issue_qk(q, k_smem, k_ready, j, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+              S_LAYOUT: gl.constexpr):
+    """Start S = Q K^T for key tile j once K has landed; returns the wgmma's token (not waited for).
+    K's slot is (BLOCK_N, D) in shared memory; permute views it as (D, BLOCK_N)."""
+    slot = j % NUM_STAGES
+    phase = (j // NUM_STAGES) & 1
+    mbarrier.wait(k_ready.index(slot), phase)
+    s = gl.zeros([64, BLOCK_N], gl.float32, S_LAYOUT)
+    return warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _softmax_pv(s_token, acc, l_i, m_i, j, v_smem, v_ready, kv_empty, turn_bars, offs_m, n_ctx, qk_scale,
+                WG: gl.constexpr, S_PENDING: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr, MASK, CAUSAL: gl.constexpr,
+                PINGPONG: gl.constexpr):
+    """Key tile j, its S = Q K^T issued: wait for S (leaving S_PENDING later wgmma groups running),
+    online softmax, O += P V, release the slot. MASK: hide keys >= N, and when CAUSAL also keys past
+    each row's own position. The plain schedule passes MASK as a constant (a loop for the tiles that
+    need no mask, one for those that do); the overlapped one as a run-time bool (one loop)."""
     P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
-    for j in range(lo, hi):
-        slot = j % NUM_STAGES
-        phase = (j // NUM_STAGES) & 1
+    slot = j % NUM_STAGES
+    phase = (j // NUM_STAGES) & 1
+    if PINGPONG:
+        _hand_over(turn_bars, WG)   # this turn's S = Q K^T is issued: the other warpgroup's matmuls
+    s = warpgroup_mma_wait(S_PENDING, deps=[s_token])
 
-        # S = Q K^T: K's slot is (BLOCK_N, D) in shared memory; permute views it as (D, BLOCK_N).
-        mbarrier.wait(k_ready.index(slot), phase)
-        s = gl.zeros([64, BLOCK_N], gl.float32, S_LAYOUT)
-        s = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s, use_acc=False, is_async=True)
-        s = warpgroup_mma_wait(0, deps=[s])
+    if MASK:
+        offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, S_LAYOUT))
+        keep = (offs_m[:, None] >= 0) & (offs_n[None, :] < n_ctx)
+        if CAUSAL:
+            keep = keep & (offs_m[:, None] >= offs_n[None, :])
+        s = gl.where(keep, s, -float("inf"))
 
-        if MASK:
-            offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, S_LAYOUT))
-            keep = (offs_m[:, None] >= 0) & (offs_n[None, :] < n_ctx)
-            if CAUSAL:
-                keep = keep & (offs_m[:, None] >= offs_n[None, :])
-            s = gl.where(keep, s, -float("inf"))
+    # online softmax in base 2: scores scaled by sm_scale * log2(e) (qk_scale > 0, so the max of the
+    # scaled row is the scaled max). Every row has a visible key in its first tile, so m_new is
+    # finite from the first tile on and no -inf - -inf appears.
+    m_new = gl.maximum(m_i, gl.reduce(s, 1, _max_combine) * qk_scale)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)                 # rescales what was summed under the old max
+    l_i = l_i * alpha + gl.reduce(p, 1, _add_combine)
+    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))   # same rows, same threads
+    acc = acc * alpha_o[:, None]
+    m_i = m_new
 
-        # online softmax in base 2: scores scaled by sm_scale * log2(e) (qk_scale > 0, so the max of the
-        # scaled row is the scaled max). Every row has a visible key in its first tile, so m_new is
-        # finite from the first tile on and no -inf - -inf appears.
-        m_new = gl.maximum(m_i, gl.reduce(s, 1, _max_combine) * qk_scale)
-        p = gl.exp2(s * qk_scale - m_new[:, None])
-        alpha = gl.exp2(m_i - m_new)                 # rescales what was summed under the old max
-        l_i = l_i * alpha + gl.reduce(p, 1, _add_combine)
-        alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))   # same rows, same threads
-        acc = acc * alpha_o[:, None]
-        m_i = m_new
-
-        # O += P V, P from registers, V's slot (BLOCK_N, D) straight from shared memory
-        p16 = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
-        mbarrier.wait(v_ready.index(slot), phase)
-        acc = warpgroup_mma(p16, v_smem.index(slot), acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=[acc])
-        # Both wgmmas reading this slot have completed (wait(0) above): hand the slot back. The arrive
-        # is issued once for the warpgroup; kv_empty counts 2, one per consumer.
-        mbarrier.arrive(kv_empty.index(slot), count=1)
+    # O += P V, P from registers, V's slot (BLOCK_N, D) straight from shared memory
+    p16 = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
+    mbarrier.wait(v_ready.index(slot), phase)
+    if PINGPONG:
+        _take_turn(turn_bars, WG, j + 1)   # V is here (waited outside the turn); now the tensor cores
+    acc = warpgroup_mma(p16, v_smem.index(slot), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    # Both wgmmas reading this slot have completed (wait(0) above): hand the slot back. The arrive
+    # is issued once for the warpgroup; kv_empty counts 2, one per consumer.
+    mbarrier.arrive(kv_empty.index(slot), count=1)
     return acc, l_i, m_i
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, o_ptr, lse_ptr,
-              row_base, start_m, n_ctx, qk_scale, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-              NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+def _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, offs_m, lo, hi,
+                  n_ctx, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                  S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr,
+                  PINGPONG: gl.constexpr):
+    """Online softmax over key tiles lo .. hi-1 (tile indices), each tile's S = Q K^T waited for at once."""
+    for j in range(lo, hi):
+        s_token = _issue_qk(q, k_smem, k_ready, j, BLOCK_N, NUM_STAGES, S_LAYOUT)
+        acc, l_i, m_i = _softmax_pv(s_token, acc, l_i, m_i, j, v_smem, v_ready, kv_empty, turn_bars, offs_m,
+                                    n_ctx, qk_scale, WG, 0, BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT, MASK,
+                                    CAUSAL, PINGPONG)
+    return acc, l_i, m_i
+
+
+@gluon.jit
+def _attend_tiles_overlapped(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, offs_m,
+                             lo, hi, n_plain, n_ctx, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr,
+                             NUM_STAGES: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
+                             CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+    """Key tiles lo .. hi-1 with OVERLAP: tile j+1's S = Q K^T is issued before tile j's softmax.
+    One loop for all tiles, masking those from n_plain on (two loops, as in the plain schedule, would
+    each need the prologue and the tail below: twice the code, and no overlap where they meet).
+
+    No wgmma may be in flight where control flow meets (a loop's back edge, the end of an if): there
+    the compiler may copy the accumulator's registers, and a copy of registers a wgmma is still
+    writing makes ptxas wait for every wgmma first (its messages C7517 and C7514, "wgmma serialized"):
+    nothing would overlap. So the loop is unrolled by two tiles, s_a holding the even tiles (lo, lo+2,
+    ...) and s_b the odd ones, each S staying in the registers its wgmma writes; s_a is issued in one
+    iteration and read in the next, and crosses the back edge as plain registers, complete (the PV's
+    wait(0) waited for it). The last one or two tiles are peeled off, the very last with nothing to
+    issue after it."""
+    if lo < hi:
+        # prologue: tile lo's S, waited for at once (nothing is running that it could overlap)
+        s_a = warpgroup_mma_wait(0, deps=[_issue_qk(q, k_smem, k_ready, lo, BLOCK_N, NUM_STAGES, S_LAYOUT)])
+        for j in range(lo, hi - 2, 2):   # tiles j and j+1, and tile j+2's S issued: all exist
+            s_b = _issue_qk(q, k_smem, k_ready, j + 1, BLOCK_N, NUM_STAGES, S_LAYOUT)
+            # tile j's softmax runs while S(j+1) runs (wait(1) leaves it running)
+            acc, l_i, m_i = _softmax_pv(s_a, acc, l_i, m_i, j, v_smem, v_ready, kv_empty, turn_bars, offs_m,
+                                        n_ctx, qk_scale, WG, 1, BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT,
+                                        j >= n_plain, CAUSAL, PINGPONG)
+            s_a = _issue_qk(q, k_smem, k_ready, j + 2, BLOCK_N, NUM_STAGES, S_LAYOUT)
+            # tile j+1's softmax runs while S(j+2) runs; wait(1) finds S(j+1) done already
+            acc, l_i, m_i = _softmax_pv(s_b, acc, l_i, m_i, j + 1, v_smem, v_ready, kv_empty, turn_bars,
+                                        offs_m, n_ctx, qk_scale, WG, 1, BLOCK_N, NUM_STAGES, S_LAYOUT,
+                                        O_LAYOUT, j + 1 >= n_plain, CAUSAL, PINGPONG)
+            s_a = warpgroup_mma_wait(0, deps=[s_a])   # complete already: tells the compiler, costs nothing
+        if (hi - lo) % 2 == 0:   # two tiles left: hi-2 (its S in s_a) and hi-1
+            s_b = _issue_qk(q, k_smem, k_ready, hi - 1, BLOCK_N, NUM_STAGES, S_LAYOUT)
+            acc, l_i, m_i = _softmax_pv(s_a, acc, l_i, m_i, hi - 2, v_smem, v_ready, kv_empty, turn_bars,
+                                        offs_m, n_ctx, qk_scale, WG, 1, BLOCK_N, NUM_STAGES, S_LAYOUT,
+                                        O_LAYOUT, hi - 2 >= n_plain, CAUSAL, PINGPONG)
+            acc, l_i, m_i = _softmax_pv(s_b, acc, l_i, m_i, hi - 1, v_smem, v_ready, kv_empty, turn_bars,
+                                        offs_m, n_ctx, qk_scale, WG, 0, BLOCK_N, NUM_STAGES, S_LAYOUT,
+                                        O_LAYOUT, hi - 1 >= n_plain, CAUSAL, PINGPONG)
+        else:                    # one tile left, hi-1, its S in s_a
+            acc, l_i, m_i = _softmax_pv(s_a, acc, l_i, m_i, hi - 1, v_smem, v_ready, kv_empty, turn_bars,
+                                        offs_m, n_ctx, qk_scale, WG, 0, BLOCK_N, NUM_STAGES, S_LAYOUT,
+                                        O_LAYOUT, hi - 1 >= n_plain, CAUSAL, PINGPONG)
+    return acc, l_i, m_i
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turn_bars, o_ptr,
+              lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+              NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
     """Softmax/MMA partition WG (0 or 1): query rows start_m + 64*WG .. + 63 of this head."""
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -199,12 +341,21 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
     q = q_smem.index(WG)
     mbarrier.wait(q_ready, 0)
     n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, BLOCK_N)
-    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m,
-                                  0, n_plain, n_ctx, qk_scale, BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT,
-                                  False, CAUSAL)
-    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, offs_m,
-                                  n_plain, n_tiles, n_ctx, qk_scale, BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT,
-                                  True, CAUSAL)
+    if PINGPONG:
+        _take_turn(turn_bars, WG, 0)   # turn 0: the first S = Q K^T
+    if OVERLAP:
+        acc, l_i, m_i = _attend_tiles_overlapped(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty,
+                                                 turn_bars, offs_m, 0, n_tiles, n_plain, n_ctx, qk_scale, WG,
+                                                 BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT, CAUSAL, PINGPONG)
+    else:
+        acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars,
+                                      offs_m, 0, n_plain, n_ctx, qk_scale, WG, BLOCK_N, NUM_STAGES, S_LAYOUT,
+                                      O_LAYOUT, False, CAUSAL, PINGPONG)
+        acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars,
+                                      offs_m, n_plain, n_tiles, n_ctx, qk_scale, WG, BLOCK_N, NUM_STAGES,
+                                      S_LAYOUT, O_LAYOUT, True, CAUSAL, PINGPONG)
+    if PINGPONG:
+        _hand_over(turn_bars, WG)   # the last turn held only the last O += P V
 
     # Epilogue: O = acc / l, stored straight from the accumulator's registers (rows past N masked: a
     # TMA store over the (B*H*N, D) view would write them into the next head). lse in natural log.
@@ -225,10 +376,18 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
 @gluon.jit
 def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_scale,
                            HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                           CAUSAL: gl.constexpr):
+                           CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
     """Grid (cdiv(N, 128), B*H). q/k/v_desc: host TMA descriptors over the (B*H*N, D) view, boxes of
-    64 rows (Q) and BLOCK_N rows (K, V). o_ptr (B*H*N, D) fp16 and lse_ptr (B*H*N,) fp32 contiguous."""
+    64 rows (Q) and BLOCK_N rows (K, V). o_ptr (B*H*N, D) fp16 and lse_ptr (B*H*N,) fp32 contiguous.
+    OVERLAP, PINGPONG: FA3's two scheduling steps (see the consumers' comment); both off is the plain
+    schedule."""
     gl.static_assert(128 % BLOCK_N == 0, "the causal split needs BLOCK_N to divide the 128-row block")
+    if OVERLAP:
+        gl.static_assert(NUM_STAGES >= 2, "OVERLAP holds two ring slots at once: NUM_STAGES >= 2")
+    if PINGPONG:
+        gl.static_assert(NUM_STAGES >= 2, "PINGPONG deadlocks on a ring of one slot: NUM_STAGES >= 2")
+        if OVERLAP:
+            gl.static_assert(NUM_STAGES >= 3, "OVERLAP with PINGPONG deadlocks on 2 slots: NUM_STAGES >= 3")
     pid = gl.program_id(0)
     if CAUSAL:   # the query blocks with the most key tiles start first
         start_m = (gl.num_programs(0) - 1 - pid) * 128
@@ -250,15 +409,23 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(kv_empty.index(i), count=2)   # one arrival from each consumer warpgroup
+    if PINGPONG:   # the consumers' turns on the tensor cores: one arrival (the other's hand-over) each
+        turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(turn_bars.index(0), count=1)
+        mbarrier.init(turn_bars.index(1), count=1)
+    else:
+        turn_bars: gl.constexpr = None   # no turns: nothing to pass
     fence_async_shared()   # the initialised barriers must be visible to the TMA engine (async proxy)
 
     # Fork: the default partition (this kernel's num_warps = 4 warps) is consumer 0; the workers are
     # consumer 1 (4 warps) and the producer (1 warp). All join again when the three functions return.
     gl.warp_specialize([
-        (_consumer, (0, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, o_ptr, lse_ptr,
-                     row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL)),
-        (_consumer, (1, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, o_ptr, lse_ptr,
-                     row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL)),
+        (_consumer, (0, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turn_bars, o_ptr,
+                     lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
+                     OVERLAP, PINGPONG)),
+        (_consumer, (1, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turn_bars, o_ptr,
+                     lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
+                     OVERLAP, PINGPONG)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
                      row_base, start_m, n_ctx, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -268,17 +435,22 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
         mbarrier.invalidate(k_ready.index(i))
         mbarrier.invalidate(v_ready.index(i))
         mbarrier.invalidate(kv_empty.index(i))
+    if PINGPONG:
+        mbarrier.invalidate(turn_bars.index(0))
+        mbarrier.invalidate(turn_bars.index(1))
 
 
 # ---------------------------------------------------------------- host side
 
 
-def tile_config(head_dim):
+def tile_config(head_dim, overlap=False, pingpong=False):
     """(BLOCK_N, NUM_STAGES) for a head size, within the 227 KB (232448 bytes) of shared memory a Hopper
     CTA may have. Bytes: Q 2*64*D*2, each ring slot 2*BLOCK_N*D*2 (K and V), plus the barriers.
       D=64:  Q 16 KB + 4 slots * 32 KB = 144 KB
       D=128: Q 32 KB + 2 slots * 64 KB = 160 KB. 3 slots (224 KB, 229664 bytes compiled) also fit, with
              room for nothing else; untimed yet which is faster (gluon_attention's num_stages tries it)."""
+    if overlap and head_dim == 128:
+        return 64, 4
     return {64: (128, 4), 128: (128, 2)}[head_dim]
 
 
@@ -292,9 +464,17 @@ def tensor_descriptors(q, k, v, block_n):
             TensorDescriptor.from_tensor(v.view(-1, D), [block_n, D], kv_layout))
 
 
-def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stages=None):
+def min_stages(overlap=False, pingpong=False):
+    """The shallowest ring the schedule runs on without deadlock (see "Ring depth" in the kernel)."""
+    return 1 + overlap + pingpong
+
+
+def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stages=None, overlap=False,
+                    pingpong=False):
     """softmax(q k^T * sm_scale) v for q, k, v (B, H, N, D) float16: (out, lse), lse natural-log.
-    block_n, num_stages: the key tile and ring depth, tile_config(D) unless given (block_n 64 or 128)."""
+    block_n, num_stages: the key tile and ring depth, tile_config(D, overlap, pingpong) unless given
+    (block_n 64 or 128). overlap, pingpong: FA3's intra- and inter-warpgroup overlap (the kernel's
+    OVERLAP and PINGPONG); both off is the plain schedule."""
     assert q.dim() == 4 and q.shape == k.shape == v.shape, "q, k, v must all be (B, H, N, D)"
     assert q.dtype == k.dtype == v.dtype == torch.float16, "q, k, v must be float16"
     B, H, N, D = q.shape
@@ -303,27 +483,34 @@ def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stag
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    default_n, default_stages = tile_config(D)
+    default_n, default_stages = tile_config(D, overlap, pingpong)
     block_n = block_n or default_n
     stages = num_stages or default_stages
     assert block_n in (64, 128), "block_n must divide the 128-row query block (64 or 128)"
+    assert stages >= min_stages(overlap, pingpong), \
+        f"overlap={overlap}, pingpong={pingpong} deadlock on fewer than {min_stages(overlap, pingpong)} slots"
     q_desc, k_desc, v_desc = tensor_descriptors(q, k, v, block_n)
     grid = (triton.cdiv(N, BLOCK_M), B * H)
     gluon_attention_kernel[grid](q_desc, k_desc, v_desc, out, lse, N, sm_scale * LOG2E,
                                  HEAD_DIM=D, BLOCK_N=block_n, NUM_STAGES=stages, CAUSAL=causal,
-                                 num_warps=4, maxnreg=MAXNREG)
+                                 OVERLAP=overlap, PINGPONG=pingpong, num_warps=4, maxnreg=MAXNREG)
     return out, lse
 
 
-def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None):
+def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None, overlap=False, pingpong=False):
     """Compile the kernel for sm_90 without a GPU (ptxas runs on the host): the CompiledKernel, whose
     .asm holds "ttgir", "ptx", "cubin", and whose .metadata has n_regs, n_spills and shared (bytes).
-    The descriptors' types come from ones built over a small CPU tensor of the same dtype and boxes."""
+    The descriptors' types come from ones built over a small CPU tensor of the same dtype and boxes.
+    .ptxas_log keeps what ptxas printed (for ptxas_report), or None where Triton's cache had the kernel."""
+    import contextlib
+    import io
+
+    from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    default_n, default_stages = tile_config(head_dim)
+    default_n, default_stages = tile_config(head_dim, overlap, pingpong)
     block_n = block_n or default_n
     stages = num_stages or default_stages
     x = torch.empty((256, head_dim), dtype=torch.float16)
@@ -331,30 +518,55 @@ def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None):
     signature = {"q_desc": mangle_type(q_desc), "k_desc": mangle_type(k_desc), "v_desc": mangle_type(k_desc),
                  "o_ptr": "*fp16", "lse_ptr": "*fp32", "n_ctx": "i32", "qk_scale": "fp32",
                  "HEAD_DIM": "constexpr", "BLOCK_N": "constexpr", "NUM_STAGES": "constexpr",
-                 "CAUSAL": "constexpr"}
-    constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": block_n, "NUM_STAGES": stages, "CAUSAL": causal}
+                 "CAUSAL": "constexpr", "OVERLAP": "constexpr", "PINGPONG": "constexpr"}
+    constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": block_n, "NUM_STAGES": stages, "CAUSAL": causal,
+                  "OVERLAP": overlap, "PINGPONG": pingpong}
     src = GluonASTSource(gluon_attention_kernel, signature=signature, constexprs=constexprs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": MAXNREG})
+    log, dump = io.StringIO(), knobs.nvidia.dump_ptxas_log
+    try:
+        knobs.nvidia.dump_ptxas_log = True   # Triton prints ptxas's log: kept, so ptxas need not run twice
+        with contextlib.redirect_stdout(log):
+            compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                      options={"num_warps": 4, "maxnreg": MAXNREG})
+    finally:
+        knobs.nvidia.dump_ptxas_log = dump
+    compiled.ptxas_log = log.getvalue() if "Used" in log.getvalue() else None
+    return compiled
 
 
 def ptxas_report(compiled):
     """ptxas's own account of a compiled kernel's PTX for sm_90a: {"registers", "spill_stores",
-    "spill_loads", "smem_static", "text"}. (A CompiledKernel's n_regs / n_spills are only filled in
-    when it is loaded onto a GPU; metadata.shared is known at compile time.)"""
-    import os
+    "spill_loads", "smem_static", "serialized", "text"}. (A CompiledKernel's n_regs / n_spills are only
+    filled in when it is loaded onto a GPU; metadata.shared is known at compile time.)
+
+    The log is the one compile_for_hopper kept; where there is none (the kernel came from Triton's
+    cache), ptxas runs again through this Triton's own step from PTX to cubin, so with Triton's flags
+    either way (3.9 adds --regAllocOptLevel=2, which changes what spills). (Run again, ptxas does not
+    always give the same bytes: it built two different cubins from one spilling kernel's PTX; the
+    report is of its log, not of a cubin.) "registers" is the launch's count (maxnreg); past setmaxnreg each
+    partition has its own budget, which ptxas does not print. "serialized": ptxas's messages C7514 /
+    C7517, where it made wgmmas wait for each other (an accumulator's registers touched while its wgmma
+    ran): correct, but nothing overlaps."""
+    import contextlib
+    import io
     import re
-    import subprocess
-    import tempfile
 
-    from triton.backends.nvidia.compiler import get_ptxas
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
 
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = os.path.join(tmp, "kernel.ptx")
-        with open(ptx, "w") as f:
-            f.write(compiled.asm["ptx"])
-        run = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name", "sm_90a", ptx, "-o",
-                              os.path.join(tmp, "kernel.cubin")], capture_output=True, text=True, check=True)
-    text = run.stdout + run.stderr
+    text = getattr(compiled, "ptxas_log", None)
+    if text is None:
+        backend = CUDABackend(GPUTarget("cuda", 90, 32))
+        options = backend.parse_options({"num_warps": 4, "maxnreg": MAXNREG})   # compile_for_hopper's
+        log, dump = io.StringIO(), knobs.nvidia.dump_ptxas_log
+        try:
+            knobs.nvidia.dump_ptxas_log = True
+            with contextlib.redirect_stdout(log):
+                backend.make_cubin(compiled.asm["ptx"], {}, options, 90)
+        finally:
+            knobs.nvidia.dump_ptxas_log = dump
+        text = log.getvalue()
 
     def number(pattern):
         found = re.search(pattern, text)
@@ -362,4 +574,5 @@ def ptxas_report(compiled):
 
     return {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
             "spill_loads": number(r"(\d+) bytes spill loads"), "smem_static": number(r"(\d+) bytes smem"),
+            "serialized": [line.strip() for line in text.splitlines() if "C7514" in line or "C7517" in line],
             "text": text}
