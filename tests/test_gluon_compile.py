@@ -1,12 +1,18 @@
 """The Gluon FlashAttention-3-style forward (solutions/gluon_attention.py) compiled for Hopper, sm_90,
 on the host: no GPU is needed, only Triton's NVIDIA backend and its ptxas. What it checks is the kernel's
-structure, not its numbers (those need a GPU: tests/gpu_gluon_check.py):
+structure, not its numbers (those need a GPU: tests/gpu_gluon_check.py), for each schedule (plain,
+OVERLAP, PINGPONG, both) at D 64 and 128, causal and full, with the tiles the host picks for it:
 
 * the PTX has asynchronous wgmma, TMA copies, mbarrier waits and arrivals, and setmaxnreg with the
-  partitions' register budgets (24 for the producer, 240 for a consumer);
+  partitions' register budgets (24 for the producer, 240 for a consumer); with OVERLAP a wait that
+  leaves one wgmma group running (the next tile's S = Q K^T), with PINGPONG two more barriers;
 * 12 warps a CTA (two consumer warpgroups, the producer's warp padded to a warpgroup);
-* ptxas spills nothing to local memory;
+* ptxas (run with this Triton's own flags) spills nothing to local memory, and serialises no wgmma
+  (its messages C7514 / C7517: an accumulator's registers touched while its wgmma ran, which would undo
+  the overlap);
 * the shared memory (Q, the K and V rings, the barriers) fits a Hopper CTA's 227 KB.
+The barrier protocol itself (phases, hangs, ring depth) is run through every interleaving in
+tests/test_gluon_protocol.py.
 """
 
 import importlib.util
@@ -55,17 +61,29 @@ def gluon_attention():
     return _load()
 
 
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_compiles_for_hopper(gluon_attention, head_dim, causal):
-    compiled = gluon_attention.compile_for_hopper(head_dim, causal)
-    ptx = compiled.asm["ptx"]
-    block_n, stages = gluon_attention.tile_config(head_dim)
+SCHEDULES = {"plain": (False, False), "overlap": (True, False), "pingpong": (False, True),
+             "overlap+pingpong": (True, True)}
 
-    # per consumer and per loop (the unmasked and the masked key tiles): S = Q K^T takes D/16 wgmmas
-    # of k = 16, O += P V takes BLOCK_N/16; 2 consumers x 2 loops
-    assert ptx.count("wgmma.mma_async") == 4 * (head_dim // 16 + block_n // 16)
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_compiles_for_hopper(gluon_attention, schedule, head_dim, causal):
+    overlap, pingpong = SCHEDULES[schedule]
+    compiled = gluon_attention.compile_for_hopper(head_dim, causal, overlap=overlap, pingpong=pingpong)
+    ptx = compiled.asm["ptx"]
+    block_n, stages = gluon_attention.tile_config(head_dim, overlap, pingpong)
+    assert stages >= gluon_attention.min_stages(overlap, pingpong)
+
+    # S = Q K^T takes D/16 wgmmas of k = 16, O += P V takes BLOCK_N/16. Plain: per consumer one of
+    # each in the unmasked loop and in the masked one. OVERLAP: one loop over all tiles, unrolled by
+    # two, with a prologue and a tail: 4 places issue S = Q K^T and 5 run the softmax and O += P V.
+    qk, pv = head_dim // 16, block_n // 16
+    per_consumer = 4 * qk + 5 * pv if overlap else 2 * (qk + pv)
+    assert ptx.count("wgmma.mma_async") == 2 * per_consumer
     assert "wgmma.wait_group" in ptx
+    # OVERLAP waits for S(j) with S(j+1) still running: wait_group 1; the plain schedule never does
+    assert ("wgmma.wait_group.sync.aligned 1;" in ptx) == overlap
     # P is fed from registers: no S/P round trip through shared memory in the consumer loops
     assert ptx.count("st.shared") <= 2 and "stmatrix" not in ptx
 
@@ -73,7 +91,12 @@ def test_compiles_for_hopper(gluon_attention, head_dim, causal):
     assert "cp.async.bulk.tensor.2d" in ptx
     assert "mbarrier.arrive.expect_tx" in ptx
     assert "mbarrier.try_wait.parity" in ptx
-    assert "mbarrier.arrive.shared" in ptx          # the consumers' "slot is free"
+    # barriers: q_ready, then k_ready, v_ready, kv_empty per slot; PINGPONG's turn[0], turn[1]
+    assert ptx.count("mbarrier.init") == 1 + 3 * stages + 2 * pingpong
+    # arrivals, per consumer: each place that finishes a tile releases its slot (kv_empty); with
+    # PINGPONG each also hands the turn over, and once more after the last tile
+    releases = 5 if overlap else 2
+    assert ptx.count("mbarrier.arrive.shared") == 2 * (releases + pingpong * (releases + 1))
 
     # register reallocation between the partitions
     regs = {int(line.split()[-1].rstrip(";")) for line in ptx.splitlines() if "setmaxnreg" in line}
@@ -82,8 +105,36 @@ def test_compiles_for_hopper(gluon_attention, head_dim, causal):
 
     report = gluon_attention.ptxas_report(compiled)
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report["text"]
+    assert report["serialized"] == [], report["text"]
     assert "ld.local" not in ptx and "st.local" not in ptx
 
     smem = compiled.metadata.shared
     buffers = 2 * 64 * head_dim * 2 + 2 * stages * block_n * head_dim * 2
     assert buffers <= smem <= HOPPER_SMEM_PER_CTA, (smem, buffers)
+
+
+def test_host_tiles(gluon_attention):
+    """OVERLAP holds two S tiles beside the accumulator: at D = 128 and BLOCK_N = 128 ptxas spills
+    (Triton 3.9: 220 bytes, 3.6: 364), so the host takes BLOCK_N = 64 there (compiled without spills
+    above). The other schedules keep the plain one's tiles; every ring is deep enough."""
+    assert gluon_attention.tile_config(128, overlap=True) == (64, 4)
+    assert gluon_attention.tile_config(128, overlap=True, pingpong=True) == (64, 4)
+    for head_dim in (64, 128):
+        for overlap, pingpong in SCHEDULES.values():
+            _, stages = gluon_attention.tile_config(head_dim, overlap, pingpong)
+            assert stages >= gluon_attention.min_stages(overlap, pingpong)
+        assert gluon_attention.tile_config(head_dim) == gluon_attention.tile_config(head_dim, pingpong=True)
+    assert gluon_attention.tile_config(64, overlap=True) == gluon_attention.tile_config(64)
+
+
+def test_refuses_a_ring_that_would_deadlock(gluon_attention):
+    """OVERLAP with PINGPONG on 2 slots hangs (tests/test_gluon_protocol.py finds the interleaving): the
+    kernel must not compile, and the host must not launch it."""
+    import torch
+    from triton.compiler.errors import CompilationError
+
+    with pytest.raises(CompilationError, match="NUM_STAGES >= 3"):
+        gluon_attention.compile_for_hopper(64, False, num_stages=2, overlap=True, pingpong=True)
+    q = torch.zeros(1, 1, 128, 64, dtype=torch.float16)
+    with pytest.raises(AssertionError, match="deadlock"):
+        gluon_attention.gluon_attention(q, q, q, num_stages=2, overlap=True, pingpong=True)
