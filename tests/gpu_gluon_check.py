@@ -1,21 +1,26 @@
 """On a Hopper GPU (H100 / H200): check and time the Gluon FlashAttention-3-style forward
 (solutions/gluon_attention.py). Not a pytest module (no test_ prefix): run it as a script,
 
-    python tests/gpu_gluon_check.py            # checks, then timings
-    python tests/gpu_gluon_check.py --check    # checks only
+    timeout 1800 python tests/gpu_gluon_check.py              # checks, then timings
+    timeout 900 python tests/gpu_gluon_check.py --check       # checks only
+    python tests/gpu_gluon_check.py --check --schedules pingpong,overlap   # some schedules only
 
 1. Numbers: out against attention computed in float32 from the same fp16 inputs (atol 2e-2, as for
    fp16 attention elsewhere in the course), lse against torch.logsumexp of the float32 scores, over
-   shapes that hit the edges: N = 1, N not a multiple of 128 or of BLOCK_N, several heads and batches
-   (a head reading its neighbour's rows would show), causal and full, D = 64 and 128, a non-default
-   sm_scale. Each case also runs twice and must give the same bits (no atomics: a difference means a
-   race in the shared-memory ring).
+   shapes that hit the edges: N = 1, a single key tile, N not a multiple of 128 or of BLOCK_N, several
+   heads and batches (a head reading its neighbour's rows would show), causal and full, D = 64 and
+   128, a non-default sm_scale. Each case also runs twice and must give the same bits (no atomics: a
+   difference means a race in the shared-memory ring). All of that for each schedule: plain (the
+   default), then PINGPONG, OVERLAP and both (gluon_attention's pingpong= and overlap=), each also on
+   other tiles and on the shallowest ring it accepts (min_stages: where a wrong ring depth would hang).
 2. Speed: TFLOP/s (4*B*H*N*N*D flops, half for causal) timed as CUDA-graph replays with
-   triton.testing, beside cuDNN's SDPA and the course's Triton `attention` (lesson 10), at
-   B4 N4096 and B1 N16384, D 64 and 128 (H = 2048 / D), causal and full.
+   triton.testing, each schedule beside cuDNN's SDPA and the course's Triton `attention` (lesson 10),
+   at B4 N4096 and B1 N16384, D 64 and 128 (H = 2048 / D), causal and full.
 
 A wrong barrier phase hangs the GPU rather than failing: every case prints before it starts (flushed),
-so the last line printed names the case that hung. Run it under `timeout`.
+so the last line printed names the case that hung. Run it under `timeout`. The schedules are checked
+in the order plain, pingpong, overlap, overlap+pingpong, each from its simplest case up (one query
+block and one key tile first); after a hang, --schedules runs the others.
 Results go to helpers/recorded/10_hopper_attention_gluon/<gpu>.json, where lesson 10 reads them (and to
 $OUT/gluon_attention_gpu.json when OUT is set).
 """
@@ -93,27 +98,49 @@ VARIANTS = {64: [(64, 4), (128, 2)], 128: [(64, 4), (128, 3)]}
 VARIANT_CASES = [(1, 1, 1, 64, True, None), (2, 3, 333, 64, False, None), (2, 3, 333, 128, True, None),
                  (1, 4, 1000, 128, False, None), (2, 4, 2048, 64, True, None)]
 
+# The schedules (gluon_attention's keyword arguments), in the order they are checked: the verified plain
+# one first, then PINGPONG (the plain loop plus the turns), OVERLAP (the rotated loop), both.
+SCHEDULES = {"plain": {}, "pingpong": {"pingpong": True}, "overlap": {"overlap": True},
+             "overlap+pingpong": {"overlap": True, "pingpong": True}}
+# Their other tiles: one with the shallowest ring the schedule accepts (min_stages; one slot fewer
+# deadlocks), one with the other BLOCK_N. overlap at D = 128, BLOCK_N = 128 spills (correct, slow).
+SCHEDULE_VARIANTS = {"plain": VARIANTS,
+                     "pingpong": {64: [(64, 2), (128, 2)], 128: [(64, 4), (128, 3)]},
+                     "overlap": {64: [(64, 2), (128, 2)], 128: [(64, 2), (128, 2)]},
+                     "overlap+pingpong": {64: [(64, 3), (128, 3)], 128: [(64, 3), (128, 3)]}}
+# Single-tile cases first: one query block and one key tile, for BLOCK_N 128 and for 64 (N = 64).
+SINGLE_TILE = [(1, 1, 128, 64, False, None), (1, 1, 64, 128, True, None)]
 
-def all_cases():
-    """(B, H, N, D, causal, sm_scale, block_n, num_stages): CASES with the default tiles, then VARIANTS."""
-    cases = [case + (None, None) for case in CASES]
-    for case in VARIANT_CASES:
-        cases += [case + variant for variant in VARIANTS[case[3]]]
+
+def all_cases(schedules=SCHEDULES):
+    """(schedule, B, H, N, D, causal, sm_scale, block_n, num_stages), schedule by schedule: CASES with the
+    host's tiles, simplest first (the plain schedule's list as it was; the others' with the single-tile
+    cases first), then the other tiles."""
+    cases = []
+    for schedule in schedules:
+        first = [] if schedule == "plain" else [case for case in SINGLE_TILE if case not in CASES]
+        cases += [(schedule,) + case + (None, None) for case in first + CASES]
+        for case in VARIANT_CASES:
+            cases += [(schedule,) + case + variant for variant in SCHEDULE_VARIANTS[schedule][case[3]]]
+        if schedule != "plain":   # a single tile on the shallowest ring too
+            cases.insert(len(cases) - len(VARIANT_CASES) * 2,
+                         (schedule, 1, 1, 64, 64, False, None) + SCHEDULE_VARIANTS[schedule][64][0])
     return cases
 
 
-def check(ga):
+def check(ga, schedules=SCHEDULES):
     results = []
     failures = 0
-    cases = all_cases()
-    for B, H, N, D, causal, sm_scale, block_n, num_stages in cases:
+    cases = all_cases(schedules)
+    for schedule, B, H, N, D, causal, sm_scale, block_n, num_stages in cases:
         name = f"B{B} H{H} N{N} D{D} {'causal' if causal else 'full'}"
         name += f" scale {sm_scale}" if sm_scale else ""
         name += f" BLOCK_N {block_n} stages {num_stages}" if block_n else ""
+        name += f" [{schedule}]" if schedule != "plain" else ""
         say(f"check {name} ...")
         torch.manual_seed(N * 7 + D + causal)
         q, k, v = (torch.randn(B, H, N, D, device=DEVICE, dtype=torch.float16) for _ in range(3))
-        tiles = {"block_n": block_n, "num_stages": num_stages}
+        tiles = {"block_n": block_n, "num_stages": num_stages, **SCHEDULES[schedule]}
         out, lse = ga.gluon_attention(q, k, v, causal=causal, sm_scale=sm_scale, **tiles)
         torch.cuda.synchronize()
         out2, lse2 = ga.gluon_attention(q, k, v, causal=causal, sm_scale=sm_scale, **tiles)
@@ -127,8 +154,8 @@ def check(ga):
         failures += not ok
         say(f"    {'ok ' if ok else 'BAD'} max|out - ref| {out_err:.2e}  max|lse - ref| {lse_err:.2e}  "
             f"same bits twice {same_bits}  finite {finite}")
-        results.append({"case": name, "B": B, "H": H, "N": N, "D": D, "causal": causal, "sm_scale": sm_scale,
-                        "block_n": block_n, "num_stages": num_stages,
+        results.append({"case": name, "schedule": schedule, "B": B, "H": H, "N": N, "D": D, "causal": causal,
+                        "sm_scale": sm_scale, "block_n": block_n, "num_stages": num_stages,
                         "out_max_abs_err": out_err, "lse_max_abs_err": lse_err, "deterministic": same_bits,
                         "finite": finite, "ok": ok})
     return results, failures, len(cases)
@@ -143,7 +170,7 @@ def graph_ms(fn):
     return graph, plain
 
 
-def bench(ga):
+def bench(ga, schedules=SCHEDULES):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from helpers.solutions import load_solution
@@ -165,10 +192,18 @@ def bench(ga):
                 impls = {"gluon": lambda: ga.gluon_attention(q, k, v, causal=causal),
                          "cudnn": cudnn,
                          "triton_lesson10": lambda: course_attention(q, k, v, causal=causal)}
+                for schedule in schedules:   # the other schedules with the host's tiles: gluon_pingpong, ...
+                    if schedule != "plain":
+                        flags = SCHEDULES[schedule]
+                        impls["gluon_" + schedule.replace("+", "_")] = (
+                            lambda flags=flags: ga.gluon_attention(q, k, v, causal=causal, **flags))
                 if N == 4096:   # the other tile shapes, once per head size and mask
                     for bn, stages in VARIANTS[D]:
                         impls[f"gluon_n{bn}_s{stages}"] = (lambda bn=bn, stages=stages: ga.gluon_attention(
                             q, k, v, causal=causal, block_n=bn, num_stages=stages))
+                    if D == 128 and "overlap+pingpong" in schedules:   # the host takes BLOCK_N 64 for it
+                        impls["gluon_overlap_pingpong_n128_s3"] = lambda: ga.gluon_attention(
+                            q, k, v, causal=causal, block_n=128, num_stages=3, overlap=True, pingpong=True)
                 row = {"B": B, "H": H, "N": N, "D": D, "causal": causal}
                 for impl, fn in impls.items():
                     say(f"time {impl} B{B} H{H} N{N} D{D} {'causal' if causal else 'full'} ...")
@@ -185,8 +220,9 @@ def bench(ga):
                     for impl in [name for name in row if name.startswith(("gluon", "triton"))]:
                         if "tflops" in row.get(impl, {}):
                             row[impl]["vs_cudnn"] = row[impl]["tflops"] / row["cudnn"]["tflops"]
-                    say(f"    gluon / cuDNN = {row['gluon'].get('vs_cudnn', math.nan):.2f}   "
-                        f"lesson 10 / cuDNN = {row['triton_lesson10'].get('vs_cudnn', math.nan):.2f}")
+                    say("    / cuDNN:  " + "   ".join(
+                        f"{impl} {row[impl].get('vs_cudnn', math.nan):.2f}" for impl in row
+                        if impl.startswith(("gluon", "triton")) and "_n" not in impl))
                 rows.append(row)
     return rows
 
@@ -203,13 +239,20 @@ def main():
 
     record = profile.stamp()
 
+    schedules = list(SCHEDULES)
+    if "--schedules" in sys.argv:
+        schedules = sys.argv[sys.argv.index("--schedules") + 1].split(",")
+        assert all(s in SCHEDULES for s in schedules), f"--schedules takes some of {', '.join(SCHEDULES)}"
     started = time.time()
-    record["checks"], failures, n_cases = check(ga)
+    record["checks"], failures, n_cases = check(ga, schedules)
     say(f"{n_cases - failures}/{n_cases} checks passed ({time.time() - started:.0f} s)")
+    for schedule in schedules:
+        mine = [c for c in record["checks"] if c["schedule"] == schedule]
+        say(f"    {schedule:17s} {sum(c['ok'] for c in mine)}/{len(mine)}")
     if "--check" not in sys.argv:
         if failures:
             say("timing anyway (numbers above are wrong: the timings are of a broken kernel)")
-        record["timings"] = bench(ga)
+        record["timings"] = bench(ga, ["plain"] + [s for s in schedules if s != "plain"])
 
     paths = [ROOT / "helpers" / "recorded" / "10_hopper_attention_gluon" / f"{slug(record['device'])}.json"]
     if os.environ.get("OUT"):
