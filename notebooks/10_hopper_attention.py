@@ -434,7 +434,9 @@ if build:
 # %% [markdown]
 # At launch every one of the 384 threads gets the registers printed above, within the SM's 65,536;
 # once running, `setmaxnreg dec 24` is the producer handing most of its share back and
-# `setmaxnreg inc 240` the consumers taking it, the split the profile of cuDNN above fits. Checked and timed on a Hopper GPU
+# `setmaxnreg inc 240` the consumers taking it, the split the profile of cuDNN above fits. (The other
+# values are Triton's own moves around the partitions: outside them the first warpgroup holds 256
+# and the other warps wait for their function at 120.) Checked and timed on a Hopper GPU
 # (`tests/gpu_gluon_check.py`: out and lse against float32 attention over lengths no tile divides,
 # several heads and batches, causal and full, two tile shapes and ring depths; every case run twice
 # for the same bits), beside cuDNN and the lesson's kernel, as CUDA-graph replays:
