@@ -1013,6 +1013,10 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 # - Against cuDNN, what remains is what plain Triton does not express: warpgroups taking turns,
 #   registers moved from producer to consumers (`setmaxnreg`, hidden from ncu's launch figure), one
 #   program per SM, FP8. A rotated loop can overlap the next scores with this softmax in one warpgroup.
+# - Gluon says the arrangement itself: partitions (`gl.warp_specialize`), their register budgets,
+#   shared-memory rings and mbarriers. Its kernels compile without a GPU but run only on one, and a
+#   barrier waited on with the wrong parity gives no error: it hangs, or returns early and the numbers
+#   are wrong some of the time. A tile's slot is `j % stages`; its use `j // stages` decides the parity.
 # - Adding dQ's shares with float32 atomics drops two of seven matrix multiplies per tile, yet on
 #   Hopper the one-kernel backward does not beat two kernels, and dQ is not bit-for-bit reproducible.
 #   cuDNN makes as many atomic adds and spills more: its lead is warpgroups that overlap their work.
