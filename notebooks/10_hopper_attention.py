@@ -490,7 +490,8 @@ for gpu, record in gluon_runs.items():
 # The check runs the protocol your waits make: the producer and both consumers over a few tiles, in
 # every order their steps and the copies' landings can interleave, on a model of the barriers above;
 # it reports the first read of a tile that has not landed, the first overwrite, or the hang, and who
-# waits for what.
+# waits for what. It also holds you to the ring's purpose: any `num_stages` tiles in a row go to
+# different slots, so the producer can run that many tiles ahead.
 
 # %% tags=["exercise"]
 def ring_waits(j, num_stages):

@@ -11,6 +11,7 @@
 2. `ring_waits`: the Gluon forward's ring of K/V slots, (slot, ready parity, empty parity) for each tile,
    judged by what those waits do: the producer and two consumers run over rings of 1 to 4 slots, in
    every interleaving, on a model of mbarriers; the first early read, overwrite or hang is reported.
+   Any num_stages tiles in a row must go to different slots (the ring used in full).
 3. `atomic_backward`: the key-block program's step of the one-kernel backward (`_attend_backward`),
    against autograd through PyTorch's attention in float64: full and causal, random scales, lengths
    no block divides and several key blocks adding into every query row of dQ. No case past 2**31: the
@@ -654,6 +655,12 @@ def _ring_table_problem(table, stages):
             if parity not in (0, 1):
                 return (f"ring_waits({j}, {stages}) returned {name} = {parity}: a parity is 0 or 1 (an "
                         f"mbarrier keeps one bit of its phase: the last bit of a count of phases).")
+    for j in range(len(table) - stages + 1):    # the ring used in full: any `stages` tiles in a row
+        slots = [int(row[0]) for row in table[j:j + stages]]
+        if len(set(slots)) < stages:
+            return (f"tiles {j} to {j + stages - 1} go to slots {slots}: two of them share a slot, so the "
+                    f"producer can never be {stages} tiles ahead of the consumers, which is what a ring of "
+                    f"{stages} slots is for. Give any {stages} tiles in a row {stages} different slots.")
     return None
 
 

@@ -233,6 +233,8 @@ RING_WRONG = [
     Wrong("ring_waits", "the consumers' parity flipped: they read before the first copy lands",
           lambda j, s: (j % s, 1 - (j // s) % 2, 1 - (j // s) % 2)),
     Wrong("ring_waits", "returns a list of two", lambda j, s: [j % s, (j // s) % 2]),
+    Wrong("ring_waits", "every tile in slot 0: a correct protocol that never runs ahead",
+          lambda j, s: (0, j % 2, 1 - j % 2)),
 ]
 
 RING_RIGHT = [
