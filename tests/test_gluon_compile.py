@@ -9,24 +9,16 @@ structure, not its numbers (those need a GPU: tests/gpu_gluon_check.py):
 * the shared memory (Q, the K and V rings, the barriers) fits a Hopper CTA's 227 KB.
 """
 
-import importlib.util
 import os
 import pathlib
 
 import pytest
 
 import helpers  # noqa: F401  (first, as everywhere in the course)
+from helpers.solutions import load_module
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HOPPER_SMEM_PER_CTA = 227 * 1024
-
-
-def _load():
-    path = ROOT / "solutions" / "gluon_attention.py"
-    spec = importlib.util.spec_from_file_location("solutions_gluon_attention", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _skip_reason():
@@ -52,7 +44,7 @@ pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_rea
 
 @pytest.fixture(scope="module")
 def gluon_attention():
-    return _load()
+    return load_module(ROOT / "solutions" / "gluon_attention.py")
 
 
 @pytest.mark.parametrize("causal", [False, True])
