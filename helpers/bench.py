@@ -80,23 +80,25 @@ def measure(fn: Callable, warmup_ms=25, rep_ms=100, graph=False, quantiles=None)
     return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
 
 
-def launched_ms(fn, calls=50, repeats=5):
+def launched_ms(fn, run_ms=20.0, repeats=5):
     """Milliseconds per call of `fn` called back to back from Python, as a training loop or a model's
-    forward calls it: events around `calls` calls, the median of `repeats` such runs. No L2 flush in
-    between (do_bench's flush is a GPU memset of 256 MB, behind which the CPU prepares the next call
-    for free): a call whose host time exceeds its GPU time shows it here."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
+    forward calls it: events around as many calls as take about `run_ms` (3 to 100), the median of
+    `repeats` such runs. No L2 flush in between (do_bench's flush is a GPU memset of 256 MB, behind
+    which the CPU prepares the next call for free): a call whose host time exceeds its GPU time shows
+    it here."""
+    def run(calls):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(calls):
             fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
+        return start.elapsed_time(end) / calls
+
+    fn()
+    torch.cuda.synchronize()
+    calls = max(3, min(100, round(run_ms / max(run(3), 1e-3))))
+    return statistics.median(run(calls) for _ in range(repeats))
 
 
 def host_us(fn, calls=30):

@@ -585,6 +585,11 @@ def _explain_exception(e, case=None):
     while type(inner).__name__ == "InterpreterError" and (inner.__cause__ or inner.__context__):
         inner = inner.__cause__ or inner.__context__  # the error inside the kernel, not its wrapper
     text = str(inner).strip() or "(no message)"
+    if isinstance(inner, AttributeError) and "'InterpreterBuilder'" in text:   # e.g. create_descriptor_reduce
+        return (f"Triton's interpreter cannot run an operation your kernel uses ({text}): it is not your "
+                f"code's mistake, but the checks here run kernels in the interpreter. Write that step with "
+                f"operations it runs (a tensor descriptor's atomic_add, for instance, as tl.atomic_add "
+                f"through pointers).{_where(e)}")
     if len(text) > 400:
         text = text[:400] + " ..."
     return f"it raised {type(inner).__name__}: {text}{_where(e)}"

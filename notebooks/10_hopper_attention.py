@@ -434,7 +434,9 @@ if build:
 # %% [markdown]
 # At launch every one of the 384 threads gets the registers printed above, within the SM's 65,536;
 # once running, `setmaxnreg dec 24` is the producer handing most of its share back and
-# `setmaxnreg inc 240` the consumers taking it, the split the profile of cuDNN above fits. Checked and timed on a Hopper GPU
+# `setmaxnreg inc 240` the consumers taking it, the split the profile of cuDNN above fits. (The other
+# values are Triton's own moves around the partitions: outside them the first warpgroup holds 256
+# and the other warps wait for their function at 120.) Checked and timed on a Hopper GPU
 # (`tests/gpu_gluon_check.py`: out and lse against float32 attention over lengths no tile divides,
 # several heads and batches, causal and full, two tile shapes and ring depths; every case run twice
 # for the same bits), beside cuDNN and the lesson's kernel, as CUDA-graph replays:
@@ -488,7 +490,8 @@ for gpu, record in gluon_runs.items():
 # The check runs the protocol your waits make: the producer and both consumers over a few tiles, in
 # every order their steps and the copies' landings can interleave, on a model of the barriers above;
 # it reports the first read of a tile that has not landed, the first overwrite, or the hang, and who
-# waits for what.
+# waits for what. It also holds you to the ring's purpose: any `num_stages` tiles in a row go to
+# different slots, so the producer can run that many tiles ahead.
 
 # %% tags=["exercise"]
 def ring_waits(j, num_stages):
@@ -1011,6 +1014,10 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 # - Against cuDNN, what remains is what plain Triton does not express: warpgroups taking turns,
 #   registers moved from producer to consumers (`setmaxnreg`, hidden from ncu's launch figure), one
 #   program per SM, FP8. A rotated loop can overlap the next scores with this softmax in one warpgroup.
+# - Gluon says the arrangement itself: partitions (`gl.warp_specialize`), their register budgets,
+#   shared-memory rings and mbarriers. Its kernels compile without a GPU but run only on one, and a
+#   barrier waited on with the wrong parity gives no error: it hangs, or returns early and the numbers
+#   are wrong some of the time. A tile's slot is `j % stages`; its use `j // stages` decides the parity.
 # - Adding dQ's shares with float32 atomics drops two of seven matrix multiplies per tile, yet on
 #   Hopper the one-kernel backward does not beat two kernels, and dQ is not bit-for-bit reproducible.
 #   cuDNN makes as many atomic adds and spills more: its lead is warpgroups that overlap their work.

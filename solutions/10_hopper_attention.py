@@ -342,20 +342,10 @@ def ring_waits(j, num_stages):
 
 
 def gluon_module():
-    """solutions/gluon_attention.py, imported once (Triton's NVIDIA backend compiles it; a Hopper GPU runs
-    it)."""
-    import importlib.util
-    import sys
+    """solutions/gluon_attention.py (Triton's NVIDIA backend compiles it; a Hopper GPU runs it)."""
+    from helpers.solutions import ROOT, load_module
 
-    from helpers.solutions import ROOT
-
-    name = "solutions_gluon_attention"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "solutions" / "gluon_attention.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_module(ROOT / "solutions" / "gluon_attention.py")
 
 
 def gluon_build(head_dim=128, causal=True):

@@ -25,7 +25,6 @@ Results go to helpers/recorded/10_hopper_attention_gluon/<gpu>.json, where lesso
 $OUT/gluon_attention_gpu.json when OUT is set).
 """
 
-import importlib.util
 import json
 import math
 import os
@@ -40,6 +39,7 @@ import torch  # noqa: E402, I001  (helpers between torch and triton, as in the s
 import torch.nn.functional as F  # noqa: E402
 
 import helpers  # noqa: E402,F401  (before triton: picks the device)
+from helpers.solutions import load_module  # noqa: E402
 
 import triton  # noqa: E402
 import triton.testing  # noqa: E402
@@ -50,14 +50,6 @@ DEVICE = "cuda"
 
 def say(*args):
     print(*args, flush=True)
-
-
-def load_gluon():
-    spec = importlib.util.spec_from_file_location("solutions_gluon_attention",
-                                                  ROOT / "solutions" / "gluon_attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def reference(q, k, v, causal, sm_scale):
@@ -233,7 +225,7 @@ def main():
     say(f"{torch.cuda.get_device_name()} sm_{cap[0]}{cap[1]}  torch {torch.__version__}  "
         f"triton {triton.__version__}")
     assert cap == (9, 0), "the Gluon kernel uses wgmma and setmaxnreg: Hopper (sm_90) only"
-    ga = load_gluon()
+    ga = load_module(ROOT / "solutions" / "gluon_attention.py")
     from helpers import profile
     from helpers.bench import slug
 

@@ -15,24 +15,16 @@ The barrier protocol itself (phases, hangs, ring depth) is run through every int
 tests/test_gluon_protocol.py.
 """
 
-import importlib.util
 import os
 import pathlib
 
 import pytest
 
 import helpers  # noqa: F401  (first, as everywhere in the course)
+from helpers.solutions import load_module
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HOPPER_SMEM_PER_CTA = 227 * 1024
-
-
-def _load():
-    path = ROOT / "solutions" / "gluon_attention.py"
-    spec = importlib.util.spec_from_file_location("solutions_gluon_attention", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _skip_reason():
@@ -58,7 +50,7 @@ pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_rea
 
 @pytest.fixture(scope="module")
 def gluon_attention():
-    return _load()
+    return load_module(ROOT / "solutions" / "gluon_attention.py")
 
 
 SCHEDULES = {"plain": (False, False), "overlap": (True, False), "pingpong": (False, True),

@@ -13,6 +13,7 @@ from helpers.check import (
     CheckFailed,
     KernelTimeout,
     NotDone,
+    _explain_exception,
     compare_tensors,
     poisoned_allocations,
     unwritten,
@@ -744,3 +745,11 @@ def test_eager_work_puts_a_helpers_op_on_the_learners_line_and_skips_the_callers
         before * 2      # the block's own code (the caller's frame): not counted
     ((_, _, function), ops), = work.found.items()
     assert function == "learner" and [op.name for op in ops] == ["add"], work.found
+
+
+def test_an_operation_the_interpreter_lacks_is_not_blamed_on_the_learner():
+    missing = AttributeError("'InterpreterBuilder' object has no attribute 'create_descriptor_reduce'")
+    text = _explain_exception(missing)
+    assert text.startswith("Triton's interpreter cannot run an operation your kernel uses")
+    assert "create_descriptor_reduce" in text and "tl.atomic_add" in text
+    assert _explain_exception(AttributeError("x has no attribute y")).startswith("it raised AttributeError")

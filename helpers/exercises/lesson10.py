@@ -11,6 +11,7 @@
 2. `ring_waits`: the Gluon forward's ring of K/V slots, (slot, ready parity, empty parity) for each tile,
    judged by what those waits do: the producer and two consumers run over rings of 1 to 4 slots, in
    every interleaving, on a model of mbarriers; the first early read, overwrite or hang is reported.
+   Any num_stages tiles in a row must go to different slots (the ring used in full).
 3. `atomic_backward`: the key-block program's step of the one-kernel backward (`_attend_backward`),
    against autograd through PyTorch's attention in float64: full and causal, random scales, lengths
    no block divides and several key blocks adding into every query row of dQ. No case past 2**31: the
@@ -35,6 +36,8 @@ every load and store (on a GPU too, on small inputs):
 
 
 import dataclasses
+import pathlib
+import traceback
 
 import numpy as np
 import torch
@@ -129,8 +132,8 @@ CAUSAL_SPECS = pick(
     cpu=[(1, 1, 1, 16, F32, "projection", "randn", "one token"),
          (2, 2, 37, 32, F32, "projection", "randn", "q, k, v column slices of one projection"),
          (1, 2, 75, 64, F16, "projection", "randn", "float16"),
-         (2, 1, 50, 32, F32, "mixed", "randn", "q contiguous, k through a transpose, v rows padded: "
-                                                "three different strides"),
+         (2, 2, 50, 32, F32, "mixed", "randn", "q contiguous, k through a transpose, v rows padded: "
+                                                "three different strides, two heads"),
          (1, 2, 61, 32, F32, "projection", "negative",
           "every score near -280: each exp underflows unless the running max is subtracted"),
          (1, 1, 45, 16, F16, "mixed", "positive", "float16, scores near +400: exp overflows unless the "
@@ -205,10 +208,25 @@ def _causal_cases():
 
 
 def _asserted(e):
-    """Whether an exception is a failed assertion: the interpreter's AssertionError inside its own
-    error, or the compiler's CompileTimeAssertionFailure."""
+    """Whether an exception is a tl.static_assert that failed: the compiler's
+    CompileTimeAssertionFailure, or under the interpreter an AssertionError raised by tl.static_assert.
+    A Python `assert` in the kernel also raises AssertionError under the interpreter, but compiled it
+    becomes a device assert, a no-op unless TRITON_DEBUG is set: it refuses nothing on a GPU."""
     while e is not None:
-        if isinstance(e, AssertionError) or "Assertion" in type(e).__name__:
+        if isinstance(e, AssertionError):
+            package = str(pathlib.Path(triton.__file__).parent)
+            ours = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(package)]
+            return bool(ours) and "static_assert" in (ours[-1].line or "")
+        if "Assertion" in type(e).__name__:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _python_assert(e):
+    """Whether an exception is an AssertionError raised by a plain `assert` (not tl.static_assert)."""
+    while e is not None:
+        if isinstance(e, AssertionError):
             return True
         e = e.__cause__ or e.__context__
     return False
@@ -230,6 +248,12 @@ def _block_rule(fn):
     except Exception as e:  # noqa: BLE001  (the learner's kernel, on purpose with a shape it should refuse)
         if _asserted(e):
             return None
+        if _python_assert(e):
+            return ("run with BLOCK_M = 16 query rows and key tiles of BLOCK_N = 32, your kernel stopped at "
+                    "a Python `assert`. Here, in the interpreter, that runs; compiled for a GPU it becomes a "
+                    "device assert, which does nothing unless TRITON_DEBUG is set, and the kernel returns "
+                    "wrong values. Check the block rule at compile time: tl.static_assert(condition, "
+                    "message).")
         return (f"run with BLOCK_M = 16 query rows and key tiles of BLOCK_N = 32, your kernel raised "
                 f"{type(e).__name__}: {str(e)[:200]}. A configuration that breaks the causal loop's block "
                 f"rule should stop at compile time with the rule's own message (tl.static_assert).")
@@ -464,7 +488,9 @@ def _dq_by_atomics(fn):
 # GPU: tl.dot takes float32 as TF32, the float16 tolerance.
 GRADS_TOL = {F32: pick(cpu=(1e-3, 1e-4), gpu=(3e-2, 1e-2)), F16: (3e-2, 1e-2)}
 BACKWARD_NAN = ("Rows past the sequence's end load lse = +inf, which makes their P exactly 0: a NaN "
-                "there means a row's lse was read unmasked, or inf - inf appeared somewhere.")
+                "there means a row's lse was read unmasked, or inf - inf appeared somewhere. Keys past the "
+                "end read as zeros, a score of 0: unless masked (MASK == \"ends\"), exp2(0 - lse2) "
+                "overflows to inf once every real score in the row is far below zero.")
 
 
 # ---------------------------------------------------------------- 3. softmax_long
@@ -491,9 +517,10 @@ def _rows(M, n, dtype, kind="randn", view=False):
         x[1::2] = -1e4 - torch.rand(M // 2, width, device=DEVICE) * 20
     elif kind == "-inf head":     # the first half of each row -inf (a whole tile of any size up to n / 2)
         x = torch.randn(M, width, device=DEVICE) * 3
+        x[2::4] = -1e4 - torch.rand(x[2::4].shape, device=DEVICE) * 20   # row 2: finite values far below 0
         x[:, : n // 2] = NEG_INF
         x[1::2][torch.rand(x[1::2].shape, device=DEVICE) < 0.2] = NEG_INF   # and -inf scattered after it
-        x[:, n - 1] = 0.0         # every row keeps a finite value
+        x[:, n - 1] = x[:, n - 2].nan_to_num(neginf=0.0)   # every row keeps a finite value
     else:
         raise ValueError(kind)
     return x.to(dtype)[:, :n]
@@ -508,7 +535,8 @@ def _softmax_cases():
              (4, _odd(*long), F16, "randn", False, "float16 inputs, float32 arithmetic"),
              (1, _odd(*long), F32, "randn", False, "a single row"),
              (4, _odd(*headed), F32, "-inf head", False,
-              "the first half of each row -inf: the first tiles hold no finite value"),
+              "the first half of each row -inf: the first tiles hold no finite value; in row 2 the rest "
+              "lies in [-1e4 - 20, -1e4] (a max still 0 after those tiles leaves 0 / 0)"),
              (3, _odd(*long), F32, "huge", False, "uniform in [-1e4, 1e4]: the max must be subtracted"),
              (3, _odd(*long), F16, "huge", False, "float16, uniform in [-1e4, 1e4]"),
              (2, _odd(*long), F32, "ascending", False, "rows ascending from -1e4 to 1e4: a new max in "
@@ -654,6 +682,12 @@ def _ring_table_problem(table, stages):
             if parity not in (0, 1):
                 return (f"ring_waits({j}, {stages}) returned {name} = {parity}: a parity is 0 or 1 (an "
                         f"mbarrier keeps one bit of its phase: the last bit of a count of phases).")
+    for j in range(len(table) - stages + 1):    # the ring used in full: any `stages` tiles in a row
+        slots = [int(row[0]) for row in table[j:j + stages]]
+        if len(set(slots)) < stages:
+            return (f"tiles {j} to {j + stages - 1} go to slots {slots}: two of them share a slot, so the "
+                    f"producer can never be {stages} tiles ahead of the consumers, which is what a ring of "
+                    f"{stages} slots is for. Give any {stages} tiles in a row {stages} different slots.")
     return None
 
 

@@ -297,11 +297,14 @@ SCORES_HINT = ("In this case every attention score of every row lies near -150 (
 ALPHA = (150 * SMALL.head_dim ** 0.5) ** 0.5
 
 
-def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False):
+def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False, tiny=False):
     """gate_scale: w_gate multiplied by it, so that the MLP's gates are of that size, and w_up divided by
     it, so that SiLU(gate) * up stays of order one (float32's rounding of a large product, summed by the
     down projection, would leave the outputs that cancel to near zero outside the tolerance).
-    scores_far_below: every attention score near -150 (see ALPHA)."""
+    scores_far_below: every attention score near -150 (see ALPHA).
+    tiny: tokens and the attention's output 1000 times smaller, so that both norms see a mean square
+    near 1e-6, below cfg.eps: an eps other than the config's changes their scale by a factor of two or
+    more, visible at a GPU's tolerance too."""
     seed = int(torch.randint(0, 2**31 - 1, ()))
     w = block_weights(SMALL, DEVICE, seed=seed)
     for norm in ("attn_norm", "mlp_norm"):   # norms of random scale: swapping them shows
@@ -309,6 +312,8 @@ def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False):
     w["w_gate"] *= gate_scale
     w["w_up"] /= gate_scale
     x = block_input(SMALL, B, N, DEVICE, seed=seed + 1)
+    if tiny:
+        x, w["wo"] = x * 1e-3, w["wo"] * 1e-3
     hint = GATES_HINT if gate_scale != 1 else ""
     if scores_far_below:
         u = torch.randn(SMALL.dim, device=DEVICE)
@@ -333,7 +338,9 @@ def _block_cases():
                                         "at both tails", gate_scale=150.0),
             _block_case(2, _odd(*pick((21, 41), (201, 401))), "every attention score near -150: exp "
                         "underflows for every key unless the row's maximum is subtracted",
-                        scores_far_below=True)]
+                        scores_far_below=True),
+            _block_case(1, _odd(9, 17), "tokens 1000 times smaller: both norms' mean squares lie below "
+                                        "eps, which then sets their scale", tiny=True)]
 
 
 # float32: the fused block rounds differently from the eager one at every step (RMSNorm folded

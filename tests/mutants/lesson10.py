@@ -55,6 +55,14 @@ CAUSAL_WRONG = [
                                    "    q = (q_desc.load([start_m, 0]) * qk_scale).to(q_desc.dtype)\n"))),
     Wrong("causal_attention", "exp2 without LOG2E in the scale", edit(
         "10", "causal_attention", ("N, H, D ** -0.5 * lesson06.LOG2E.value,", "N, H, D ** -0.5,"))),
+    Wrong("causal_attention", "the block rule as a Python assert: a no-op once compiled", edit(
+        "10", "causal_attention", (ASSERT, '    assert BLOCK_M % BLOCK_N == 0, "causal: BLOCK_N must divide BLOCK_M"\n'))),
+    Wrong("causal_attention", "K read with Q's strides", edit(
+        "10", "causal_attention", ("head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n,",
+                                   "head_descriptor(k_ptr, b, h, sq_b, sq_h, sq_n,"))),
+    Wrong("causal_attention", "the output's head stride taken from q", edit(
+        "10", "causal_attention", ("head_descriptor(o_ptr, b, h, so_b, so_h, so_n,",
+                                   "head_descriptor(o_ptr, b, h, so_b, sq_h, so_n,"))),
     Wrong("causal_attention", "no static_assert: tiles of 32 keys run on blocks of 16 rows", edit(
         "10", "causal_attention", (ASSERT, ""))),
     Wrong("causal_attention", "no static_assert, and key tiles longer than the query blocks", edit(
@@ -194,6 +202,8 @@ SOFTMAX_WRONG = [
         "10", "softmax_long", (PASS_1, THREE_PASSES))),
     Wrong("softmax_long", "exp(m - m_new) while both are -inf: NaN after a tile of -inf", edit(
         "10", "softmax_long", (SHIFT, "        shift = m_new\n"))),
+    Wrong("softmax_long", "the running max set to the safe shift: 0 after a tile of -inf", edit(
+        "10", "softmax_long", ("        m = m_new\n    n_tiles", "        m = shift\n    n_tiles"))),
     Wrong("softmax_long", "the running max starts at 0, not -inf", edit(
         "10", "softmax_long", (INIT, INIT.replace('tl.full((1,), -float("inf"), tl.float32)', "tl.zeros((1,), tl.float32)")))),
     Wrong("softmax_long", "the running sum not rescaled when the max grows", edit(
@@ -233,6 +243,8 @@ RING_WRONG = [
     Wrong("ring_waits", "the consumers' parity flipped: they read before the first copy lands",
           lambda j, s: (j % s, 1 - (j // s) % 2, 1 - (j // s) % 2)),
     Wrong("ring_waits", "returns a list of two", lambda j, s: [j % s, (j // s) % 2]),
+    Wrong("ring_waits", "every tile in slot 0: a correct protocol that never runs ahead",
+          lambda j, s: (0, j % 2, 1 - j % 2)),
 ]
 
 RING_RIGHT = [

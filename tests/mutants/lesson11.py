@@ -331,6 +331,9 @@ WRONG += [
     Wrong("decoder_block_fused", "the Q|K|V matmul without the 1 / rms row scale", no_row_scale),
     Wrong("decoder_block_fused", "the eager block, no kernel",
           lambda x, w, cfg: decoder_block(x, w, cfg, attention="sdpa")),
+    Wrong("decoder_block_fused", "the norms' eps left at the kernels' default, not cfg.eps", edit(
+        "11", "decoder_block_fused", ("scale=lesson05.inv_rms(x2, cfg.eps))", "scale=lesson05.inv_rms(x2))"),
+        ('lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)', 'lesson05.rms_norm_rows(x2, w["mlp_norm"])'))),
     Wrong("decoder_block_fused", "RoPE left out", no_rope),
     Wrong("decoder_block_fused", "K used as the queries and Q as the keys", k_and_q_swapped),
     Wrong("decoder_block_fused", "the attention's RMSNorm weights used before the MLP too", attn_norm_twice),
