@@ -442,12 +442,27 @@ def exponentials():
     return _counting(("create_exp", "create_exp2"), lambda arg: int(np.asarray(arg.data).size))
 
 
+@dataclasses.dataclass
+class Dot:
+    """One tl.dot call: the program that made it and its shape (M, K, N), for (M, K) @ (K, N)
+    (a batch dimension folded into M)."""
+
+    program: tuple
+    shape: tuple
+
+    @property
+    def multiply_adds(self):
+        return int(np.prod(self.shape))
+
+
 def dots():
-    """Inside the block, the tl.dot calls interpreted kernels make: yields a list that collects the
-    multiply-adds of each call (M * N * K). Use it inside record(), as exponentials()."""
-    def multiply_adds(a, b, *_):   # every value of a (batch x M x K) meets N columns of b
-        return int(np.asarray(a.data).size) * int(np.asarray(b.data).shape[-1])
-    return _counting(("create_dot",), multiply_adds)
+    """Inside the block, the tl.dot calls interpreted kernels make: yields a list that collects a Dot
+    for each call. Use it inside record(), as exponentials()."""
+    def dot(a, b, *_):
+        a, b = np.asarray(a.data), np.asarray(b.data)
+        program = tuple(int(i) for i in _State.grid_idx or ())
+        return Dot(program, (a.size // a.shape[-1], a.shape[-1], b.shape[-1]))
+    return _counting(("create_dot",), dot)
 
 
 def interpreted():

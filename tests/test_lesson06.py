@@ -119,6 +119,11 @@ def test_reference_keeps_lse_in_float32_at_least(dtype, lse_dtype):
     assert (out.dtype, lse.dtype) == (dtype, lse_dtype)
 
 
+# A mutant of tests/mutants/lesson06.py, and what its message must name (with the counts before it).
+ONE_TILE_PAST = "a loop one tile past the diagonal (that tile all masked)"
+ONE_BLOCK_PAST = r"did [\d,]+ multiply-adds where its own blocks need exactly [\d,]+.*one block past the"
+
+
 @pytest.mark.parametrize("exercise, why, message", [
     ("attention_tiled", "a whole row of scores per query block (no key tiles)", "larger than q"),
     ("flash_forward", "lse stored in the inputs' dtype", "dtype torch.float16, expected torch.float32"),
@@ -129,6 +134,9 @@ def test_reference_keeps_lse_in_float32_at_least(dtype, lse_dtype):
     ("attention_backward_torch", "torch.func.vjp through the naive reference", "through torch.func"),
     ("flash_backward_dkdv", "dout passed to the kernel without .contiguous()", "strided views"),
     ("flash_backward_dq", "lse passed to the kernel without .contiguous()", "strided views"),
+    ("flash_forward_causal", ONE_TILE_PAST, ONE_BLOCK_PAST),
+    ("flash_backward_dkdv", ONE_TILE_PAST, ONE_BLOCK_PAST),
+    ("flash_backward_dq", ONE_TILE_PAST, ONE_BLOCK_PAST),
 ])
 def test_mistake_is_named(exercise, why, message, monkeypatch):
     """What the lesson teaches beyond the values (tiles, lse dtype, skipping, own backward) is checked."""

@@ -19,12 +19,15 @@ last head. The autograd.Function wires those same kernels, and has no such case.
 
 Once the values are right, each check measures what the lesson teaches: the
 tiled PyTorch version never makes a tensor larger than q (a whole row of scores
-per query block is), the causal kernel skips the tiles right of the diagonal
-(counted in K/V bytes loaded and in the matrix products' multiply-adds), the
+per query block is), the causal kernels skip the tiles right of the diagonal
+(counted in K/V bytes loaded and in the matrix products' multiply-adds, then program
+by program against the exact count for the kernel's own blocks), the
 PyTorch backward writes the gradients itself (autograd records nothing), and the
 autograd.Function's backward runs Triton kernels and holds no N x N tensor.
 """
 
+import collections
+import functools
 import math
 
 import torch
@@ -394,14 +397,61 @@ def _tiles_only(fn):
 
 
 def _measured(fn, *args, **kwargs):
-    """(traffic, tl.dot multiply-adds, None) of one call of fn, counted by the interpreter after one
-    call left unmeasured on a GPU; or (None, None, a message) if either call raised."""
+    """(traffic, its tl.dot calls, None) of one call of fn, seen by the interpreter after one call left
+    unmeasured on a GPU; or (None, None, a message) if either call raised."""
     problem = _once_unmeasured(lambda: fn(*args, **kwargs))
     if problem:
         return None, None, problem
     with interpreter.dots() as dots:
         traffic, problem = _calling(triton_traffic, fn, *args, **kwargs)
-    return traffic, sum(dots), problem
+    return traffic, dots, problem
+
+
+def _tile_width(dots, own):
+    """The widest tile a kernel streams past its programs' blocks of `own`: what is left of a tl.dot's
+    (M, K, N) once the head dimension and `own` are taken out. None if a dot lacks either."""
+    widths = []
+    for dot in dots:
+        dims = list(dot.shape)
+        for known in (MEASURE_D, own):
+            if known not in dims:
+                return None
+            dims.remove(known)
+        widths.append(dims[0])
+    return max(widths, default=None)
+
+
+def _one_tile_too_many(dots, every_tile, held="queries", streamed="keys"):
+    """None if no program of a causal kernel does a whole tile more than the diagonal needs; else why.
+
+    The tl.dot calls, program by program, against the exact count for the kernel's own blocks.
+    `every_tile`: the multiply-adds of visiting every tile. Each of the P programs holds a block of
+    own = N / P `held` rows and streams the `streamed` ones past it in tiles of w. Counted from the
+    end where the triangle is narrowest, the i-th block needs i * own of them, in whole tiles
+    ceil(i * own / w) * w (w divides N, so either end gives the same count). Programs are matched to
+    blocks by their work, smallest first: a kernel may number its blocks in any order. A correct
+    kernel stays within a tile of that (tiles placed otherwise, smaller ones on the diagonal); a loop
+    that runs one block past the diagonal, masked, adds a whole tile in every program it does not clip.
+    """
+    work = collections.Counter()
+    for dot in dots:
+        work[dot.program] += dot.multiply_adds
+    own = MEASURE_N // max(len(work), 1)
+    w = _tile_width(dots, own)
+    if w is None or own * len(work) != MEASURE_N:
+        return None   # not one block of rows per program: nothing to compare with
+    per_row = every_tile / MEASURE_N / len(work)   # one program, one streamed row
+    done = sorted(work.values())
+    needed = [math.ceil(i * own / w) * w * per_row for i in range(1, len(work) + 1)]
+    extra = sum(d - n >= w * per_row for d, n in zip(done, needed))
+    if not extra:
+        return None
+    return (f"its tl.dot calls did {sum(done):,} multiply-adds where its own blocks need exactly "
+            f"{round(sum(needed)):,}. Each of its {len(work)} programs holds {own} {held} and streams the "
+            f"{streamed} past them in tiles of {w}; {extra} of them visited a whole tile more than the "
+            f"tiles holding a score they need. That is a loop that starts or ends one block past the "
+            f"diagonal, on a tile whose scores are all masked: the values stay right, but the tile is "
+            f"still loaded and multiplied. Look at the bound of the loop that reaches the diagonal.")
 
 
 def _skips_tiles(fn):
@@ -411,12 +461,15 @@ def _skips_tiles(fn):
     tile reads 2 N D elements, and the launch has one program per query block. Skipping the tiles
     right of the diagonal brings that to about (blocks + 1) / (2 blocks) of it. The matrix products
     are counted too: a loop that visits every tile with its loads masked off loads as little, but
-    still multiplies every query by every key.
+    still multiplies every query by every key. Both rules leave room for any block sizes; program by
+    program, the products are then held to the exact count for the kernel's own blocks, which catches
+    a loop one tile past the diagonal (at blocks of 64 x 32 it does 62% of every tile, not 56%).
     """
     q, k, v = qkv(1, 1, MEASURE_N, MEASURE_D, KERNEL_DTYPE)
-    traffic, multiply_adds, problem = _measured(fn, q, k, v)
+    traffic, dots, problem = _measured(fn, q, k, v)
     if problem:
         return problem
+    multiply_adds = sum(dot.multiply_adds for dot in dots)
     if not traffic.launches:
         return "the traffic meter saw no Triton launch."
     blocks = max(math.prod(launch.grid) for launch in traffic.launches)
@@ -435,32 +488,40 @@ def _skips_tiles(fn):
                 f"key tile takes ({every_dot:,}): the loop still visits the tiles right of the diagonal, "
                 f"with their loads masked off. Skipping a tile means the loop's bounds stop at the "
                 f"diagonal, so neither its loads nor its matrix products run.")
+    too_many = _one_tile_too_many(dots, every_dot)
+    if too_many:
+        return (f"at N = {MEASURE_N} your causal kernel still visits a few tiles right of the diagonal: "
+                f"{too_many}")
     return None
 
 
-def _backward_skips_tiles(fn):
+def _backward_skips_tiles(fn, held, streamed):
     """A backward kernel, causal, does clearly fewer multiply-adds (tl.dot, counted by the interpreter)
     than the same kernel on full attention: the blocks that see none of each other are skipped.
 
     At N = 512 either kernel visits about (blocks + 1) / (2 blocks) of the tiles when it skips (0.56 to
     0.63 at blocks of 32 to 128); one that visits every tile and masks the future does them all. The
-    ratio to its own full run holds whatever the kernel computes per tile."""
+    ratio to its own full run holds whatever the kernel computes per tile. Then, as in the forward,
+    program by program against the exact count for the kernel's own blocks (`_one_tile_too_many`)."""
     case = _backward_case(1, 1, MEASURE_N, MEASURE_D, KERNEL_DTYPE, 1.0, False, "", False, False,
                           saved=True)
-    multiply_adds = {}
+    dots = {}
     for causal in (False, True):
         out, lse = _saved(*case.args[:3], causal, None)
-        _, multiply_adds[causal], problem = _measured(fn, *case.args[:3], out, lse, case.args[5],
-                                                       causal=causal)
+        _, dots[causal], problem = _measured(fn, *case.args[:3], out, lse, case.args[5], causal=causal)
         if problem:
             return problem
-    full, causal = multiply_adds[False], multiply_adds[True]
+    full, causal = (sum(dot.multiply_adds for dot in dots[c]) for c in (False, True))
     if full and causal > 0.8 * full:
         return (f"at N = {MEASURE_N} your kernel's tl.dot calls did {causal:,} multiply-adds with "
                 f"causal=True and {full:,} with causal=False ({causal / full:.0%}): the causal run still "
                 f"visits the blocks that see none of each other, masked. Start the loop where the "
                 f"diagonal begins (the lesson's bullet on causal): those blocks are then never loaded or "
                 f"multiplied.")
+    too_many = full and _one_tile_too_many(dots[True], full, held, streamed)
+    if too_many:
+        return (f"at N = {MEASURE_N} with causal=True your kernel still visits a few blocks that see none of "
+                f"each other: {too_many}")
     return None
 
 
@@ -542,10 +603,12 @@ EXERCISES = [
     Exercise("06", "attention_backward_torch", "attention gradients by hand (PyTorch)", _gradients,
              _torch_backward_cases, tol=GRADS, structure=_by_hand, nan_hint=CAUSAL_NAN),
     Exercise("06", "flash_backward_dkdv", "dK/dV kernel (Triton)", _dkdv, _backward_cases, tol=GRADS,
-             kernel=True, copies_inputs=True, structure=_backward_skips_tiles, nan_hint=CAUSAL_NAN,
+             kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN,
+             structure=functools.partial(_backward_skips_tiles, held="keys", streamed="queries"),
              timeout_s=300.0 if ON_GPU else 120.0),
     Exercise("06", "flash_backward_dq", "dQ kernel (Triton)", _dq, lambda: _backward_cases(gradients=1),
-             tol=GRADS, kernel=True, copies_inputs=True, structure=_backward_skips_tiles, nan_hint=CAUSAL_NAN,
+             tol=GRADS, kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN,
+             structure=functools.partial(_backward_skips_tiles, held="queries", streamed="keys"),
              timeout_s=300.0 if ON_GPU else 120.0),
     Exercise("06", "attention_backward", "autograd.Function over the kernels", _attention_out,
              lambda: _backward_cases(saved=False), run=_forward_backward, tol=GRADS, kernel=True,

@@ -102,6 +102,15 @@ def by_torch_func(q, k, v, out, lse, dout, causal=False, sm_scale=None):
     return pull(dout)
 
 
+# One more tile than the diagonal needs, every score in it masked: the loop over the diagonal ends one
+# key tile too late (forward, dQ) or starts one query block too early (dK/dV). The values stay right.
+ONE_TILE_PAST = "a loop one tile past the diagonal (that tile all masked)"
+FWD_ONE_PAST = ("    hi = tl.minimum(start_m + BLOCK_M, n_ctx)\n    acc, l_i, m_i",
+                "    hi = tl.minimum(start_m + BLOCK_M + BLOCK_N, n_ctx)\n    acc, l_i, m_i")
+DQ_ONE_PAST = ("        hi = tl.minimum(start_m + BLOCK_M, n_ctx)\n        dq = bwd_dq_loop(",
+               "        hi = tl.minimum(start_m + BLOCK_M + BLOCK_N, n_ctx)\n        dq = bwd_dq_loop(")
+DKDV_ONE_PAST = ("offs_n, start_n, hi,", "offs_n, tl.maximum(start_n - BLOCK_M, 0), hi,")
+
 FWD_BLOCKS = [("FWD_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]", "FWD_CONFIGS = _configs(cpu=[(32, 16, 4, 1)]"),
               ("gpu=[(64, 64, 4, 3), (128, 64, 8, 3)", "gpu=[(32, 32, 4, 2), (128, 64, 8, 3)")]
 
@@ -166,6 +175,7 @@ WRONG = [
         ("v = tl.load(v_ptrs, mask=offs_n[:, None] < n_ctx, other=0.0)",
          "v = tl.load(v_ptrs, mask=(offs_n[:, None] < n_ctx) & (offs_n[:, None] <= tl.max(offs_m)), other=0.0)"),
     )),
+    Wrong("flash_forward_causal", ONE_TILE_PAST, edit("06", "flash_forward_causal", FWD_ONE_PAST)),
     Wrong("flash_forward_causal", "causal mask off by one (keys j < i)", edit(
         "06", "flash_forward_causal", ("s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        m_new",
                                        "s = tl.where(offs_m[:, None] > offs_n[None, :], s, float(\"-inf\"))\n        m_new"))),
@@ -217,6 +227,7 @@ WRONG = [
           gpu_only=True),
     Wrong("flash_backward_dkdv", "causal: every query block visited, the ones before the keys masked", edit(
         "06", "flash_backward_dkdv", ("offs_n, start_n, hi,", "offs_n, 0, hi,"))),
+    Wrong("flash_backward_dkdv", ONE_TILE_PAST, edit("06", "flash_backward_dkdv", DKDV_ONE_PAST)),
     Wrong("flash_backward_dkdv", "dK not multiplied by sm_scale", edit(
         "06", "flash_backward_dkdv", ("(dk * sm_scale).to(dk_ptr.dtype.element_ty)", "dk.to(dk_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dkdv", "dS = P * dP: delta not subtracted", edit(
@@ -247,6 +258,7 @@ WRONG = [
     Wrong("flash_backward_dq", "causal: every key tile visited, the ones past the diagonal masked", edit(
         "06", "flash_backward_dq", ("        hi = tl.minimum(start_m + BLOCK_M, n_ctx)\n        dq = bwd_dq_loop(",
                                     "        hi = n_ctx\n        dq = bwd_dq_loop("))),
+    Wrong("flash_backward_dq", ONE_TILE_PAST, edit("06", "flash_backward_dq", DQ_ONE_PAST)),
     Wrong("flash_backward_dq", "dQ not multiplied by sm_scale", edit(
         "06", "flash_backward_dq", ("(dq * sm_scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dq", "dS = P * dP: delta not subtracted", edit(
@@ -304,6 +316,14 @@ RIGHT = [
         ("    acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, 0, start_m, n_ctx, qk_scale,\n"
          "                                  HEAD_DIM, BLOCK_N, \"none\")\n", ""),
         ("q, k_ptr, v_ptr, offs_m, start_m, hi,", "q, k_ptr, v_ptr, offs_m, 0, hi,"))),
+    Right("flash_forward_causal", "BLOCK_N > BLOCK_M (32 x 64): masked from the key tile holding start_m", edit(
+        "06", "flash_forward_causal",
+        ("FWD_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]", "FWD_CONFIGS = _configs(cpu=[(32, 64, 4, 1)]"),
+        ("gpu=[(64, 64, 4, 3), (128, 64, 8, 3)", "gpu=[(32, 64, 4, 2), (128, 64, 8, 3)"),
+        ("    acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, 0, start_m, n_ctx, qk_scale,",
+         "    lo = start_m // BLOCK_N * BLOCK_N\n"
+         "    acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, 0, lo, n_ctx, qk_scale,"),
+        ("q, k_ptr, v_ptr, offs_m, start_m, hi,", "q, k_ptr, v_ptr, offs_m, lo, hi,"))),
     Right("attention_backward_torch", "P by softmax of the scores, delta as rowsum(P * dP)", edit(
         "06", "attention_backward_torch", ("p = torch.exp(s - lse[..., None])                      #", "p = torch.softmax(s, dim=-1)  #"),
         ("delta = (dout * out).sum(dim=-1, keepdim=True)", "delta = (p * (dout @ v.transpose(-2, -1))).sum(-1, True)"))),
@@ -311,6 +331,19 @@ RIGHT = [
         "06", "flash_backward_dkdv",
         ("DKDV_CONFIGS = _configs(cpu=[(32, 64, 4, 1)]", "DKDV_CONFIGS = _configs(cpu=[(16, 32, 4, 1)]"),
         ("gpu=[(32, 64, 4, 3), (64, 128, 8, 2)", "gpu=[(16, 32, 4, 2), (64, 128, 8, 2)"))),
+    Right("flash_backward_dkdv", "FlashAttention-2 style: the diagonal in masked sub-blocks of BLOCK_M // 2", edit(
+        "06", "flash_backward_dkdv", ("n_ctx, qk_scale, HEAD_DIM, BLOCK_M, True)", "n_ctx, qk_scale, HEAD_DIM, BLOCK_M // 2, True)"))),
+    Right("flash_backward_dkdv", "BLOCK_M > BLOCK_N (64 x 32): masked from the query block holding start_n", edit(
+        "06", "flash_backward_dkdv",
+        ("DKDV_CONFIGS = _configs(cpu=[(32, 64, 4, 1)]", "DKDV_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]"),
+        ("gpu=[(32, 64, 4, 3), (64, 128, 8, 2)", "gpu=[(64, 32, 4, 2), (64, 128, 8, 2)"),
+        ("        hi = tl.minimum(start_n + BLOCK_N, n_ctx)\n        dk, dv = bwd_dkdv_loop(",
+         "        lo = start_n // BLOCK_M * BLOCK_M\n        hi = tl.minimum(start_n + BLOCK_N, n_ctx)\n"
+         "        mid = lo + tl.cdiv(hi - lo, BLOCK_M) * BLOCK_M   # the end of the masked query blocks\n"
+         "        dk, dv = bwd_dkdv_loop("),
+        ("offs_n, start_n, hi,", "offs_n, lo, hi,"),
+        ("offs_n, start_n + BLOCK_N,\n                               n_ctx, n_ctx,",
+         "offs_n, mid,\n                               n_ctx, n_ctx,"))),
     Right("flash_backward_dq", "other blocks (32 x 16; 32 x 16 first on a GPU)", edit(
         "06", "flash_backward_dq",
         ("DQ_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]", "DQ_CONFIGS = _configs(cpu=[(32, 16, 4, 1)]"),
