@@ -56,6 +56,8 @@ class Bench:
     tol: float = 1e-2               # largest relative error accepted against the first impl
     graph: bool = False             # time CUDA-graph replays: the GPU's time without the kernels' own
                                     # launches from Python (one short graph.replay() call instead)
+    back_to_back: bool = False      # time calls back to back from Python (launched_ms), no L2 flush in
+                                    # between: for a step whose launches are the point (a decoding step)
 
 
 def measure(fn: Callable, warmup_ms=25, rep_ms=100, graph=False, quantiles=None):
@@ -215,7 +217,7 @@ def time_bench(b, ceiling, launch_bill=False):
     graphed = {name: [] for name in b.impls}    # with launch_bill, where the Bench's own timing is not
     for _ in range(ROUNDS):
         for name, fn in b.impls.items():
-            rounds[name].append(measure(fn, graph=b.graph))
+            rounds[name].append(launched_ms(fn) if b.back_to_back else measure(fn, graph=b.graph))
             if launch_bill:
                 launched[name].append(launched_ms(fn))
                 if not b.graph:
@@ -226,7 +228,8 @@ def time_bench(b, ceiling, launch_bill=False):
         row = {"group": b.group, "size": b.size, "label": b.label or str(b.size), "impl": name,
                "ms": ms, "rounds_ms": times, "gbps": gbps(b.bytes, ms), "tflops": tflops(b.flops, ms),
                "metric": b.metric, "fraction_of_copy": gbps(b.bytes, ms) / ceiling,
-               "timing": "CUDA graph replay" if b.graph else "launched from Python"}
+               "timing": ("CUDA graph replay" if b.graph else
+                          "launched from Python, back to back" if b.back_to_back else "launched from Python")}
         if launch_bill:
             if b.graph:
                 graph_ms = ms

@@ -569,10 +569,11 @@ for gpu in profiled_devices():
 # The idle share is time the GPU waits for Python to launch the next kernel. The course's block
 # launches eight kernels where eager launches about sixty (the kernel counts above). How much launch
 # time did that remove? `make bench` times the block at two decoding-sized shapes both ways: launched
-# from Python, and replayed as a **CUDA graph**, which records the whole sequence of launches once and
-# replays it with one call: the kernels stay as they are, only the CPU's launches go. The difference,
-# divided by the kernels one forward launched (recorded with the peak memory above), is what each
-# launch added to the step (on a GPU now, or as recorded):
+# from Python, one call after another as a decoding loop makes them, and replayed as a **CUDA
+# graph**, which records the whole sequence of launches once and replays it with one call: the
+# kernels stay as they are, only the CPU's launches go. The difference, divided by the kernels one
+# forward launched (recorded with the peak memory above), is what each launch added to the step (on
+# a GPU now, or as recorded):
 
 # %%
 decode = timed(course, "block_decode_fp16")
@@ -679,14 +680,9 @@ for gpu, rows in decode.items():
           + (", ".join(f"{k} {v:.0f} µs" for k, v in host.items()) if host else missing))
 
 # %% [markdown]
-# One row is out of line: `torch.compile` at B1 N16 takes longer from Python than at B8 N16, on both
-# GPUs, although its graphed time is lower there. The extra time is the host's (the graph does not
-# have it), but the timing alone does not say what it is: guards checked against several cached
-# graphs, the split-K matmuls it calls at batch 1, or a one-off in that run. The lesson builds
-# no verdict on it: compare `torch.compile` as a graph. The recording's `host_us` (the CPU's time in
-# one call of each forward, the GPU idle) is there to settle it once `make bench` has run again.
-#
-# Once the launches are gone, what remains is the kernels, and at 16 tokens every projection is bound
+# Compare the lines of `torch.compile`: from Python it pays its own host time (its guards and its
+# generated code's launches; the CPU's time in one call is printed beside), which the graph does not
+# have. Once the launches are gone, what remains is the kernels, and at 16 tokens every projection is bound
 # by reading its weights (hundreds of MB per step), not by FLOPs. A persistent matmul with tiles of at
 # least 64 rows spends most of its tensor-core work on padding there, and splits the weights over
 # fewer programs than a kernel written for few rows would (cuBLAS has such kernels, and Inductor calls

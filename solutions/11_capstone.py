@@ -273,8 +273,9 @@ def _block_impls(cfg, x, w, packed, compiled, autotuned=None):
 
 
 def _block_benches(cfg, w, packed):
-    """The block's forward: prefill shapes, then decoding shapes launched from Python and replayed as
-    CUDA graphs (the same kernels, without the CPU's launches)."""
+    """The block's forward: prefill shapes, then decoding shapes launched from Python (called back to
+    back, as a decoding loop calls it) and replayed as CUDA graphs (the same kernels, without the CPU's
+    launches)."""
     from helpers.bench import Bench
     from helpers.block import block_flops, block_input, decoder_block
 
@@ -301,7 +302,7 @@ def _block_benches(cfg, w, packed):
             if not graph:
                 impls["course kernels, captured once (CapturedStep)"] = lambda x=x: captured(x)
             yield Bench(group, B * N, bytes=2 * x.nbytes + weights_bytes, flops=block_flops(cfg, B, N),
-                        label=f"B{B} N{N}", metric="GB/s", graph=graph, impls=impls)
+                        label=f"B{B} N{N}", metric="GB/s", graph=graph, back_to_back=not graph, impls=impls)
             del x
 
 
