@@ -647,6 +647,60 @@ for gpu, rows in matmul_rows.items():
 # when the measurement says so.
 
 # %% [markdown]
+# ### From Python: the launch bill
+#
+# Graph replays give the GPU's time. A model calls a matmul from Python, one call after another, and
+# then the CPU's time per call counts too: the GPU cannot start a kernel the CPU has not launched yet.
+# `make bench` records that as well (`launched`: calls back to back; `host`: the CPU's time in one
+# call, the GPU idle). The rows that matter for it, per recorded GPU, with each one's speed from
+# Python against cuBLAS's from Python; `*` marks a call whose host time exceeds its kernel's time:
+
+# %%
+LAUNCH_ROWS = ["lesson 09: matmul", "lesson 04: matmul", "lesson 04: matmul, a launcher prepared once", "cuBLAS"]
+for gpu in recorded_devices():
+    rows = [r for r in recorded_rows("hopper_matmul_fp16", gpu)[0] if "launched_ms" in r]
+    if not rows:
+        continue
+    print(f"{gpu}: µs per call")
+    print(f"  {'size':>7} {'implementation':44} {'graphed':>8} {'launched':>9} {'host':>7} "
+          f"{'launched, cuBLAS ÷ this':>24}")
+    for label in dict.fromkeys(r["label"] for r in rows):
+        by_impl = {r["impl"]: r for r in rows if r["label"] == label}
+        cublas = by_impl["cuBLAS"]["launched_ms"]
+        for impl in (name for name in LAUNCH_ROWS if name in by_impl):
+            r = by_impl[impl]
+            waits = "*" if r["host_us"] > 1000 * r["ms"] else " "
+            print(f"  {label:>7} {impl:44} {1000 * r['ms']:8.1f} {1000 * r['launched_ms']:9.1f} "
+                  f"{r['host_us']:6.1f}{waits} {cublas / r['launched_ms']:24.2f}")
+
+# %% [markdown]
+# At the sizes marked `*` the launched column is the CPU's pace, not the kernel's: the fast matmul,
+# close to cuBLAS as a graph, falls far behind it from Python. At every call `matmul(a, b)` does, in
+# Python:
+#
+# - the launcher's own work: its checks, and `torch.empty` for C;
+# - three host tensor descriptors, each validated, then encoded into a TMA descriptor by the launch;
+# - the autotuner's lookup: its key from M, N, K and the flags, the best configuration, and that
+#   configuration's pre-hook setting the descriptors' block shapes;
+# - Triton's binding: every argument matched to the kernel's signature and examined to find the
+#   compiled variant (a descriptor's shape and strides, a pointer's alignment);
+# - the launch itself.
+#
+# cuBLAS does its equivalent in C++ behind one dispatch. Once the kernel outlasts the host's work (the
+# large sizes), launched and graphed meet, and only the kernel matters. What removes the bill at the
+# small ones:
+#
+# - **a launcher prepared once** (`helpers.launch.Launcher`; the row for lesson 04's kernel): the
+#   binding and the autotuner's lookup run once per key, and later calls launch the compiled kernel
+#   directly. It cannot skip a pre-hook, so lesson 09's matmul would first have to build its
+#   descriptors in the kernel (`tl.make_tensor_descriptor`), as `linear` below does;
+# - **CUDA graphs**, where the same shapes come back step after step: no Python at all per launch
+#   (lesson 11's `CapturedStep`);
+# - fewer launches: fusing what comes before and after into the matmul's epilogue (next).
+#
+# Lesson 11 takes one launch apart and times each piece on its own.
+
+# %% [markdown]
 # ## Epilogues on the fast mainloop
 #
 # Most of what a fused kernel adds to a matmul happens once per output tile, after the K loop: in the
