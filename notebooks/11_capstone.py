@@ -611,9 +611,10 @@ for gpu, rows in graphed.items():
               f"{plain_launch_us(gpu):.1f} µs")
 
 # %% [markdown]
-# Read the last column. Each of the course's launches added several times what an eager kernel's
-# did, and more than lesson 01's plain launch: fusing about sixty kernels into eight cut the launch
-# bill far less than the count suggests. Why does a Triton launch from Python cost that much?
+# Read the last column. Each of the course's launches added far more than an eager kernel's did, and
+# about as much as lesson 01's plain launch or more (that line was recorded on an earlier day's
+# host: hosts differ): fusing about sixty kernels into eight cut the launch bill far less than the
+# count suggests. Why does a Triton launch from Python cost that much?
 # `kernel[grid](...)` runs Python at every launch before anything reaches the GPU:
 #
 # - **argument binding**: the arguments are matched to the kernel's signature, and each is examined
@@ -673,8 +674,8 @@ for gpu, rows in decode.items():
     print(f"{gpu}, {compiled_name}: " + ", ".join(
         f"{label} {python_us[label]:.0f} µs from Python, {graph_us.get(label, float('nan')):.0f} µs "
         f"as a graph" for label in python_us))
-    host = {r["label"]: r["host_us"] for r in records.get(gpu, {}).get("rows", [])
-            if r["impl"] == compiled_name and "host_us" in r and r["label"] in python_us}
+    host = {r["label"]: r["host_us"] for r in recorded_rows("block_decode_fp16", gpu)[0]
+            if r["impl"] == compiled_name and r.get("host_us") and r["label"] in python_us}
     missing = "not recorded yet (make bench on a GPU records host_us)"
     print("    the CPU's time in one call: "
           + (", ".join(f"{k} {v:.0f} µs" for k, v in host.items()) if host else missing))

@@ -420,10 +420,10 @@ def _launch_steps(x, w, cfg):
 
 def record_artifacts(folder):
     """On a GPU (called by `make bench`): per forward of the block, for each implementation and shape,
-    the peak memory, the kernels launched and the longest of them, and the CPU's time in one call
-    (`host_us`: the time to launch everything, the GPU idle before the call); at the first decoding
-    shape, the CPU's time in each of the course's eight launches (`launch_steps_us`) and in one
-    launch taken apart (`launch_parts_us`). Into folder/11_block/<gpu>.json."""
+    the peak memory, the kernels launched and the longest of them; at the first decoding shape, the
+    CPU's time in each of the course's eight launches (`launch_steps_us`) and in one launch taken
+    apart (`launch_parts_us`). Into folder/11_block/<gpu>.json. (The CPU's time in one whole forward
+    is the bench rows' `host_us`, measured beside their timings.)"""
     import json
     import pathlib
     import tempfile
@@ -454,7 +454,7 @@ def record_artifacts(folder):
             longest = [[row["name"], round(row["total_us"], 1), row["calls"]]
                        for row in kernel_table(kernels)[:8]]
             rows.append({"label": f"B{B} N{N}", "impl": name, "peak_mib": round(peak / 2**20, 1),
-                         "kernels": len(kernels), "longest_kernels": longest, "host_us": _host_us(fn)})
+                         "kernels": len(kernels), "longest_kernels": longest})
         del x
     B, N = DECODE_SHAPES[0]
     steps, parts = _launch_steps(block_input(cfg, B, N, "cuda", torch.float16), packed, cfg)
