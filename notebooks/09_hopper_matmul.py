@@ -656,7 +656,8 @@ for gpu, rows in matmul_rows.items():
 # Python against cuBLAS's from Python; `*` marks a call whose host time exceeds its kernel's time:
 
 # %%
-LAUNCH_ROWS = ["lesson 09: matmul", "lesson 04: matmul", "lesson 04: matmul, a launcher prepared once", "cuBLAS"]
+LAUNCH_ROWS = ["lesson 09: matmul", "lesson 04: matmul", "lesson 04: matmul, a launcher prepared once",
+               "cuBLAS"]
 for gpu in recorded_devices():
     rows = [r for r in recorded_rows("hopper_matmul_fp16", gpu)[0] if "launched_ms" in r]
     if not rows:
