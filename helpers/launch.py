@@ -8,14 +8,15 @@ record takes one launch apart: about 12 µs for a kernel that does nothing, 24 t
 the course's matmuls.
 
 `Launcher(kernel)` does that work once per key: the first call at a key goes through
-`kernel[grid](...)` (which compiles, and autotunes), then keeps the compiled kernel, the grid and
-the constexpr values it ran with; each later call at that key launches the compiled kernel
-directly. This is what Inductor's generated code does with its Triton kernels.
+`kernel[grid](...)` (which compiles, and autotunes), then keeps the compiled kernel and the constexpr
+values it ran with; each later call at that key hands the arguments straight to the compiled
+kernel's launch function (what `compiled[grid](*args)` calls, less its own lookups). This is what
+Inductor's generated code does with its Triton kernels.
 
 The key is what decides the compiled variant and the autotuner's choice: each integer's value, and
 each tensor's dtype and whether its start is 16-byte aligned (a tensor's shape and strides reach a
 kernel only as the integers passed beside it). A new sequence length is a new key, compiled or
-looked up the slow way once. A configuration with a pre-hook (lesson 09's `matmul` sets its host
+looked up the slow way once. A configuration with a pre-hook (lesson 10's attention sets its host
 descriptors' block shapes in one) cannot be skipped past: such a kernel is refused.
 
 Under the interpreter (no GPU) every call goes through `kernel[grid](...)`: nothing is compiled.
@@ -24,6 +25,8 @@ Under the interpreter (no GPU) every call goes through `kernel[grid](...)`: noth
 import inspect
 
 import torch
+from triton import knobs
+from triton.runtime import driver
 
 from helpers import interpreter
 from helpers.device import ON_GPU
@@ -39,49 +42,62 @@ def _jit_function(kernel):
 
 
 def _key(args, constexprs):
-    """What decides the compiled variant and the autotuner's choice, for the positional arguments."""
-    key = []
+    """What decides the compiled variant and the autotuner's choice, for the positional arguments: a
+    tensor's dtype and 16-byte alignment, an integer's value (a float is passed as fp32, never
+    specialised on). Anything else stays itself, and _prepare refuses it."""
+    return (tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else
+                   float if isinstance(a, float) else a for a in args]) + tuple(constexprs.items()))
+
+
+def _check_arguments(name, args, constexprs):
     for a in args:
-        if isinstance(a, torch.Tensor):
-            key.append((a.dtype, a.data_ptr() % 16 == 0))
-        elif a is None or isinstance(a, int):
-            key.append(a)
-        elif isinstance(a, float):   # passed as fp32, never specialized on
-            key.append(float)
-        else:   # a host tensor descriptor's block shape is set per configuration: not for a prepared launch
-            raise TypeError(f"a prepared launch takes tensors, integers, floats and None, "
+        if not (a is None or isinstance(a, (torch.Tensor, int, float))):
+            # a host tensor descriptor's block shape is set per configuration: not for a prepared launch
+            raise TypeError(f"{name}: a prepared launch takes tensors, integers, floats and None, "
                             f"not {type(a).__name__}")
     if any(isinstance(v, torch.Tensor) for v in constexprs.values()):   # its pointer would be kept
-        raise TypeError("a prepared launch takes its tensors by position, not by name")
-    return tuple(key) + tuple(sorted(constexprs.items()))
+        raise TypeError(f"{name}: a prepared launch takes its tensors by position, not by name")
 
 
 class Launcher:
     """launcher = Launcher(kernel); launcher(grid, *args, **constexprs) launches kernel[grid](*args,
     **constexprs), from the second call at the same key on through its compiled form directly.
     Every runtime argument is given by position; constexprs (and options such as num_warps) by name.
-    `grid` is a tuple or, as for kernel[grid], a function of the arguments by name: it is worked out
-    at every call (the same key can need another grid: a batch size that no argument carries)."""
+    `grid` is a tuple or, as for kernel[grid], a function of a dict by name; here that dict holds the
+    constexprs (the block sizes the autotuner chose): anything else a grid needs, close over it. It is
+    worked out at every call (the same key can need another grid: a batch size no argument carries)."""
 
     def __init__(self, kernel):
         self.kernel = kernel
         self.jit = _jit_function(kernel) if ON_GPU else None   # the interpreter has no compiled form
-        # key -> (compiled kernel, the values of the parameters after the positional arguments)
+        # key -> (the compiled kernel, {name: value} of the parameters after the positional arguments)
         self.prepared = {}
 
     def __call__(self, grid, *args, **constexprs):
         if not ON_GPU or interpreter.recording():   # the interpreter runs it (a meter is reading it)
             return self.kernel[grid](*args, **constexprs)
         key = _key(args, constexprs)
-        prepared = self.prepared.get(key)
+        try:
+            prepared = self.prepared.get(key)
+        except TypeError:                           # an argument that cannot be part of a key
+            _check_arguments(self.jit.__name__, args, constexprs)
+            raise
         if prepared is None:
+            _check_arguments(self.jit.__name__, args, constexprs)
             self.kernel[grid](*args, **constexprs)    # compiles, autotunes, launches: the slow way, once
             self.prepared[key] = self._prepare(grid, args, constexprs)
             return None
         compiled, trailing = prepared
+        args += tuple(trailing.values())
         if callable(grid):
-            grid = grid({**dict(zip(self.jit.arg_names, args)), **trailing})
-        compiled[tuple(grid) + (1,) * (3 - len(grid))](*args, *trailing.values())
+            grid = grid(trailing)
+        grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        # compiled[grid](*args) without its per-call lookups; a profiler's launch
+        # hooks (proton, lesson 08) are read at every call, as Triton reads them
+        stream = driver.active.get_current_stream(driver.active.get_current_device())
+        compiled.run(*grid, stream, compiled.function, compiled.packed_metadata,
+                     compiled.launch_metadata(grid, stream, *args), knobs.runtime.launch_enter_hook,
+                     knobs.runtime.launch_exit_hook, *args)
         interpreter.count_launch()   # the course's meters count every launch, this path's too
         return None
 
@@ -99,5 +115,5 @@ class Launcher:
         grid = tuple(grid) + (1,) * (3 - len(grid))
         compiled = self.jit.warmup(*args, grid=grid, **constexprs, **options)   # the one the first call ran
         compiled = compiled.result() if hasattr(compiled, "result") else compiled   # (asynchronous compiles)
+        compiled._init_handles()                    # loads it, and sets compiled.run and .function
         return compiled, {name: named[name] for name in self.jit.arg_names[len(args):]}
-

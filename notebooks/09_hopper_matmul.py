@@ -454,10 +454,10 @@ check("persistent_matmul", persistent_matmul)
 # be trusted for a short kernel. Before every timed call, `do_bench` zeroes a 256 MiB buffer (its L2
 # flush, so that no candidate finds its inputs in the cache); then it records a start event, calls
 # the candidate from Python, and records an end event. All of it is queued on one stream. While the
-# GPU zeroes, the CPU runs the candidate's launch path (the configuration's pre-hook, argument
-# binding, the launch): if the kernel is queued before the flush ends, it starts right behind the
-# start event and the events time the kernel alone; host time that outlasts the flush leaves the GPU
-# idle after the start event, and is counted as the kernel's. So the question is host time per
+# GPU zeroes, the CPU runs the candidate's launch path (argument binding, the launch): if the kernel
+# is queued before the flush ends, it starts right behind the start event and the events time the
+# kernel alone; host time that outlasts the flush leaves the GPU idle after the start event, and is
+# counted as the kernel's. So the question is host time per
 # candidate against flush time. The record's figures, GPU by GPU:
 
 # %%
@@ -567,9 +567,10 @@ for gpu, record in hopper.items():
 #   the loaded tile's transpose), and an epilogue that scales each row of the result; RMSNorm uses
 #   it below.
 #
-# A pre-hook of each configuration sets the host descriptors' block shapes to that configuration's
-# tiles before it runs (`_set_block_shapes`), which is how one set of descriptors serves every
-# candidate.
+# Its descriptors are built in the kernel: `matmul_kernel` takes pointers and row strides, and each
+# program builds its three descriptors (`tl.make_tensor_descriptor`) in the tiles of the configuration
+# it runs, so one call suits every candidate. `matmul` launches it through a launcher prepared once
+# (`helpers.launch.Launcher`). Why both: the launch bill, after the ladder.
 
 # %%
 show(course.matmul_kernel)
@@ -656,8 +657,8 @@ for gpu, rows in matmul_rows.items():
 # Python against cuBLAS's from Python; `*` marks a call whose host time exceeds its kernel's time:
 
 # %%
-LAUNCH_ROWS = ["lesson 09: matmul", "lesson 04: matmul", "lesson 04: matmul, a launcher prepared once",
-               "cuBLAS"]
+LAUNCH_ROWS = ["exercise 2: persistent_matmul", "lesson 04: matmul",
+               "lesson 04: matmul, a launcher prepared once", "lesson 09: matmul", "cuBLAS"]
 for gpu in recorded_devices():
     rows = [r for r in recorded_rows("hopper_matmul_fp16", gpu)[0] if "launched_ms" in r]
     if not rows:
@@ -675,26 +676,33 @@ for gpu in recorded_devices():
                   f"{r['host_us']:6.1f}{waits} {cublas / r['launched_ms']:24.2f}")
 
 # %% [markdown]
-# At the sizes marked `*` the launched column is the CPU's pace, not the kernel's: the fast matmul,
-# close to cuBLAS as a graph, falls far behind it from Python. At every call `matmul(a, b)` does, in
-# Python:
+# At the sizes marked `*` the launched column is the CPU's pace, not the kernel's. Read the rows from
+# the most host work to the least:
 #
-# - the launcher's own work: its checks, and `torch.empty` for C;
-# - three host tensor descriptors, each validated, then encoded into a TMA descriptor by the launch;
-# - the autotuner's lookup: its key from M, N, K and the flags, the best configuration, and that
-#   configuration's pre-hook setting the descriptors' block shapes;
-# - Triton's binding: every argument matched to the kernel's signature and examined to find the
-#   compiled variant (a descriptor's shape and strides, a pointer's alignment);
-# - the launch itself.
+# - **exercise 2** has no autotuner, but builds three host tensor descriptors at every call: each is
+#   validated in Python, then encoded into a TMA descriptor by the launch;
+# - **lesson 04's matmul** has no descriptors, but goes through the autotuner and Triton's binding at
+#   every call: the autotuner's key from M, N, K and the dtypes, its best configuration, then every
+#   argument matched to the kernel's signature and examined to find the compiled variant (a
+#   pointer's alignment to 16 bytes, an integer equal to 1 or divisible by 16);
+# - **a launcher prepared once** (`helpers.launch.Launcher`) does that binding and lookup once per
+#   key: the arguments' dtypes, alignments and integer values, the things that decide the compiled
+#   variant and the autotuner's choice. Every later call at that key hands its arguments straight to
+#   the compiled kernel's launch function. Lesson 04's kernel is launched that way in the third row;
+# - **lesson 09's matmul** is launched that way too. A prepared launch cannot run an autotuner's
+#   pre-hook (the usual way to give host descriptors each configuration's tile shape), and host
+#   descriptors would still be encoded at every call: so its programs build their descriptors
+#   themselves. That costs the GPU a little at the start of every launch (each program writes three
+#   descriptors and waits for them to be visible before its first copy), and saves the host far more
+#   (compare its host column with exercise 2's). Its own checks and the descriptors' scratch memory leave it a few µs of
+#   host time above lesson 04's prepared call;
+# - **cuBLAS** does its equivalent in C++, behind one dispatch.
 #
-# cuBLAS does its equivalent in C++ behind one dispatch. Once the kernel outlasts the host's work (the
-# large sizes), launched and graphed meet, and only the kernel matters. What removes the bill at the
-# small ones:
+# What is left in a prepared call is Python all the same: `matmul`'s checks, `torch.empty` for C,
+# the key, and Triton's C launcher (which checks each pointer with the driver before the launch). Once
+# the kernel outlasts that (the larger sizes), launched and graphed meet and only the kernel matters.
+# Below that, what else removes the bill:
 #
-# - **a launcher prepared once** (`helpers.launch.Launcher`; the row for lesson 04's kernel): the
-#   binding and the autotuner's lookup run once per key, and later calls launch the compiled kernel
-#   directly. It cannot skip a pre-hook, so lesson 09's matmul would first have to build its
-#   descriptors in the kernel (`tl.make_tensor_descriptor`), as `linear` below does;
 # - **CUDA graphs**, where the same shapes come back step after step: no Python at all per launch
 #   (lesson 11's `CapturedStep`);
 # - fewer launches: fusing what comes before and after into the matmul's epilogue (next).

@@ -611,10 +611,9 @@ for gpu, rows in graphed.items():
               f"{plain_launch_us(gpu):.1f} µs")
 
 # %% [markdown]
-# Read the last column. Each of the course's launches added far more than an eager kernel's did, and
-# about as much as lesson 01's plain launch or more (that line was recorded on an earlier day's
-# host: hosts differ): fusing about sixty kernels into eight cut the launch bill far less than the
-# count suggests. Why does a Triton launch from Python cost that much?
+# Read the last column against eager's, and against lesson 01's plain launch. Each of the course's
+# launches still adds more than one of eager's kernels does: fusing about sixty kernels into eight
+# cut the launch bill less than the count suggests. Why does a Triton launch from Python cost more?
 # `kernel[grid](...)` runs Python at every launch before anything reaches the GPU:
 #
 # - **argument binding**: the arguments are matched to the kernel's signature, and each is examined
@@ -630,9 +629,15 @@ for gpu, rows in graphed.items():
 #   allocation.
 #
 # Eager PyTorch launches from C++ after one dispatch, and Inductor's generated code calls its Triton
-# kernels through launchers it prepared ahead of time, which skip most of the binding. `make bench`
-# records the pieces of one of the course's launches, one at a time (the CPU's time per call, with
-# the GPU idle), at the first decoding shape:
+# kernels through launchers it prepared ahead of time, which skip most of the binding. So do the
+# course's: `linear`, `swiglu_linear`, `rope_qk`, `inv_rms` and `rms_norm_rows` launch through
+# `helpers.launch.Launcher`, which binds the arguments and looks up the configuration once per key
+# (the dtypes, alignments and integers that decide them), then hands each later call's arguments
+# straight to the compiled kernel. `causal_attention` does not: its host descriptors take their
+# block shapes from each configuration's pre-hook, which a prepared launch cannot run (lesson 09's
+# launch bill). `make bench` records the pieces of one launch, one at a time, then each of the
+# eight launcher calls of a forward (the CPU's time per call, with the GPU idle), at the first
+# decoding shape:
 
 # %%
 for gpu, record in records.items():
@@ -656,7 +661,8 @@ for gpu, record in records.items():
 #   until it has completed and its writes are visible. It does not remove the CPU's cost.
 # - **Fewer launches** remove it only partly, as the per-kernel column shows: what each launch costs
 #   matters as much as how many there are. A leaner launch path (a launcher prepared once, as
-#   Inductor's) cuts the cost of each.
+#   Inductor's and the course's are) cuts the cost of each, not all of it: what is left is Python all
+#   the same (the launcher's checks, the output's allocation, the key, Triton's C launch).
 #
 # That is also why the share each graph removes differs by implementation, shape and GPU (the cell
 # names the largest in each case): eager launches the most kernels, but not always the most

@@ -17,6 +17,7 @@ import triton.language as tl
 
 from helpers.bench import Bench
 from helpers.device import ON_GPU, pick
+from helpers.launch import Launcher
 
 # The widest row a single program holds in registers (16 warps x 32 threads x 32 values).
 MAX_ROW_BLOCK = 16384
@@ -48,6 +49,9 @@ def rms_norm_kernel(x_ptr, g_ptr, out_ptr, n_cols, eps, stride_xm, stride_xn, st
     tl.store(out_ptr + row * stride_om + offs, (x * inv_rms * g).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+_rms_norm_launcher = Launcher(rms_norm_kernel)   # launches prepared once per key (helpers.launch)
+
+
 def rms_norm_rows(x, gamma, eps=1e-6):
     """RMSNorm over the last dimension of a 2-D tensor, one row per program."""
     assert x.dim() == 2 and gamma.shape == (x.shape[1],), "x (M, K) and gamma (K,)"
@@ -55,8 +59,8 @@ def rms_norm_rows(x, gamma, eps=1e-6):
     out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     BLOCK_N = triton.next_power_of_2(n_cols)
     assert BLOCK_N <= MAX_ROW_BLOCK, f"rows of at most {MAX_ROW_BLOCK} values fit one program"
-    rms_norm_kernel[(n_rows,)](x, gamma, out, n_cols, eps, x.stride(0), x.stride(1), out.stride(0),
-                               BLOCK_N=BLOCK_N, num_warps=row_warps(BLOCK_N))
+    _rms_norm_launcher((n_rows,), x, gamma, out, n_cols, eps, x.stride(0), x.stride(1), out.stride(0),
+                       BLOCK_N=BLOCK_N, num_warps=row_warps(BLOCK_N))
     return out
 
 
@@ -296,6 +300,9 @@ def matmul_row_scale_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K,
              out.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
+_inv_rms_launcher = Launcher(inv_rms_kernel)   # launches prepared once per key (helpers.launch)
+
+
 def inv_rms(x, eps=1e-6):
     """1 / sqrt(mean(x^2) + eps) of each row of x (M, K), in float32: M values, one kernel."""
     assert x.dim() == 2, "x: (M, K)"
@@ -305,8 +312,8 @@ def inv_rms(x, eps=1e-6):
     # choice from 16 rows (a decoding step) to 8192, where more rows per program leave few programs,
     # each with a long serial walk.
     BLOCK_N = pick(64, min(triton.next_power_of_2(K), 4096))
-    inv_rms_kernel[(M,)](x, out, M, K, eps, x.stride(0), x.stride(1), BLOCK_M=1, BLOCK_N=BLOCK_N,
-                         num_warps=pick(4, 8))
+    _inv_rms_launcher((M,), x, out, M, K, eps, x.stride(0), x.stride(1), BLOCK_M=1, BLOCK_N=BLOCK_N,
+                      num_warps=pick(4, 8))
     return out
 
 

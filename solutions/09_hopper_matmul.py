@@ -11,11 +11,13 @@ Exercise 3: linear_kernel             the persistent, flattened tile loop over l
 and, built from them:
 
     matmul          a @ b (or a @ b.T), persistent, TMA-fed, autotuned on CUDA-graph timings so that the
-                    choice does not flip between runs; an optional per-row scale in the epilogue
+                    choice does not flip between runs; an optional per-row scale in the epilogue;
+                    descriptors built by each program, launched through a launcher prepared once
     rmsnorm_linear  lesson 05's RMSNorm + linear for inference: gamma folded into W once, 1/rms once
                     per row, then `matmul` with the row scale in its epilogue
     linear          the matmul lesson 11's decoder block runs on: scale[:, None] * (h @ w.T) + residual,
-                    descriptors built by each program, the flattened tile loop, both epilogues optional
+                    descriptors built by each program, the flattened tile loop, both epilogues optional,
+                    launched as matmul is
 """
 
 import torch
@@ -28,6 +30,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from helpers.bench import host_us, measure
 from helpers.compiled import compiler_quiet
 from helpers.device import DEVICE, ON_GPU, pick
+from helpers.launch import Launcher
 from helpers.solutions import load_solution
 
 lesson05 = load_solution("05")   # inv_rms: 1 / rms of each row
@@ -43,6 +46,20 @@ def descriptor(t, block_shape):
         (f"a tensor descriptor needs its start and its strides {tuple(t.stride()[:-1])} (in values of "
          f"{t.element_size()} bytes) to be multiples of 16 bytes; copy the tensor into an aligned one")
     return TensorDescriptor.from_tensor(t, block_shape)
+
+
+def _persistent_grid(M, N):
+    """As many programs as SMS, or as tiles if there are fewer."""
+    return lambda meta: (min(SMS, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
+
+
+def _check_tma(**tensors):
+    """Tensor descriptors need rows of contiguous values, and 16-byte aligned row strides and bases."""
+    for name, t in tensors.items():
+        assert t.dim() == 2 and t.stride(1) == 1, f"{name}: a 2-D tensor with contiguous rows, stride(1) == 1"
+        assert (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0, \
+            (f"{name}: its row stride ({t.stride(0)} values of {t.element_size()} bytes) and its start "
+             f"must be multiples of 16 bytes for a tensor descriptor; copy it into a wider, aligned buffer")
 
 
 _scratch = {}   # stream -> the buffer its launches build their descriptors in
@@ -64,8 +81,9 @@ def _descriptor_scratch(size, alignment, stream):
     return buffer
 
 
-# Kernels that build descriptors themselves (tl.make_tensor_descriptor: the notebook's examples, or an
-# exercise written that way) need it on a GPU. The lesson's own kernels take descriptors from the host.
+# Kernels that build descriptors themselves (tl.make_tensor_descriptor: matmul and linear below, the
+# notebook's examples, an exercise written that way) need it on a GPU. The exercises' launchers build
+# host descriptors instead.
 triton.set_allocator(_descriptor_scratch)
 
 
@@ -159,18 +177,9 @@ def persistent_matmul(a, b, programs=None):
 # HAS_SCALE: each row of the product is multiplied by s[row] (RMSNorm's 1 / rms) before the store.
 
 
-def _set_block_shapes(args):
-    """Config pre-hook: the host's descriptors move tiles of the configuration being run."""
-    BM, BN, BK = args["BLOCK_M"], args["BLOCK_N"], args["BLOCK_K"]
-    args["a_desc"].block_shape = [BM, BK]
-    args["b_desc"].block_shape = [BN, BK] if args["B_NK"] else [BK, BN]
-    args["c_desc"].block_shape = [BM, BN]
-
-
 def _matmul_config(bm, bn, warps, stages, flatten=True, ws=False):
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": flatten,
-                          "WARP_SPECIALIZE": ws}, num_warps=warps, num_stages=stages,
-                         pre_hook=_set_block_shapes)
+                          "WARP_SPECIALIZE": ws}, num_warps=warps, num_stages=stages)
 
 
 MATMUL_CONFIGS = pick(
@@ -192,7 +201,7 @@ def _tiles_for_the_shape(configs, named_args, **kwargs):
 def _graph_timed(kernel_call, quantiles):
     """How the autotuner times each candidate: as `make bench` times kernels, CUDA-graph replays with the
     L2 cache flushed before each. do_bench still calls graph.replay() from Python, but that is one short
-    host call where a candidate's own launch (pre-hook, argument binding, launch) is a long one; host
+    host call where a candidate's own launch (argument binding, launch) is a long one; host
     time that outlasts do_bench's flush shows in the timing. Launched from Python, the choice at 1024^3
     changed from process to process (record_artifacts records it; lesson 09 prints it)."""
     return measure(kernel_call, graph=True, quantiles=quantiles)
@@ -201,9 +210,21 @@ def _graph_timed(kernel_call, quantiles):
 @triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K", "B_NK", "HAS_SCALE"],
                  prune_configs_by={"early_config_prune": _tiles_for_the_shape}, do_bench=_graph_timed)
 @triton.jit
-def matmul_kernel(a_desc, b_desc, c_desc, s_ptr, M, N, K, B_NK: tl.constexpr, HAS_SCALE: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+def matmul_kernel(a_ptr, b_ptr, c_ptr, s_ptr, M, N, K, stride_a, stride_b, B_NK: tl.constexpr,
+                  HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr,
+                  WARP_SPECIALIZE: tl.constexpr):
+    """c (M, N, contiguous) = a (M, K) @ b, b (K, N), or (N, K) when B_NK; stride_a and stride_b are
+    their row strides. Each program builds its descriptors once, in tiles of this configuration."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_a, 1],
+                                       block_shape=[BLOCK_M, BLOCK_K])
+    if B_NK:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN,
@@ -223,6 +244,9 @@ def matmul_kernel(a_desc, b_desc, c_desc, s_ptr, M, N, K, B_NK: tl.constexpr, HA
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
+_matmul_launcher = Launcher(matmul_kernel)   # launches prepared once per key (helpers.launch)
+
+
 def matmul(a, b, scale=None, b_is_nk=False):
     """a @ b (b (K, N)), or a @ b.T when b_is_nk (b (N, K), as nn.Linear stores weights); with scale
     (M,) float32, row i of the product is multiplied by scale[i]. Rows contiguous and 16-byte aligned."""
@@ -235,11 +259,10 @@ def matmul(a, b, scale=None, b_is_nk=False):
     if scale is not None:
         assert scale.shape == (M,) and scale.dtype == torch.float32 and scale.stride(0) == 1, \
             "scale: (M,) float32, contiguous: one factor per row"
+    _check_tma(a=a, b=b)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    # The block shapes are placeholders: each configuration's pre-hook sets its own.
-    a_desc, b_desc, c_desc = descriptor(a, [16, 16]), descriptor(b, [16, 16]), descriptor(c, [16, 16])
-    grid = lambda meta: (min(SMS, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
-    matmul_kernel[grid](a_desc, b_desc, c_desc, scale, M, N, K, B_NK=b_is_nk, HAS_SCALE=scale is not None)
+    _matmul_launcher(_persistent_grid(M, N), a, b, c, scale, M, N, K, a.stride(0), b.stride(0),
+                     B_NK=b_is_nk, HAS_SCALE=scale is not None)
     return c
 
 
@@ -305,20 +328,6 @@ LINEAR_CONFIGS = [_linear_config(*tile) for tile in LINEAR_TILES]
 EPILOGUE_CONFIGS = ([_linear_config(*tile, FLATTEN=True, WARP_SPECIALIZE=False) for tile in LINEAR_TILES]
                     + pick(cpu=[], gpu=[_linear_config(256, 128, 8, 3, FLATTEN=False, WARP_SPECIALIZE=False),
                                         _linear_config(128, 256, 8, 3, FLATTEN=False, WARP_SPECIALIZE=True)]))
-def _persistent_grid(M, N):
-    """As many programs as SMS, or as tiles if there are fewer."""
-    return lambda meta: (min(SMS, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
-
-
-def _check_tma(**tensors):
-    """Tensor descriptors need rows of contiguous values, and 16-byte aligned row strides and bases."""
-    for name, t in tensors.items():
-        assert t.dim() == 2 and t.stride(1) == 1, f"{name}: a 2-D tensor with contiguous rows, stride(1) == 1"
-        assert (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0, \
-            (f"{name}: its row stride ({t.stride(0)} values of {t.element_size()} bytes) and its start "
-             f"must be multiples of 16 bytes for a tensor descriptor; copy it into a wider, aligned buffer")
-
-
 @triton.jit
 def tile_origin(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """The first row and column of output tile number `tile`, in lesson 04's grouped order."""
@@ -377,6 +386,9 @@ def linear_reference(h, w, scale=None, residual=None):
     return out if residual is None else out + residual
 
 
+_linear_launcher = Launcher(linear_kernel)   # launches prepared once per key (helpers.launch)
+
+
 def linear(h, w, scale=None, residual=None):
     """scale[:, None] * (h @ w.T) + residual in one kernel, scale and residual optional.
 
@@ -393,9 +405,9 @@ def linear(h, w, scale=None, residual=None):
     _check_tma(h=h, w=w, out=out, **({} if residual is None else {"residual": residual}))
     if residual is not None:
         assert residual.shape == (M, N) and residual.dtype == h.dtype, "residual: (M, N), in h's dtype"
-    linear_kernel[_persistent_grid(M, N)](h, w, scale, residual, out, M, N, K, h.stride(0), w.stride(0),
-                                          0 if residual is None else residual.stride(0),
-                                          HAS_SCALE=scale is not None, HAS_RESIDUAL=residual is not None)
+    _linear_launcher(_persistent_grid(M, N), h, w, scale, residual, out, M, N, K, h.stride(0), w.stride(0),
+                     0 if residual is None else residual.stride(0),
+                     HAS_SCALE=scale is not None, HAS_RESIDUAL=residual is not None)
     return out
 
 
@@ -405,20 +417,15 @@ def linear(h, w, scale=None, residual=None):
 
 
 def _square_problem(n, config):
-    """(one launch of matmul_kernel at n^3, float16, with `config`, as the autotuner runs a candidate:
-    its pre-hook, then the launch), for a (n, n) @ (n, n) product on fresh random inputs."""
+    """(one launch of matmul_kernel at n^3, float16, with `config`, as the autotuner runs a candidate),
+    for a (n, n) @ (n, n) product on fresh random inputs."""
     a = torch.randn(n, n, device=DEVICE, dtype=torch.float16)
     b = torch.randn(n, n, device=DEVICE, dtype=torch.float16)
     c = torch.empty_like(a)
-    args = dict(a_desc=descriptor(a, [16, 16]), b_desc=descriptor(b, [16, 16]),
-                c_desc=descriptor(c, [16, 16]), s_ptr=None, M=n, N=n, K=n, B_NK=False, HAS_SCALE=False)
+    args = dict(a_ptr=a, b_ptr=b, c_ptr=c, s_ptr=None, M=n, N=n, K=n, stride_a=n, stride_b=n, B_NK=False,
+                HAS_SCALE=False)
     grid = (min(SMS, triton.cdiv(n, config.kwargs["BLOCK_M"]) * triton.cdiv(n, config.kwargs["BLOCK_N"])),)
-
-    def candidate():
-        config.pre_hook({**args, **config.all_kwargs()})
-        matmul_kernel.fn[grid](**args, **config.all_kwargs())
-
-    return candidate
+    return lambda: matmul_kernel.fn[grid](**args, **config.all_kwargs())
 
 
 def time_matmul_config(config, n):
@@ -510,7 +517,6 @@ def benchmarks():
 
     from helpers.bench import Bench
     from helpers.block import BlockConfig
-    from helpers.launch import Launcher
 
     lesson04 = load_solution("04")
     prepared = Launcher(lesson04.matmul_kernel)
@@ -564,9 +570,9 @@ def benchmarks():
         g = (1 + 0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)
         w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch.bfloat16)
         wf = fold_gamma(w, g)                               # once, when the weights are loaded
-        # Timed as graph replays: each call of rmsnorm_linear builds three descriptors and makes two
-        # launches from Python, and whatever of that host work outlasts do_bench's L2 flush (it varies
-        # from process to process) would be timed as the GPU's.
+        # Timed as graph replays: each call of rmsnorm_linear makes two launches from Python, and
+        # whatever of that host work outlasts do_bench's L2 flush (it varies from process to process)
+        # would be timed as the GPU's.
         yield Bench("hopper_rmsnorm_linear_bf16", N, bytes=2 * (M * K + N * K + M * N), flops=2 * M * N * K,
                     label=f"M{M} K{K} N{N}", metric="TFLOP/s", graph=True,
                     impls={"lesson 09: rmsnorm_linear": lambda x=x, wf=wf: rmsnorm_linear(x, wf),
@@ -626,9 +632,8 @@ def _warp_specialize_survey():
     row_scale = torch.empty(1024, device="cuda", dtype=torch.float32)
     for config in (c for c in MATMUL_CONFIGS if c.kwargs["WARP_SPECIALIZE"]):
         for scale in (False, True):
-            args = dict(a_desc=descriptor(a, [16, 16]), b_desc=descriptor(a, [16, 16]),
-                        c_desc=descriptor(a, [16, 16]), s_ptr=row_scale, M=1024, N=1024, K=1024,
-                        B_NK=False, HAS_SCALE=scale)
+            args = dict(a_ptr=a, b_ptr=a, c_ptr=a, s_ptr=row_scale, M=1024, N=1024, K=1024, stride_a=1024,
+                        stride_b=1024, B_NK=False, HAS_SCALE=scale)
             rows.append(try_compile(matmul_kernel, args, config, head_dim=None, causal=None,
                                     epilogue="row scale" if scale else "none"))
     for config in (c for c in EPILOGUE_CONFIGS if c.kwargs["WARP_SPECIALIZE"]):
@@ -691,10 +696,11 @@ def _stability_probe(timing):
     of STABILITY_TIMINGS); print JSON."""
     import json
 
-    global matmul_kernel
+    global matmul_kernel, _matmul_launcher
     matmul_kernel = triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K", "B_NK", "HAS_SCALE"],
                                     prune_configs_by={"early_config_prune": _tiles_for_the_shape},
                                     do_bench=STABILITY_TIMINGS[timing])(matmul_kernel.fn)
+    _matmul_launcher = Launcher(matmul_kernel)   # matmul launches this one
     rows = []
     for n in (1024, 2048, 4096):
         a = torch.randn(n, n, device="cuda", dtype=torch.float16)
@@ -723,9 +729,8 @@ def record_artifacts(folder):
     a = torch.randn(n, n, device="cuda", dtype=torch.float16)
     c = torch.empty_like(a)
     config = _matmul_config(128, 256, 8, 3)
-    args = dict(a_desc=descriptor(a, [16, 16]), b_desc=descriptor(a, [16, 16]),
-                c_desc=descriptor(c, [16, 16]), s_ptr=None, M=n, N=n, K=n, B_NK=False, HAS_SCALE=False)
-    config.pre_hook({**args, **config.all_kwargs()})
+    args = dict(a_ptr=a, b_ptr=a, c_ptr=c, s_ptr=None, M=n, N=n, K=n, stride_a=n, stride_b=n, B_NK=False,
+                HAS_SCALE=False)
     compiled = {"matmul_kernel": (f"# matmul_kernel, {describe_config(config)}, float16\n" +
                                   compiled_excerpt(matmul_kernel.fn[(SMS,)](**args, **config.all_kwargs()),
                                                    LOOK_FOR_HOPPER))}

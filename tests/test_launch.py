@@ -9,7 +9,7 @@ import triton.language as tl
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.launch import Launcher, _key
+from helpers.launch import Launcher, _check_arguments, _key
 
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="a prepared launch needs a compiled kernel (a GPU)")
 
@@ -53,10 +53,15 @@ def test_the_key_is_what_decides_the_compiled_variant():
     assert _key((x, 16, 2.5, None), {"B": 4}) == ((torch.float32, True), 16, float, None, ("B", 4))
     assert _key((x[1:],), {}) == ((torch.float32, False),)      # 4 bytes in: not 16-byte aligned
     assert _key((x, 17), {}) != _key((x, 16), {})               # divisible by 16, or not
+
+
+def test_what_a_prepared_launch_refuses():
+    x = torch.zeros(64, device=DEVICE)
     with pytest.raises(TypeError, match="not object"):
-        _key((object(),), {})
+        _check_arguments("k", (object(),), {})
     with pytest.raises(TypeError, match="by position"):
-        _key((), {"x_ptr": x})
+        _check_arguments("k", (), {"x_ptr": x})
+    _check_arguments("k", (x, 3, 2.5, None), {"BLOCK": 16})
 
 
 @gpu_only
@@ -134,3 +139,22 @@ def test_a_prepared_launch_can_be_captured_in_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, 3.0 * x + y)
+
+
+@gpu_only
+def test_a_profilers_launch_hook_sees_a_prepared_launch():
+    """proton (lesson 08) hooks every launch through Triton's knobs: a prepared launch calls the hook too."""
+    from triton import knobs
+
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(512, device=DEVICE) for _ in range(2))
+    launch(launcher, x, y)
+    seen = []
+    hook = lambda metadata: seen.append(metadata.get()["name"])  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)                    # as proton adds its own
+    try:
+        torch.testing.assert_close(launch(launcher, x, y), 2.0 * x + y)   # prepared
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert seen == ["scaled_add"]
+

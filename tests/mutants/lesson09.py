@@ -166,7 +166,7 @@ STORE = "        out_desc.store([off_m, off_n], acc.to(out_desc.dtype))\n"
 LINEAR_LOOP = "    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=FLATTEN,"
 R_DESC = "        r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_r, 1],"
 LINEAR_OUT = "    out = torch.empty((M, N), device=h.device, dtype=h.dtype)\n    _check_tma("
-LINEAR_LAUNCH = "    linear_kernel[_persistent_grid(M, N)]("
+LINEAR_LAUNCH = "    _linear_launcher(_persistent_grid(M, N), "
 
 
 @triton.jit
@@ -223,8 +223,8 @@ WRONG += [
                          "            out_desc.store([off_m, off_n], acc.to(out_desc.dtype) + r_desc.load([off_m, off_n]))\n"
                          "        else:\n" + "    " + STORE))),
     Wrong("linear", "one program per tile: the kernel not persistent", edit(
-        "09", "linear", (LINEAR_LAUNCH, "    linear_kernel[lambda meta: (triton.cdiv(M, meta['BLOCK_M']) "
-                                        "* triton.cdiv(N, meta['BLOCK_N']),)]("))),
+        "09", "linear", (LINEAR_LAUNCH, "    _linear_launcher(lambda meta: (triton.cdiv(M, meta['BLOCK_M']) "
+                                        "* triton.cdiv(N, meta['BLOCK_N']),), "))),
     Wrong("linear", "the residual tile read twice, half of it added each time", edit(
         "09", "linear", (RESIDUAL, "            acc = acc + 0.5 * r_desc.load([off_m, off_n]).to(tl.float32)\n"
                                    "            acc = acc + 0.5 * r_desc.load([off_m, off_n]).to(tl.float32)\n"))),

@@ -163,8 +163,8 @@ RIGHT += [
                                        "        gate = tl.sum(tl.where(is_gate, pairs, 0.0), axis=2)\n"
                                        "        up = tl.sum(tl.where(is_gate, 0.0, pairs), axis=2)"))),
     Right("swiglu_linear", "three programs in flight, whatever the tiles", edit(
-        "11", "swiglu_linear", ("swiglu_linear_kernel[lesson09._persistent_grid(M, N)]",
-                                "swiglu_linear_kernel[(3,)]"))),
+        "11", "swiglu_linear", ("_swiglu_launcher(lesson09._persistent_grid(M, N),",
+                                "_swiglu_launcher((3,),"))),
 ]
 
 # ---------------------------------------------------------------- 3. decoder_block_fused
