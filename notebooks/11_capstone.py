@@ -690,11 +690,12 @@ for gpu, rows in decode.items():
 # Compare the lines of `torch.compile`: from Python it pays its own host time (its guards and its
 # generated code's launches; the CPU's time in one call is printed beside), which the graph does not
 # have. Once the launches are gone, what remains is the kernels, and at 16 tokens every projection is bound
-# by reading its weights (hundreds of MB per step), not by FLOPs. A persistent matmul with tiles of at
-# least 64 rows spends most of its tensor-core work on padding there, and splits the weights over
-# fewer programs than a kernel written for few rows would (cuBLAS has such kernels, and Inductor calls
-# them). How far is each graphed step from the floor: reading the weights and activations once, at
-# the datasheet's bandwidth?
+# by reading its weights (hundreds of MB per step), not by FLOPs: what counts is how many SMs read
+# weights at once, and how many bytes each keeps in flight. That is why `linear`'s search (lesson 09)
+# holds tiles of 16 rows with 256-wide K steps: at 16 tokens a tile of 64 rows is three quarters zeros,
+# and makes fewer, larger tiles, so fewer SMs share the reading. cuBLAS has kernels written for few
+# rows too, and Inductor calls them. How far is each graphed step from the floor: reading the weights
+# and activations once, at the datasheet's bandwidth?
 
 # %%
 for gpu, rows in graphed.items():
@@ -719,9 +720,9 @@ for what, share in list(course.NO_BUBBLES.items())[1:]:
 # not keep every SM reading. Hazy Research's "No Bubbles" megakernel for Llama-1B decoding, printed
 # beside the course's shares, shows what removing them is worth on an H100 (another model and
 # another measurement, so read it as the size of the prize, not as a prediction). The course does
-# not build one. The steps before it are a matmul for few rows (the 16 tokens in the tensor-core
-# instruction's N dimension instead of padding M to 64, or the weights split over K, so that every SM
-# reads them) and PDL between the kernels that remain.
+# not build one. The steps before it: the weights split over K as well (split-K), so that every SM
+# reads them even where a matrix makes fewer tiles than there are SMs, and PDL between the kernels
+# that remain.
 
 # %% [markdown]
 # ## The fusion targets, checked
@@ -799,8 +800,9 @@ for target, group, ours, baseline in FUSION_TARGETS:
 # - `torch.compile` finds the element-wise and reduction fusions by itself and, in its default mode,
 #   calls cuBLAS for the matmuls; compare against it, not only against eager.
 # - Small steps are launch-bound, and a Triton launch from Python costs more than an eager kernel's
-#   (argument binding, the autotuner's lookup, descriptor scratch): fewer launches help only partly.
-#   CUDA graphs remove the CPU's launches, PDL shortens the gaps between kernels, and what is left at
+#   (argument binding, the autotuner's lookup, descriptor scratch): fewer launches help only partly,
+#   a launcher prepared once cuts each launch's Python but not all of it. CUDA graphs remove the CPU's
+#   launches, PDL shortens the gaps between kernels, and what is left at
 #   decoding sizes, the share of the step above the weight-reading floor, is what a megakernel wins.
 # - Read a benchmark as verdicts computed from its rows, per GPU, and explain each one by its
 #   mechanism: launches, bytes, and the speed of the mainloop.
