@@ -444,6 +444,7 @@ def record_artifacts(folder):
     # The CPU's times, each the median of three rounds over all of them: a host's pace drifts within a
     # process, and rounds spread the drift over every figure
     B, N = DECODE_SHAPES[0]
+    launch_label = f"B{B} N{N}"
     x = block_input(cfg, B, N, "cuda", torch.float16)
     rounds = [_launch_steps(x, packed, cfg) for _ in range(3)]
     steps, parts = ({name: statistics.median(r[i][name] for r in rounds) if isinstance(us, float) else us
@@ -471,5 +472,5 @@ def record_artifacts(folder):
         del x
     out = folder / "11_block" / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({**profile.stamp(), "rows": rows, "launch_label": f"B{B} N{N}",
+    out.write_text(json.dumps({**profile.stamp(), "rows": rows, "launch_label": launch_label,
                                "launch_steps_us": steps, "launch_parts_us": parts}, indent=1))
