@@ -3,9 +3,8 @@
 `kernel[grid](*args)` runs Python at every call before anything reaches the GPU: it binds the
 arguments to the kernel's signature and examines each one (a pointer's alignment to 16 bytes, an
 integer equal to 1 or divisible by 16) to find the compiled variant, builds its cache key, and,
-through an autotuner, builds the autotuner's key and dictionaries of arguments first. Lesson 11's
-record takes one launch apart: about 12 µs for a kernel that does nothing, 24 to 40 µs for one of
-the course's matmuls.
+through an autotuner, builds the autotuner's key and dictionaries of arguments first. Lesson 11
+prints the record that takes one launch apart, and lesson 09 the matmul's launch bill.
 
 `Launcher(kernel)` does that work once per key: the first call at a key goes through
 `kernel[grid](...)` (which compiles, and autotunes), then keeps the compiled kernel and the constexpr

@@ -622,9 +622,9 @@ for gpu, rows in graphed.items():
 # - **the autotuner's key lookup**: an autotuned kernel first builds its key from the `key=`
 #   arguments (M, N, K, and the dtypes), looks up the best config, and calls the grid function with it;
 # - **descriptor scratch**: a kernel that builds tensor descriptors in its programs
-#   (`tl.make_tensor_descriptor`, as the course's matmuls and attention do) needs global memory to
-#   write them into, and Triton asks the allocator given to `triton.set_allocator` for it at every
-#   launch: here a `torch.empty` through PyTorch's caching allocator;
+#   (`tl.make_tensor_descriptor`, as the course's matmuls do) needs global memory to write them
+#   into, and Triton calls the allocator given to `triton.set_allocator` for it at every launch (the
+#   course's hands back one buffer per stream, allocated once: lesson 09's solutions);
 # - the launcher's own Python: the course's checks of shapes, strides and alignment, the output's
 #   allocation.
 #
