@@ -110,9 +110,18 @@ class Launcher:
         named.update(zip(self.jit.arg_names, args))
         named.update(constexprs)
         named.update(config.kwargs if config is not None else {})
+        grid_fn = grid
         grid = grid(named) if callable(grid) else grid
         grid = tuple(grid) + (1,) * (3 - len(grid))
         compiled = self.jit.warmup(*args, grid=grid, **constexprs, **options)   # the one the first call ran
         compiled = compiled.result() if hasattr(compiled, "result") else compiled   # (asynchronous compiles)
         compiled._init_handles()                    # loads it, and sets compiled.run and .function
-        return compiled, {name: named[name] for name in self.jit.arg_names[len(args):]}
+        trailing = {name: named[name] for name in self.jit.arg_names[len(args):]}
+        if callable(grid_fn):                       # later calls give it the constexprs only
+            try:
+                grid_fn(trailing)
+            except KeyError as e:
+                raise KeyError(f"{self.jit.__name__}: a prepared launch calls its grid with the constexprs "
+                               f"only ({', '.join(trailing) or 'none'}), not {e}: close over that value "
+                               f"instead (lambda meta: (triton.cdiv(n, meta['BLOCK']),))") from None
+        return compiled, trailing

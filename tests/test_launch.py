@@ -158,3 +158,13 @@ def test_a_profilers_launch_hook_sees_a_prepared_launch():
         knobs.runtime.launch_enter_hook.remove(hook)
     assert seen == ["scaled_add"]
 
+
+@gpu_only
+def test_a_grid_that_reads_an_argument_by_name_is_refused_at_its_first_call():
+    """Later calls give a callable grid the constexprs only: one that reads n by name would fail there."""
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(256, device=DEVICE) for _ in range(2))
+    grid = lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)  # noqa: E731
+    with pytest.raises(KeyError, match="close over that value"):
+        launcher(grid, x, y, torch.empty_like(x), x.numel(), 2.0)
+
