@@ -91,8 +91,8 @@ class Launcher:
         if callable(grid):
             grid = grid(trailing)
         grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
-        # compiled[grid](*args) without its per-call lookups; a profiler's launch
-        # hooks (proton, lesson 08) are read at every call, as Triton reads them
+        # compiled[grid](*args) without its per-call lookups. A profiler's launch hooks (proton,
+        # lesson 08) are read at every call, as Triton reads them.
         stream = driver.active.get_current_stream(driver.active.get_current_device())
         compiled.run(*grid, stream, compiled.function, compiled.packed_metadata,
                      compiled.launch_metadata(grid, stream, *args), knobs.runtime.launch_enter_hook,
@@ -110,18 +110,17 @@ class Launcher:
         named.update(zip(self.jit.arg_names, args))
         named.update(constexprs)
         named.update(config.kwargs if config is not None else {})
-        grid_fn = grid
-        grid = grid(named) if callable(grid) else grid
-        grid = tuple(grid) + (1,) * (3 - len(grid))
-        compiled = self.jit.warmup(*args, grid=grid, **constexprs, **options)   # the one the first call ran
-        compiled = compiled.result() if hasattr(compiled, "result") else compiled   # (asynchronous compiles)
-        compiled._init_handles()                    # loads it, and sets compiled.run and .function
         trailing = {name: named[name] for name in self.jit.arg_names[len(args):]}
-        if callable(grid_fn):                       # later calls give it the constexprs only
-            try:
-                grid_fn(trailing)
+        if callable(grid):
+            try:                                    # later calls give it the constexprs only
+                grid(trailing)
             except KeyError as e:
                 raise KeyError(f"{self.jit.__name__}: a prepared launch calls its grid with the constexprs "
                                f"only ({', '.join(trailing) or 'none'}), not {e}: close over that value "
                                f"instead (lambda meta: (triton.cdiv(n, meta['BLOCK']),))") from None
+            grid = grid(named)
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        compiled = self.jit.warmup(*args, grid=grid, **constexprs, **options)   # the one the first call ran
+        compiled = compiled.result() if hasattr(compiled, "result") else compiled   # (asynchronous compiles)
+        compiled._init_handles()                    # loads it, and sets compiled.run and .function
         return compiled, trailing
