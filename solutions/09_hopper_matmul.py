@@ -259,8 +259,8 @@ def matmul(a, b, scale=None, b_is_nk=False):
     if scale is not None:
         assert scale.shape == (M,) and scale.dtype == torch.float32 and scale.stride(0) == 1, \
             "scale: (M,) float32, contiguous: one factor per row"
-    _check_tma(a=a, b=b)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    _check_tma(a=a, b=b, c=c)   # c's rows too: N values must fill a multiple of 16 bytes
     _matmul_launcher(_persistent_grid(M, N), a, b, c, scale, M, N, K, a.stride(0), b.stride(0),
                      B_NK=b_is_nk, HAS_SCALE=scale is not None)
     return c
