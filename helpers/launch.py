@@ -43,9 +43,14 @@ def _jit_function(kernel):
 def _key(args, constexprs):
     """What decides the compiled variant and the autotuner's choice, for the positional arguments: a
     tensor's dtype and 16-byte alignment, an integer's value (a float is passed as fp32, never
-    specialised on). Anything else stays itself, and _prepare refuses it."""
+    specialised on). Anything else stays itself, and _check_arguments refuses it on a key's first call."""
     return (tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else
                    float if isinstance(a, float) else a for a in args]) + tuple(constexprs.items()))
+
+
+def _three(grid):
+    """A grid of one to three dimensions as the three numbers a launch takes."""
+    return tuple(grid) + (1,) * (3 - len(grid))
 
 
 def _check_arguments(name, args, constexprs):
@@ -90,7 +95,7 @@ class Launcher:
         args += tuple(trailing.values())
         if callable(grid):
             grid = grid(trailing)
-        grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        grid = _three(grid)
         # compiled[grid](*args) without its per-call lookups. A profiler's launch hooks (proton,
         # lesson 08) are read at every call, as Triton reads them.
         stream = driver.active.get_current_stream(driver.active.get_current_device())
@@ -119,7 +124,7 @@ class Launcher:
                                f"only ({', '.join(trailing) or 'none'}), not {e}: close over that value "
                                f"instead (lambda meta: (triton.cdiv(n, meta['BLOCK']),))") from None
             grid = grid(named)
-        grid = tuple(grid) + (1,) * (3 - len(grid))
+        grid = _three(grid)
         compiled = self.jit.warmup(*args, grid=grid, **constexprs, **options)   # the one the first call ran
         compiled = compiled.result() if hasattr(compiled, "result") else compiled   # (asynchronous compiles)
         compiled._init_handles()                    # loads it, and sets compiled.run and .function

@@ -335,6 +335,8 @@ EPILOGUE_CONFIGS = ([_linear_config(*tile, FLATTEN=True, WARP_SPECIALIZE=False) 
                     + pick(cpu=[], gpu=[
                         _linear_config(256, 128, 64, 8, 3, FLATTEN=False, WARP_SPECIALIZE=False),
                         _linear_config(128, 256, 64, 8, 3, FLATTEN=False, WARP_SPECIALIZE=True)]))
+
+
 @triton.jit
 def tile_origin(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """The first row and column of output tile number `tile`, in lesson 04's grouped order."""

@@ -423,6 +423,15 @@ def _launch_steps(x, w, cfg):
     return {name: _host_us(fn) for name, fn in steps.items()}, _launch_parts(h, w["w_gate_up"])
 
 
+def _median_us(records):
+    """{name: the median of its µs over the records}; an entry that is not a time (why it is missing)
+    kept from the first record."""
+    import statistics
+
+    return {name: statistics.median(r[name] for r in records) if isinstance(us, float) else us
+            for name, us in records[0].items()}
+
+
 def record_artifacts(folder):
     """On a GPU (called by `make bench`): per forward of the block, for each implementation and shape,
     the peak memory, the kernels launched and the longest of them; at the first decoding shape, the
@@ -431,7 +440,6 @@ def record_artifacts(folder):
     is the bench rows' `host_us`, measured beside their timings.)"""
     import json
     import pathlib
-    import statistics
     import tempfile
 
     from helpers import profile
@@ -447,8 +455,8 @@ def record_artifacts(folder):
     launch_label = f"B{B} N{N}"
     x = block_input(cfg, B, N, "cuda", torch.float16)
     rounds = [_launch_steps(x, packed, cfg) for _ in range(3)]
-    steps, parts = ({name: statistics.median(r[i][name] for r in rounds) if isinstance(us, float) else us
-                     for name, us in rounds[0][i].items()} for i in (0, 1))
+    steps = _median_us([steps for steps, _ in rounds])
+    parts = _median_us([parts for _, parts in rounds])
     compiled = torch.compile(decoder_block, dynamic=False)
     rows = []
     for B, N in BLOCK_SHAPES + DECODE_SHAPES:

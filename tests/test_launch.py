@@ -167,4 +167,3 @@ def test_a_grid_that_reads_an_argument_by_name_is_refused_at_its_first_call():
     grid = lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)  # noqa: E731
     with pytest.raises(KeyError, match="close over that value"):
         launcher(grid, x, y, torch.empty_like(x), x.numel(), 2.0)
-
