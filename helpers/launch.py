@@ -9,12 +9,13 @@ prints the record that takes one launch apart, and lesson 09 the matmul's launch
 `Launcher(kernel)` does that work once per key: the first call at a key goes through
 `kernel[grid](...)` (which compiles, and autotunes), then keeps the compiled kernel and the constexpr
 values it ran with; each later call at that key hands the arguments straight to the compiled
-kernel's launch function (what `compiled[grid](*args)` calls, less its own lookups). This is what
-Inductor's generated code does with its Triton kernels.
+kernel's launch function (what `compiled[grid](*args)` calls, less its own lookups): each tensor as
+its address, and no profiler's hooks unless one is listening. This is what Inductor's generated code
+does with its Triton kernels.
 
 The key is what decides the compiled variant and the autotuner's choice: each integer's value, and
-each tensor's dtype and whether its start is 16-byte aligned (a tensor's shape and strides reach a
-kernel only as the integers passed beside it). A new sequence length is a new key, compiled or
+each tensor's dtype, device and whether its start is 16-byte aligned (a tensor's shape and strides
+reach a kernel only as the integers passed beside it). A new sequence length is a new key, compiled or
 looked up the slow way once. A configuration with a pre-hook (lesson 10's attention sets its host
 descriptors' block shapes in one) cannot be skipped past: such a kernel is refused.
 
@@ -42,9 +43,9 @@ def _jit_function(kernel):
 
 def _key(args, constexprs):
     """What decides the compiled variant and the autotuner's choice, for the positional arguments: a
-    tensor's dtype and 16-byte alignment, an integer's value (a float is passed as fp32, never
+    tensor's dtype, device and 16-byte alignment, an integer's value (a float is passed as fp32, never
     specialised on). Anything else stays itself, and _check_arguments refuses it on a key's first call."""
-    return (tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else
+    return (tuple([(a.dtype, a.device, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else
                    float if isinstance(a, float) else a for a in args]) + tuple(constexprs.items()))
 
 
@@ -74,8 +75,12 @@ class Launcher:
     def __init__(self, kernel):
         self.kernel = kernel
         self.jit = _jit_function(kernel) if ON_GPU else None   # the interpreter has no compiled form
-        # key -> (the compiled kernel, {name: value} of the parameters after the positional arguments)
+        # key -> (the compiled kernel, {name: value} of the parameters after the positional arguments,
+        #         the autotuner's list of configurations it was chosen from)
         self.prepared = {}
+        if ON_GPU:
+            self.current_device, self.current_stream = (driver.active.get_current_device,
+                                                        driver.active.get_current_stream)
 
     def __call__(self, grid, *args, **constexprs):
         if not ON_GPU or interpreter.recording():   # the interpreter runs it (a meter is reading it)
@@ -86,27 +91,33 @@ class Launcher:
         except TypeError:                           # an argument that cannot be part of a key
             _check_arguments(self.jit.__name__, args, constexprs)
             raise
-        if prepared is None:
+        if prepared is None or prepared[2] is not getattr(self.kernel, "configs", None):
+            # a new key, or the autotuner given another list of configurations since (a check does that)
             _check_arguments(self.jit.__name__, args, constexprs)
             self.kernel[grid](*args, **constexprs)    # compiles, autotunes, launches: the slow way, once
             self.prepared[key] = self._prepare(grid, args, constexprs)
             return None
-        compiled, trailing = prepared
-        args += tuple(trailing.values())
+        compiled, trailing, _ = prepared
         if callable(grid):
             grid = grid(trailing)
         grid = _three(grid)
-        # compiled[grid](*args) without its per-call lookups. A profiler's launch hooks (proton,
-        # lesson 08) are read at every call, as Triton reads them.
-        stream = driver.active.get_current_stream(driver.active.get_current_device())
-        compiled.run(*grid, stream, compiled.function, compiled.packed_metadata,
-                     compiled.launch_metadata(grid, stream, *args), knobs.runtime.launch_enter_hook,
-                     knobs.runtime.launch_exit_hook, *args)
+        stream = self.current_stream(self.current_device())
+        enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        if enter_hook.calls or exit_hook.calls:   # a profiler is listening (proton, lesson 08)
+            metadata = compiled.launch_metadata(grid, stream, *args, *trailing.values())
+        else:                                     # nothing to call before and after the launch
+            metadata = enter_hook = exit_hook = None
+        # compiled[grid](*args) without its per-call lookups. Each tensor goes as its address: the key has
+        # checked its device, so the launch function need not ask the driver about the pointer again.
+        addresses = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
+        compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, metadata, enter_hook,
+                     exit_hook, *addresses, *trailing.values())
         interpreter.count_launch()   # the course's meters count every launch, this path's too
         return None
 
     def _prepare(self, grid, args, constexprs):
-        """(the compiled kernel the first call ran, {name: value} of the parameters after `args`)."""
+        """(the compiled kernel the first call ran, {name: value} of the parameters after `args`, the
+        autotuner's configurations: a grader that swaps in others is launching another kernel)."""
         config = getattr(self.kernel, "best_config", None)
         assert config is None or config.pre_hook is None, \
             f"{self.jit.__name__}: its configuration has a pre-hook, which a prepared launch would skip"
@@ -128,4 +139,4 @@ class Launcher:
         compiled = self.jit.warmup(*args, grid=grid, **constexprs, **options)   # the one the first call ran
         compiled = compiled.result() if hasattr(compiled, "result") else compiled   # (asynchronous compiles)
         compiled._init_handles()                    # loads it, and sets compiled.run and .function
-        return compiled, trailing
+        return compiled, trailing, getattr(self.kernel, "configs", None)

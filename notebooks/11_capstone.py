@@ -630,14 +630,12 @@ for gpu, rows in graphed.items():
 #
 # Eager PyTorch launches from C++ after one dispatch, and Inductor's generated code calls its Triton
 # kernels through launchers it prepared ahead of time, which skip most of the binding. So do the
-# course's: `linear`, `swiglu_linear`, `rope_qk`, `inv_rms` and `rms_norm_rows` launch through
-# `helpers.launch.Launcher`, which binds the arguments and looks up the configuration once per key
-# (the dtypes, alignments and integers that decide them), then hands each later call's arguments
-# straight to the compiled kernel. `causal_attention` does not: its host descriptors take their
-# block shapes from each configuration's pre-hook, which a prepared launch cannot run (lesson 09's
-# launch bill). `make bench` records the pieces of one launch, one at a time, then each of the
-# eight launcher calls of a forward (the CPU's time per call, with the GPU idle), at the first
-# decoding shape:
+# course's eight: each launches through `helpers.launch.Launcher`, which binds the arguments and
+# looks up the configuration once per key (the dtypes, devices, alignments and integers that decide
+# them), then hands each later call's arguments straight to the compiled kernel, every tensor as its
+# address, and skips the profiler's hooks when none is listening. `make bench` records the pieces
+# of one launch, one at a time, then each of the eight launcher calls of a forward (the CPU's time
+# per call, with the GPU idle), at the first decoding shape:
 
 # %%
 for gpu, record in records.items():

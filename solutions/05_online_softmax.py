@@ -56,10 +56,10 @@ def rms_norm_rows(x, gamma, eps=1e-6):
     """RMSNorm over the last dimension of a 2-D tensor, one row per program."""
     assert x.dim() == 2 and gamma.shape == (x.shape[1],), "x (M, K) and gamma (K,)"
     n_rows, n_cols = x.shape
-    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    out = x.new_empty((n_rows, n_cols))
     BLOCK_N = triton.next_power_of_2(n_cols)
     assert BLOCK_N <= MAX_ROW_BLOCK, f"rows of at most {MAX_ROW_BLOCK} values fit one program"
-    _rms_norm_launcher((n_rows,), x, gamma, out, n_cols, eps, x.stride(0), x.stride(1), out.stride(0),
+    _rms_norm_launcher((n_rows,), x, gamma, out, n_cols, eps, *x.stride(), out.stride(0),
                        BLOCK_N=BLOCK_N, num_warps=row_warps(BLOCK_N))
     return out
 
@@ -307,12 +307,12 @@ def inv_rms(x, eps=1e-6):
     """1 / sqrt(mean(x^2) + eps) of each row of x (M, K), in float32: M values, one kernel."""
     assert x.dim() == 2, "x: (M, K)"
     M, K = x.shape
-    out = torch.empty(M, dtype=torch.float32, device=x.device)
+    out = x.new_empty(M, dtype=torch.float32)
     # One row per program, read in tiles of up to 4096 values: on an H100 this was the fastest
     # choice from 16 rows (a decoding step) to 8192, where more rows per program leave few programs,
     # each with a long serial walk.
     BLOCK_N = pick(64, min(triton.next_power_of_2(K), 4096))
-    _inv_rms_launcher((M,), x, out, M, K, eps, x.stride(0), x.stride(1), BLOCK_M=1, BLOCK_N=BLOCK_N,
+    _inv_rms_launcher((M,), x, out, M, K, eps, *x.stride(), BLOCK_M=1, BLOCK_N=BLOCK_N,
                       num_warps=pick(4, 8))
     return out
 

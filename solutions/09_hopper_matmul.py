@@ -56,9 +56,11 @@ def _persistent_grid(M, N):
 def _check_tma(**tensors):
     """Tensor descriptors need rows of contiguous values, and 16-byte aligned row strides and bases."""
     for name, t in tensors.items():
-        assert t.dim() == 2 and t.stride(1) == 1, f"{name}: a 2-D tensor with contiguous rows, stride(1) == 1"
-        assert (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0, \
-            (f"{name}: its row stride ({t.stride(0)} values of {t.element_size()} bytes) and its start "
+        strides = t.stride()       # read once: this runs at every launch
+        assert len(strides) == 2 and strides[1] == 1, \
+            f"{name}: a 2-D tensor with contiguous rows, stride(1) == 1"
+        assert strides[0] * t.itemsize % 16 == 0 and t.data_ptr() % 16 == 0, \
+            (f"{name}: its row stride ({strides[0]} values of {t.itemsize} bytes) and its start "
              f"must be multiples of 16 bytes for a tensor descriptor; copy it into a wider, aligned buffer")
 
 
@@ -259,7 +261,7 @@ def matmul(a, b, scale=None, b_is_nk=False):
     if scale is not None:
         assert scale.shape == (M,) and scale.dtype == torch.float32 and scale.stride(0) == 1, \
             "scale: (M,) float32, contiguous: one factor per row"
-    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    c = a.new_empty((M, N))     # a's dtype and device
     _check_tma(a=a, b=b, c=c)   # c's rows too: N values must fill a multiple of 16 bytes
     _matmul_launcher(_persistent_grid(M, N), a, b, c, scale, M, N, K, a.stride(0), b.stride(0),
                      B_NK=b_is_nk, HAS_SCALE=scale is not None)
@@ -410,7 +412,7 @@ def linear(h, w, scale=None, residual=None):
     if scale is not None:
         assert scale.shape == (M,) and scale.dtype == torch.float32 and scale.stride(0) == 1, \
             "scale: (M,) float32, contiguous: one factor per row"
-    out = torch.empty((M, N), device=h.device, dtype=h.dtype)
+    out = h.new_empty((M, N))   # h's dtype and device
     _check_tma(h=h, w=w, out=out, **({} if residual is None else {"residual": residual}))
     if residual is not None:
         assert residual.shape == (M, N) and residual.dtype == h.dtype, "residual: (M, N), in h's dtype"

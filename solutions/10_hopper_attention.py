@@ -31,6 +31,7 @@ import triton.language as tl
 
 from helpers.compiled import compiler_quiet
 from helpers.device import pick
+from helpers.launch import Launcher
 from helpers.solutions import load_solution
 
 lesson05 = load_solution("05")   # the tiled softmax, the row kernels profiled beside the compiler's
@@ -168,6 +169,9 @@ def causal_attention_reference(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous()
 
 
+_causal_launcher = Launcher(causal_attention_kernel)   # launches prepared once per key (helpers.launch)
+
+
 def causal_attention(q, k, v):
     """Causal attention of q, k, v, (B, H, N, D) of any strides whose rows are contiguous and 16-byte
     aligned (the projection's column slices are): the output as (B, N, H, D), contiguous.
@@ -178,15 +182,15 @@ def causal_attention(q, k, v):
     B, H, N, D = q.shape
     assert D in (16, 32, 64, 128), "head dimension must be 16, 32, 64 or 128"
     for name, t in (("q", q), ("k", k), ("v", v)):
-        assert t.stride(3) == 1, f"{name}: each row of D values must be contiguous (stride(3) == 1)"
-        assert all((s * t.element_size()) % 16 == 0 for s in t.stride()[:3]) and t.data_ptr() % 16 == 0, \
-            f"{name}: its strides {t.stride()[:3]} and start must be multiples of 16 bytes (descriptors)"
-    out = torch.empty((B, N, H, D), device=q.device, dtype=q.dtype)
+        *strides, last = t.stride()
+        assert last == 1, f"{name}: each row of D values must be contiguous (stride(3) == 1)"
+        assert all(s * t.itemsize % 16 == 0 for s in strides) and t.data_ptr() % 16 == 0, \
+            f"{name}: its strides {tuple(strides)} and start must be multiples of 16 bytes (descriptors)"
+    out = q.new_empty((B, N, H, D))
     o = out.transpose(1, 2)                                # the (B, H, N, D) view the kernel writes through
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
-    causal_attention_kernel[grid](q, k, v, o, N, H, D ** -0.5 * lesson06.LOG2E.value,
-                                  *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-                                  HEAD_DIM=D)
+    _causal_launcher(grid, q, k, v, o, N, H, D ** -0.5 * lesson06.LOG2E.value,
+                     *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], HEAD_DIM=D)
     return out
 
 

@@ -89,7 +89,7 @@ def swiglu_linear(h, w_gate_up):
     assert w_gate_up.dtype == h.dtype, "h and w_gate_up must share a dtype"
     M, K = h.shape
     N = w_gate_up.shape[0]
-    out = torch.empty((M, N // 2), device=h.device, dtype=h.dtype)
+    out = h.new_empty((M, N // 2))
     lesson09._check_tma(h=h, w_gate_up=w_gate_up, out=out)
     _swiglu_launcher(lesson09._persistent_grid(M, N), h, w_gate_up, out, M, N, K, h.stride(0),
                      w_gate_up.stride(0))
@@ -149,8 +149,7 @@ def rope_qk(q, k, cos, sin):
     B, H, N, D = q.shape
     assert D % 2 == 0 and cos.shape == sin.shape == (N, D // 2), "cos and sin: (N, D / 2), D even"
     assert cos.stride(1) == sin.stride(1) == 1, "cos and sin: rows of contiguous values"
-    q_rot = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
-    k_rot = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)
+    q_rot, k_rot = q.new_empty((B, H, N, D)), q.new_empty((B, H, N, D))   # contiguous, q's dtype
     BLOCK_POS = pick(cpu=16, gpu=64)
     grid = (triton.cdiv(N, BLOCK_POS), B * H)
     _rope_launcher(grid, q, k, cos, sin, q_rot, k_rot, H, N, D // 2, *q.stride(), *k.stride(),

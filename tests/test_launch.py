@@ -50,8 +50,8 @@ def test_the_same_values_as_the_kernel_and_every_launch_counted():
 
 def test_the_key_is_what_decides_the_compiled_variant():
     x = torch.zeros(64, device=DEVICE)
-    assert _key((x, 16, 2.5, None), {"B": 4}) == ((torch.float32, True), 16, float, None, ("B", 4))
-    assert _key((x[1:],), {}) == ((torch.float32, False),)      # 4 bytes in: not 16-byte aligned
+    assert _key((x, 16, 2.5, None), {"B": 4}) == ((torch.float32, x.device, True), 16, float, None, ("B", 4))
+    assert _key((x[1:],), {}) == ((torch.float32, x.device, False),)   # 4 bytes in: not 16-byte aligned
     assert _key((x, 17), {}) != _key((x, 16), {})               # divisible by 16, or not
 
 
@@ -89,6 +89,33 @@ def test_a_new_length_or_a_misaligned_pointer_is_a_new_key():
     torch.testing.assert_close(launch(launcher, x[:999], y[:999]), 2.0 * x[:999] + y[:999])
     torch.testing.assert_close(launch(launcher, x[1:], y[1:]), 2.0 * x[1:] + y[1:])
     assert len(launcher.prepared) == 3
+
+
+@gpu_only
+def test_a_host_tensor_at_a_prepared_key_is_not_launched():
+    """The key holds each tensor's device: a CPU tensor goes the slow way, where Triton refuses it."""
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(256, device=DEVICE) for _ in range(2))
+    launch(launcher, x, y)
+    with pytest.raises(ValueError, match="cannot be accessed from Triton"):
+        launch(launcher, x, y.cpu())
+
+
+@gpu_only
+def test_configurations_swapped_in_by_a_check_are_launched():
+    """Lesson 10's check gives an autotuner other configurations for one call: a prepared key follows."""
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(1000, device=DEVICE) for _ in range(2))
+    launch(launcher, x, y)
+    saved = scaled_add.configs
+    scaled_add.configs = [triton.Config({"BLOCK": 32}, num_warps=1)]
+    try:
+        torch.testing.assert_close(launch(launcher, x, y, alpha=0.5), 0.5 * x + y)
+        assert scaled_add.best_config.kwargs["BLOCK"] == 32
+    finally:
+        scaled_add.configs = saved
+    launch(launcher, x, y)
+    assert scaled_add.best_config.kwargs["BLOCK"] in (64, 128)
 
 
 @triton.jit

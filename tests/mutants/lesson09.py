@@ -165,7 +165,7 @@ EPILOGUE = (SCALE + "        if HAS_RESIDUAL:                                # r
 STORE = "        out_desc.store([off_m, off_n], acc.to(out_desc.dtype))\n"
 LINEAR_LOOP = "    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=FLATTEN,"
 R_DESC = "        r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_r, 1],"
-LINEAR_OUT = "    out = torch.empty((M, N), device=h.device, dtype=h.dtype)\n    _check_tma("
+LINEAR_OUT = "    out = h.new_empty((M, N))   # h's dtype and device\n    _check_tma("
 LINEAR_LAUNCH = "    _linear_launcher(_persistent_grid(M, N), "
 
 
@@ -217,7 +217,7 @@ WRONG += [
         "09", "linear", (LINEAR_LOOP, LINEAR_LOOP.replace("n_tiles, tl.num_programs(0)",
                                                           "tl.program_id(0) + 1, tl.num_programs(0)")))),
     Wrong("linear", "the output allocated in float32, whatever h's dtype", edit(
-        "09", "linear", (LINEAR_OUT, LINEAR_OUT.replace("dtype=h.dtype", "dtype=torch.float32")))),
+        "09", "linear", (LINEAR_OUT, LINEAR_OUT.replace("new_empty((M, N))", "new_empty((M, N), dtype=torch.float32)")))),
     Wrong("linear", "the residual added in float16, after the product is rounded to the output's dtype", edit(
         "09", "linear", (RESIDUAL + STORE,
                          "            out_desc.store([off_m, off_n], acc.to(out_desc.dtype) + r_desc.load([off_m, off_n]))\n"

@@ -46,8 +46,7 @@ CAUSAL_WRONG = [
                                    f"head_descriptor(o_ptr, b, h, {CONTIGUOUS},"))),
     Wrong("causal_attention", "a (B, H, N, D) output returned through a transpose: not contiguous", edit(
         "10", "causal_attention",
-        ("    out = torch.empty((B, N, H, D), device=q.device, dtype=q.dtype)\n",
-         "    out = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)\n"),
+        ("    out = q.new_empty((B, N, H, D))\n", "    out = q.new_empty((B, H, N, D))\n"),
         ("    o = out.transpose(1, 2)                                # the (B, H, N, D) view the kernel writes "
          "through\n", "    o, out = out, out.transpose(1, 2)\n"))),
     Wrong("causal_attention", "the scale applied twice: q scaled, and qk_scale in the loop", edit(
@@ -79,9 +78,8 @@ CAUSAL_WRONG = [
                                    "    b = tl.program_id(1) // n_heads\n    h = tl.program_id(1) % n_heads\n")),
           gpu_only=True),
     Wrong("causal_attention", "V copied into a contiguous tensor first", edit(
-        "10", "causal_attention", ("    out = torch.empty((B, N, H, D), device=q.device, dtype=q.dtype)\n",
-                                   "    v = v.contiguous()\n"
-                                   "    out = torch.empty((B, N, H, D), device=q.device, dtype=q.dtype)\n"))),
+        "10", "causal_attention", ("    out = q.new_empty((B, N, H, D))\n",
+                                   "    v = v.contiguous()\n    out = q.new_empty((B, N, H, D))\n"))),
 ]
 
 CAUSAL_RIGHT = [

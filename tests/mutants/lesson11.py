@@ -51,10 +51,9 @@ WRONG = [
     Wrong("rope_qk", "the output offset forgets the head", edit(
         "11", "rope_qk", ("    out_head = bh.to(tl.int64) * seq * 2 * half", "    out_head = b * seq * 2 * half"))),
     Wrong("rope_qk", "outputs allocated in float32, whatever q's dtype", edit(
-        "11", "rope_qk", ("q_rot = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)",
-                          "q_rot = torch.empty((B, H, N, D), device=q.device, dtype=torch.float32)"),
-        ("k_rot = torch.empty((B, H, N, D), device=q.device, dtype=q.dtype)",
-         "k_rot = torch.empty((B, H, N, D), device=q.device, dtype=torch.float32)"))),
+        "11", "rope_qk", ("q_rot, k_rot = q.new_empty((B, H, N, D)), q.new_empty((B, H, N, D))",
+                          "q_rot, k_rot = (q.new_empty((B, H, N, D), dtype=torch.float32),\n"
+                          "                    q.new_empty((B, H, N, D), dtype=torch.float32))"))),
     Wrong("rope_qk", "half the head dimension hard-coded to 32 (D = 64)", edit(
         "11", "rope_qk", ("H, N, D // 2, *q.stride()", "H, N, 32, *q.stride()"),
         ("BLOCK_HALF=triton.next_power_of_2(D // 2)", "BLOCK_HALF=32"))),
@@ -150,8 +149,8 @@ WRONG += [
     Wrong("swiglu_linear", "right values, returned as a view of an (f, M) copy: not contiguous",
           lambda h, w: course.swiglu_linear(h, w).T.contiguous().T),
     Wrong("swiglu_linear", "the output allocated in float32, whatever h's dtype", edit(
-        "11", "swiglu_linear", ("    out = torch.empty((M, N // 2), device=h.device, dtype=h.dtype)",
-                                "    out = torch.empty((M, N // 2), device=h.device, dtype=torch.float32)"))),
+        "11", "swiglu_linear", ("    out = h.new_empty((M, N // 2))",
+                                "    out = h.new_empty((M, N // 2), dtype=torch.float32)"))),
 ]
 
 RIGHT += [
