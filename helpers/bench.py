@@ -179,6 +179,10 @@ def recorded_rows(group, device=None):
 # implementations of a Bench would each meet a different clock, and at a few percent apart the
 # order would decide. So they are timed in turn, ROUNDS times over, and each keeps its median.
 ROUNDS = 3
+# A step timed back to back from Python is bound by the CPU, whose pace moves more (other processes,
+# the garbage collector): one slow round in three was common on the lent H100s, two not rare. Such a
+# Bench is short: it takes BACK_TO_BACK_ROUNDS rounds.
+BACK_TO_BACK_ROUNDS = 7
 
 
 def _graph_ms(fn):
@@ -193,7 +197,8 @@ def _graph_ms(fn):
 
 def time_bench(b, ceiling, launch_bill=False):
     """Check each implementation of one Bench against the first, then time them in turn, ROUNDS times
-    over; return one row per implementation with the median of its rounds.
+    over (BACK_TO_BACK_ROUNDS for a Bench timed back to back); return one row per implementation with
+    the median of its rounds.
 
     `ms` is the Bench's own timing (graph replays where b.graph, else launched from Python).
     launch_bill=True (`make bench`) also times, in each round, every implementation called back to back
@@ -215,7 +220,7 @@ def time_bench(b, ceiling, launch_bill=False):
     rounds = {name: [] for name in b.impls}
     launched = {name: [] for name in b.impls}   # with launch_bill: back to back from Python
     graphed = {name: [] for name in b.impls}    # with launch_bill, where the Bench's own timing is not
-    for _ in range(ROUNDS):
+    for _ in range(BACK_TO_BACK_ROUNDS if b.back_to_back else ROUNDS):
         for name, fn in b.impls.items():
             rounds[name].append(launched_ms(fn) if b.back_to_back else measure(fn, graph=b.graph))
             if launch_bill:

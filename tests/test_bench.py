@@ -83,6 +83,21 @@ def test_implementations_are_timed_in_turn_and_keep_their_median(monkeypatch):
     assert rows[0]["rounds_ms"] == [1.0, 9.0, 2.0]
 
 
+def test_a_step_timed_back_to_back_takes_more_rounds(monkeypatch):
+    """Its pace is the CPU's, which moves more: the median of BACK_TO_BACK_ROUNDS rounds."""
+    times = {"fast": [9.0, 9.0, 1.0, 2.0, 3.0, 2.0, 1.0], "slow": [5.0] * 7}
+    order = []
+
+    def launched_ms(fn):
+        order.append(fn.__name__)
+        return times[fn.__name__].pop(0)
+    monkeypatch.setattr(bench, "launched_ms", launched_ms)
+    b = bench.Bench("g", 1, bytes=1000, flops=1, impls=_impls(bench.torch.ones(4)), back_to_back=True)
+    rows = bench.time_bench(b, ceiling=1.0)
+    assert order == ["fast", "slow"] * bench.BACK_TO_BACK_ROUNDS
+    assert rows[0]["ms"] == 2.0 and rows[0]["timing"] == "launched from Python, back to back"
+
+
 def test_make_bench_records_the_launch_bill_of_every_implementation(monkeypatch):
     """With launch_bill (make bench), each round times an implementation its Bench's way, back to back
     from Python, and as graph replays, in turn; the rows keep the Bench's own timing as `ms` and add
