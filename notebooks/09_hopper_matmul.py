@@ -691,9 +691,10 @@ for gpu in recorded_devices():
 #   argument matched to the kernel's signature and examined to find the compiled variant (a
 #   pointer's alignment to 16 bytes, an integer equal to 1 or divisible by 16);
 # - **a launcher prepared once** (`helpers.launch.Launcher`) does that binding and lookup once per
-#   key: the arguments' dtypes, alignments and integer values, the things that decide the compiled
-#   variant and the autotuner's choice. Every later call at that key hands its arguments straight to
-#   the compiled kernel's launch function. Lesson 04's kernel is launched that way in the third row;
+#   key: the arguments' dtypes, devices, alignments and integer values, the things that decide the
+#   compiled variant and the autotuner's choice. Every later call at that key hands its arguments
+#   straight to the compiled kernel's launch function, each tensor as its address. Lesson 04's kernel
+#   is launched that way in the third row;
 # - **lesson 09's matmul** is launched that way too. A prepared launch cannot run an autotuner's
 #   pre-hook (the usual way to give host descriptors each configuration's tile shape), and host
 #   descriptors would still be encoded at every call: so its programs build their descriptors
@@ -703,8 +704,9 @@ for gpu in recorded_devices():
 #   leave it a few µs of host time above lesson 04's prepared call;
 # - **cuBLAS** does its equivalent in C++, behind one dispatch.
 #
-# What is left in a prepared call is Python all the same: `matmul`'s checks, `torch.empty` for C,
-# the key, and Triton's C launcher (which checks each pointer with the driver before the launch). Once
+# What is left in a prepared call is Python all the same: `matmul`'s checks, C's allocation, the key,
+# the grid, and Triton's launch function (Python that hands the descriptors' scratch memory and the
+# arguments to its C launcher, which packs them for the driver). Once
 # the kernel outlasts that (the larger sizes), launched and graphed meet and only the kernel matters.
 # Below that, what else removes the bill:
 #
