@@ -407,11 +407,12 @@ for gpu in hopper:
 #   rows each, which run `S = Q Kᵀ` on the tensor cores (`warpgroup_mma`), the online softmax in
 #   registers, and `O += P V` with P straight from registers;
 # - registers moved at run time: the producer's warp drops to 24 a thread, the consumers rise to 240;
-# - **mbarriers** between them: per ring slot, `ready` (the tile has landed) and `empty` (both
-#   consumers are done with it).
+# - **mbarriers** between them: per ring slot, for K and for V apart, `ready` (the tile has landed)
+#   and `empty` (both consumers are done with it: with K once its scores are computed, with V after
+#   `O += P V`, so the next K can land while the softmax runs).
 #
-# Not there yet: the ping-pong between the two consumers and the overlap inside one, FlashAttention-3's
-# next two steps. Gluon kernels do not run in Triton's interpreter, but they compile without a GPU:
+# The ping-pong between the two consumers and the overlap inside one, FlashAttention-3's next two
+# steps, come after the first timings. Gluon kernels do not run in Triton's interpreter, but they compile without a GPU:
 # Triton's NVIDIA backend and its `ptxas` run on the host. Compiled here for Hopper (sm_90), D = 128,
 # causal:
 
@@ -469,16 +470,23 @@ for gpu, record in gluon_runs.items():
 # multiplies, and the tensor cores wait with it. FlashAttention-3 takes two more steps, and the kernel
 # has both behind flags of `gluon_attention`:
 #
-# - `overlap=True`: each consumer issues the next tile's `S = Q Kᵀ` before this tile's softmax, so the
-#   tensor cores work while the exponentials run. It holds a second tile of scores in registers: at
-#   D = 128 the host halves the key tile to make room (`tile_config`), since at 128 keys ptxas spills.
+# - `overlap=True`: the loop is shifted by one matrix multiply. Each consumer issues this tile's
+#   `S = Q Kᵀ` together with the previous tile's `O += P V`, waits for the scores only, and runs this
+#   tile's softmax while the tensor cores do the `P V`. Across the softmax it holds one tile of scores
+#   (fp32), the previous tile's P (fp16) and the output: 160 of its 240 registers at D = 128 with 128
+#   keys a tile. (Issuing the *next* tile's scores before this softmax would overlap the same work but
+#   hold two tiles of fp32 scores, 224 registers, and ptxas spills.)
 # - `pingpong=True`: the two consumers take turns on the tensor cores through two more barriers, one's
 #   softmax running under the other's matrix multiplies.
 #
 # Where a GPU's record holds them, the columns `+overlap` and `+both` are those schedules, checked like
-# the plain one. Read them shape by shape: the steps pay where the softmax was the wait, and at D = 128
-# the halved key tile costs more than they save: fitting two tiles of scores of 128 keys, and the
-# output, in a consumer's 240 registers is this kernel's open problem.
+# the plain one. Read them shape by shape: the steps pay where the softmax was the wait, at D = 128,
+# where each tile's matrix multiplies are longest against its softmax; at D = 64 they pay little or
+# cost a few per cent. One detail made the difference at D = 128: with one `empty` barrier a slot,
+# released after the `P V`, the next K could start landing only once both consumers had finished a
+# tile, and on a ring of two slots `+overlap` ran slower than the plain schedule (timed on the H200
+# while this kernel was written; not in the record). With K released as soon as its scores are
+# computed, it lands during the softmax.
 #
 # ### The ring's barriers
 #

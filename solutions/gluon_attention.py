@@ -21,13 +21,13 @@ natural-log logsumexp of each row's scaled scores.
 
 FA3's two scheduling steps are there behind flags (gluon_attention's overlap= and pingpong=, the
 kernel's OVERLAP and PINGPONG; both off, the default, is the plain schedule, compiled as before):
-* OVERLAP: each consumer issues the next tile's S = Q K^T before this tile's softmax, so the tensor
-  cores work while the softmax runs;
+* OVERLAP: each consumer issues this tile's S = Q K^T together with the previous tile's O += P V, and
+  runs this tile's softmax while the tensor cores do the O += P V;
 * PINGPONG: the two consumers take turns on the tensor cores, one's softmax while the other's matmuls
   run, handing the turn over through two more mbarriers.
-The plain schedule is the one checked and timed on an H100 (tests/gpu_gluon_check.py). The other
-three are compiled for sm_90 (tests/test_gluon_compile.py), and their barrier protocol is run through
-every interleaving on a model (tests/test_gluon_protocol.py).
+Each schedule is checked and timed on Hopper GPUs (tests/gpu_gluon_check.py), compiled for sm_90
+without one (tests/test_gluon_compile.py), and its barrier protocol run through every interleaving on
+a model (tests/test_gluon_protocol.py).
 
 Importing this module needs no GPU: the kernel is defined here, and compiled at its first launch.
 Gluon kernels do not run under Triton's CPU interpreter.
@@ -97,15 +97,18 @@ def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
 # its expected bytes) are in; a waiter names the parity of the phase it waits for, (u & 1) here.
 #   k_ready[s], v_ready[s]  count 1: the producer's expect() is the one arrival, the TMA engine then
 #                           delivers the bytes. Consumers wait for parity (u & 1) before reading.
-#   kv_empty[s]             count 2: each consumer warpgroup arrives once when its wgmma reading K and V
-#                           of that slot has finished. The producer waits for parity (u & 1) ^ 1 before
-#                           overwriting: for u = 0 that is the phase "before" the first, which a fresh
-#                           barrier reports as complete, so the first NUM_STAGES fills do not wait.
+#   k_empty[s], v_empty[s]  count 2: each consumer warpgroup arrives once when its wgmma reading K (for
+#                           k_empty: S = Q K^T) or V (v_empty: O += P V) of that slot has finished. K
+#                           and V come free apart: a slot's K as soon as its S is computed, its V only
+#                           after the softmax and the PV, so the next K can land meanwhile. The producer
+#                           waits for parity (u & 1) ^ 1 before overwriting: for u = 0 that is the phase
+#                           "before" the first, which a fresh barrier reports as complete, so the first
+#                           NUM_STAGES fills do not wait.
 #   q_ready                 count 1, used once (parity 0): both 64-row halves of Q.
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
               row_base, start_m, n_ctx, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
               NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     """Load partition. Q, K, V are seen as one (B*H*N, D) matrix: this head's rows start at row_base."""
@@ -120,12 +123,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
     for j in range(n_tiles):
         slot = j % NUM_STAGES
         phase = (j // NUM_STAGES) & 1
-        # wait until both consumers released this slot's previous tile (free the first time round)
-        mbarrier.wait(kv_empty.index(slot), phase ^ 1)
-        # K and V get a barrier each, so a consumer can start S = Q K^T before V has landed.
-        # Keys past N come from the next head (or zeros): the consumers mask their scores to -inf.
+        # Each of K and V: wait until both consumers released the slot's previous tile (free the first
+        # time round), then load. They land on barriers of their own, so a consumer can start
+        # S = Q K^T before V has landed. Keys past N come from the next head (or zeros): the consumers
+        # mask their scores to -inf.
+        mbarrier.wait(k_empty.index(slot), phase ^ 1)
         mbarrier.expect(k_ready.index(slot), tile_bytes)
         tma_load(k_desc, [row_base + j * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+        mbarrier.wait(v_empty.index(slot), phase ^ 1)
         mbarrier.expect(v_ready.index(slot), tile_bytes)
         tma_load(v_desc, [row_base + j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
 
@@ -140,33 +145,35 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
 #             values where the S accumulator had them, so converting P costs (almost) nothing: this is
 #             what lets FA3 skip the trip of P through shared memory.
 #
-# A key tile's work is split in two helpers: _issue_qk (wait for K, start S = Q K^T, do not wait for
-# it) and _softmax_pv (wait for S, online softmax, O += P V, release the slot). The plain loop calls them
-# back to back; OVERLAP and PINGPONG change only where the calls and the waits go.
+# A key tile's work is split in helpers: _wait_ready (a tile's K or V has landed), _issue_qk (start
+# S = Q K^T, do not wait for it), _softmax (the online-softmax step on one tile of scores) and, for the
+# plain loop, _softmax_pv (wait for S, softmax, O += P V, release the slot). OVERLAP and PINGPONG change
+# only where the calls and the waits go.
 #
 # OVERLAP (FA3's intra-warpgroup overlap). The plain loop leaves the tensor cores idle during each
 # softmax: S = Q K^T is waited for at once, the softmax runs, then O += P V. With OVERLAP the loop is
-# rotated by one S: while tile j's softmax runs on the CUDA cores, tile j+1's S = Q K^T is already
-# running on the tensor cores.
-#     first tile  issue S(0) and wait for it (nothing is running yet that it could overlap)
-#     tile j      issue S(j+1); wait until at most 1 wgmma group is pending (S(j) done, S(j+1) may run);
-#                 softmax(j); issue O += P(j) V(j); wait for all (O, and S(j+1) too); release slot j
-#     last tile   nothing to issue; softmax; O += P V; wait for all; release
-# (_attend_tiles_overlapped: one loop over all the tiles, unrolled by two.) wgmma groups complete in
-# the order they were issued, which is what makes warpgroup_mma_wait(1) mean "S(j) is done". Slot j
-# is released only after the wait(0) that follows its O += P V: by then both wgmmas that read it (S(j)
-# from K, the PV from V) have completed. Two S tiles are alive at once (64 x BLOCK_N fp32 each:
-# BLOCK_N / 2 registers a thread each) beside the accumulator (HEAD_DIM / 2) and P (BLOCK_N / 4): at
-# D = 128 and BLOCK_N = 128 that is 224 of the 240 registers, and ptxas spills (220 bytes with Triton
-# 3.9, 364 with 3.6), so there the host picks BLOCK_N = 64.
+# shifted by one matmul, as FlashAttention-3 does: tile j's S = Q K^T and the previous tile's
+# O += P V are issued together, and tile j's softmax runs on the CUDA cores while the tensor cores do
+# the O += P V.
+#     first tile  issue S(0) and wait for it (nothing is running yet that it could overlap); softmax
+#     tile j      issue S(j) and O += P(j-1) V(j-1); wait until at most 1 wgmma group is pending
+#                 (S(j) done, the PV may run); softmax(j); wait for all; release slot j-1; rescale O
+#     at the end  O += P V of the last tile; wait; release
+# (_attend_tiles_overlapped.) wgmma groups complete in the order they were issued, which is what makes
+# warpgroup_mma_wait(1) mean "S(j) is done". O is rescaled to tile j's row max only after the PV that
+# wrote it under tile j-1's max has completed. Held in registers across the softmax: one tile of
+# scores (64 x BLOCK_N fp32, BLOCK_N / 2 registers a thread), P of the tile before (BLOCK_N / 4, fp16)
+# and the accumulator (HEAD_DIM / 2): at D = 128 and BLOCK_N = 128, 160 of a consumer's 240.
+# (Issuing S(j+1) before softmax(j) instead would overlap the same work but hold two tiles of fp32
+# scores: 224 registers there, and ptxas spills.)
 #
 # PINGPONG (FA3's inter-warpgroup overlap). Two warpgroups issuing wgmmas at the same time share the
 # tensor cores; the idea is rather to take turns: warpgroup 0 runs its matmuls while warpgroup 1 runs
-# its softmax, then they swap. A "turn" is what a consumer issues between two of its softmaxes:
-# O += P V of tile j, then the next S = Q K^T (of tile j+1; with OVERLAP of tile j+2). Turn 0 holds
-# the first S = Q K^T (with OVERLAP the first two); turn j+1 begins before O += P V of tile j. So each
-# consumer takes n_tiles + 1 turns, and both take the same number: n_tiles is the CTA's, not the
-# warpgroup's.
+# its softmax, then they swap. A "turn" is what a consumer issues between two of its softmaxes. In the
+# plain loop: O += P V of tile j, then S = Q K^T of tile j+1 (turn 0 holds the first S = Q K^T, and
+# turn j+1 begins before O += P V of tile j). With OVERLAP: turn j issues S(j) and O += P(j-1) V(j-1),
+# turn 0 only S(0), and a last turn the last O += P V. Either way each consumer takes n_tiles + 1
+# turns, and both take the same number: n_tiles is the CTA's, not the warpgroup's.
 #
 # Turn protocol (PINGPONG): two more mbarriers, turn[0] and turn[1], count 1 each.
 #   take turn k   wait on turn[WG]: "the other warpgroup has handed the tensor cores over";
@@ -181,13 +188,13 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
 # An mbarrier.arrive is lowered to a bar.sync of the warpgroup's 128 threads followed by one thread's
 # arrive, so a hand-over comes after all four warps have issued their wgmmas.
 #
-# Ring depth. A consumer waits on k_ready inside its turn, while the other consumer waits for that turn:
-# the slot must come free without it. The turn that holds O += P V of tile j waits for K of tile j+1
-# (with OVERLAP, of tile j+2), whose slot held tile j+1-NUM_STAGES (j+2-NUM_STAGES) before, and the
-# other consumer has released only the tiles up to j-1 (its O += P V of tile j comes in its next turn).
-# So PINGPONG needs NUM_STAGES >= 2, and with OVERLAP NUM_STAGES >= 3. (OVERLAP alone needs 2: a
-# consumer waits for K of tile j+1 while it still holds tile j.) With fewer slots the kernel would
-# deadlock: it refuses to compile (static_assert), and tests/test_gluon_protocol.py finds the hang.
+# Ring depth. No schedule needs more than one slot to finish: a consumer never waits for a tile while
+# the other consumer needs something from it to release that tile's slot. K and V come free apart,
+# K as soon as its S = Q K^T is computed. (With one barrier for both, released after the PV, the turn
+# holding O += P V of tile j would wait for K of tile j+1 while the other consumer, whose PV of tile j
+# is in its next turn, still held the slot that K goes into: PINGPONG would need two slots, and with
+# OVERLAP three, or hang.) tests/test_gluon_protocol.py runs every schedule on rings of 1 to 4 slots
+# through every interleaving. More slots only let the producer run further ahead.
 
 
 @gluon.jit
@@ -203,129 +210,177 @@ def _hand_over(turn_bars, WG: gl.constexpr):
 
 
 @gluon.jit
-def _issue_qk(q, k_smem, k_ready, j, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-              S_LAYOUT: gl.constexpr):
-    """Start S = Q K^T for key tile j once K has landed; returns the wgmma's token (not waited for).
-    K's slot is (BLOCK_N, D) in shared memory; permute views it as (D, BLOCK_N)."""
-    slot = j % NUM_STAGES
-    phase = (j // NUM_STAGES) & 1
-    mbarrier.wait(k_ready.index(slot), phase)
-    s = gl.zeros([64, BLOCK_N], gl.float32, S_LAYOUT)
-    return warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s, use_acc=False, is_async=True)
+def _wait_ready(ready, j, NUM_STAGES: gl.constexpr):
+    """Wait until key tile j's K (or V, given v_ready) has landed in its ring slot."""
+    mbarrier.wait(ready.index(j % NUM_STAGES), (j // NUM_STAGES) & 1)
 
 
 @gluon.jit
-def _softmax_pv(s_token, acc, l_i, m_i, j, v_smem, v_ready, kv_empty, turn_bars, offs_m, n_ctx, qk_scale,
-                WG: gl.constexpr, S_PENDING: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr, MASK, CAUSAL: gl.constexpr,
-                PINGPONG: gl.constexpr):
-    """Key tile j, its S = Q K^T issued: wait for S (leaving S_PENDING later wgmma groups running),
-    online softmax, O += P V, release the slot. MASK: hide keys >= N, and when CAUSAL also keys past
-    each row's own position. The plain schedule passes MASK as a constant (a loop for the tiles that
-    need no mask, one for those that do); the overlapped one as a run-time bool (one loop)."""
-    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
-    slot = j % NUM_STAGES
-    phase = (j // NUM_STAGES) & 1
-    if PINGPONG:
-        _hand_over(turn_bars, WG)   # this turn's S = Q K^T is issued: the other warpgroup's matmuls
-    s = warpgroup_mma_wait(S_PENDING, deps=[s_token])
+def _issue_qk(q, k_smem, j, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, S_LAYOUT: gl.constexpr):
+    """Start S = Q K^T for key tile j (its K landed); returns the wgmma's token (not waited for).
+    K's slot is (BLOCK_N, D) in shared memory; permute views it as (D, BLOCK_N)."""
+    s = gl.zeros([64, BLOCK_N], gl.float32, S_LAYOUT)
+    return warpgroup_mma(q, k_smem.index(j % NUM_STAGES).permute((1, 0)), s, use_acc=False, is_async=True)
 
+
+@gluon.jit
+def _softmax(s, l_i, m_i, j, offs_m, n_ctx, qk_scale, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr, MASK,
+             CAUSAL: gl.constexpr):
+    """Key tile j's online-softmax step on its scores s: (p, alpha, l_i, m_i), p = exp2 of the scaled
+    scores less the new row max, alpha the factor that brings what was summed under the old max to the
+    new one. MASK: hide keys >= N, and when CAUSAL also keys past each row's own position (a constant
+    where the caller's loop knows, a run-time bool where it does not)."""
     if MASK:
         offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, S_LAYOUT))
         keep = (offs_m[:, None] >= 0) & (offs_n[None, :] < n_ctx)
         if CAUSAL:
             keep = keep & (offs_m[:, None] >= offs_n[None, :])
         s = gl.where(keep, s, -float("inf"))
-
-    # online softmax in base 2: scores scaled by sm_scale * log2(e) (qk_scale > 0, so the max of the
-    # scaled row is the scaled max). Every row has a visible key in its first tile, so m_new is
-    # finite from the first tile on and no -inf - -inf appears.
+    # In base 2: scores scaled by sm_scale * log2(e) (qk_scale > 0, so the max of the scaled row is the
+    # scaled max). Every row has a visible key in its first tile, so m_new is finite from the first
+    # tile on and no -inf - -inf appears.
     m_new = gl.maximum(m_i, gl.reduce(s, 1, _max_combine) * qk_scale)
     p = gl.exp2(s * qk_scale - m_new[:, None])
-    alpha = gl.exp2(m_i - m_new)                 # rescales what was summed under the old max
+    alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.reduce(p, 1, _add_combine)
-    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))   # same rows, same threads
-    acc = acc * alpha_o[:, None]
-    m_i = m_new
+    return p, alpha, l_i, m_new
+
+
+@gluon.jit
+def _softmax_pv(s_token, acc, l_i, m_i, j, v_smem, v_ready, k_empty, v_empty, turn_bars, offs_m, n_ctx,
+                qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr,
+                PINGPONG: gl.constexpr):
+    """The plain schedule, key tile j, its S = Q K^T issued: wait for S, online softmax, O += P V,
+    release the slot."""
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+    if PINGPONG:
+        _hand_over(turn_bars, WG)   # this turn's S = Q K^T is issued: the other warpgroup's matmuls
+    s = warpgroup_mma_wait(0, deps=[s_token])
+    mbarrier.arrive(k_empty.index(j % NUM_STAGES), count=1)   # S is computed: K's slot is free
+    p, alpha, l_i, m_i = _softmax(s, l_i, m_i, j, offs_m, n_ctx, qk_scale, BLOCK_N, S_LAYOUT, MASK, CAUSAL)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]   # same rows, same threads
 
     # O += P V, P from registers, V's slot (BLOCK_N, D) straight from shared memory
     p16 = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
-    mbarrier.wait(v_ready.index(slot), phase)
+    _wait_ready(v_ready, j, NUM_STAGES)
     if PINGPONG:
         _take_turn(turn_bars, WG, j + 1)   # V is here (waited outside the turn); now the tensor cores
-    acc = warpgroup_mma(p16, v_smem.index(slot), acc, is_async=True)
+    acc = warpgroup_mma(p16, v_smem.index(j % NUM_STAGES), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
-    # Both wgmmas reading this slot have completed (wait(0) above): hand the slot back. The arrive
-    # is issued once for the warpgroup; kv_empty counts 2, one per consumer.
-    mbarrier.arrive(kv_empty.index(slot), count=1)
+    # The PV reading V has completed (wait(0) above): hand V's slot back. The arrive is issued once
+    # for the warpgroup; v_empty counts 2, one per consumer.
+    mbarrier.arrive(v_empty.index(j % NUM_STAGES), count=1)
     return acc, l_i, m_i
 
 
 @gluon.jit
-def _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, offs_m, lo, hi,
-                  n_ctx, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+def _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, offs_m,
+                  lo, hi, n_ctx, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                   S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr,
                   PINGPONG: gl.constexpr):
     """Online softmax over key tiles lo .. hi-1 (tile indices), each tile's S = Q K^T waited for at once."""
     for j in range(lo, hi):
-        s_token = _issue_qk(q, k_smem, k_ready, j, BLOCK_N, NUM_STAGES, S_LAYOUT)
-        acc, l_i, m_i = _softmax_pv(s_token, acc, l_i, m_i, j, v_smem, v_ready, kv_empty, turn_bars, offs_m,
-                                    n_ctx, qk_scale, WG, 0, BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT, MASK,
-                                    CAUSAL, PINGPONG)
+        _wait_ready(k_ready, j, NUM_STAGES)
+        s_token = _issue_qk(q, k_smem, j, BLOCK_N, NUM_STAGES, S_LAYOUT)
+        acc, l_i, m_i = _softmax_pv(s_token, acc, l_i, m_i, j, v_smem, v_ready, k_empty, v_empty, turn_bars,
+                                    offs_m, n_ctx, qk_scale, WG, BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT,
+                                    MASK, CAUSAL, PINGPONG)
     return acc, l_i, m_i
 
 
 @gluon.jit
-def _attend_tiles_overlapped(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars, offs_m,
-                             lo, hi, n_plain, n_ctx, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr,
-                             NUM_STAGES: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
-                             CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
-    """Key tiles lo .. hi-1 with OVERLAP: tile j+1's S = Q K^T is issued before tile j's softmax.
-    One loop for all tiles, masking those from n_plain on (two loops, as in the plain schedule, would
-    each need the prologue and the tail below: twice the code, and no overlap where they meet).
+def _overlapped_step(acc, p16, l_i, m_i, j, q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars,
+                     offs_m, n_ctx, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr,
+                     NUM_STAGES: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
+                     MASK: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+    """OVERLAP, key tile j: S(j) = Q K(j)^T and O += P(j-1) V(j-1) issued together, tile j's softmax
+    while the second runs. In: P(j-1) as the wgmma's A operand; out: P(j)."""
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+    _wait_ready(k_ready, j, NUM_STAGES)        # both operands first, outside the turn
+    _wait_ready(v_ready, j - 1, NUM_STAGES)
+    if PINGPONG:
+        _take_turn(turn_bars, WG, j)
+    s_token = _issue_qk(q, k_smem, j, BLOCK_N, NUM_STAGES, S_LAYOUT)
+    acc = warpgroup_mma(p16, v_smem.index((j - 1) % NUM_STAGES), acc, is_async=True)
+    if PINGPONG:
+        _hand_over(turn_bars, WG)
+    # wgmma groups complete in the order they were issued: with at most 1 pending, S(j) is done and
+    # O += P V may still run, writing acc, which nothing touches until the wait(0) below
+    s = warpgroup_mma_wait(1, deps=[s_token])
+    mbarrier.arrive(k_empty.index(j % NUM_STAGES), count=1)        # S(j) is computed: K's slot is free
+    p, alpha, l_i, m_i = _softmax(s, l_i, m_i, j, offs_m, n_ctx, qk_scale, BLOCK_N, S_LAYOUT, MASK, CAUSAL)
+    p16 = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    mbarrier.arrive(v_empty.index((j - 1) % NUM_STAGES), count=1)  # the PV has read V(j-1)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]   # now under tile j's max
+    return acc, p16, l_i, m_i
 
-    No wgmma may be in flight where control flow meets (a loop's back edge, the end of an if): there
-    the compiler may copy the accumulator's registers, and a copy of registers a wgmma is still
-    writing makes ptxas wait for every wgmma first (its messages C7517 and C7514, "wgmma serialized"):
-    nothing would overlap. So the loop is unrolled by two tiles, s_a holding the even tiles (lo, lo+2,
-    ...) and s_b the odd ones, each S staying in the registers its wgmma writes; s_a is issued in one
-    iteration and read in the next, and crosses the back edge as plain registers, complete (the PV's
-    wait(0) waited for it). The last one or two tiles are peeled off, the very last with nothing to
-    issue after it."""
-    if lo < hi:
-        # prologue: tile lo's S, waited for at once (nothing is running that it could overlap)
-        s_a = warpgroup_mma_wait(0, deps=[_issue_qk(q, k_smem, k_ready, lo, BLOCK_N, NUM_STAGES, S_LAYOUT)])
-        for j in range(lo, hi - 2, 2):   # tiles j and j+1, and tile j+2's S issued: all exist
-            s_b = _issue_qk(q, k_smem, k_ready, j + 1, BLOCK_N, NUM_STAGES, S_LAYOUT)
-            # tile j's softmax runs while S(j+1) runs (wait(1) leaves it running)
-            acc, l_i, m_i = _softmax_pv(s_a, acc, l_i, m_i, j, v_smem, v_ready, kv_empty, turn_bars, offs_m,
-                                        n_ctx, qk_scale, WG, 1, BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT,
-                                        j >= n_plain, CAUSAL, PINGPONG)
-            s_a = _issue_qk(q, k_smem, k_ready, j + 2, BLOCK_N, NUM_STAGES, S_LAYOUT)
-            # tile j+1's softmax runs while S(j+2) runs; wait(1) finds S(j+1) done already
-            acc, l_i, m_i = _softmax_pv(s_b, acc, l_i, m_i, j + 1, v_smem, v_ready, kv_empty, turn_bars,
-                                        offs_m, n_ctx, qk_scale, WG, 1, BLOCK_N, NUM_STAGES, S_LAYOUT,
-                                        O_LAYOUT, j + 1 >= n_plain, CAUSAL, PINGPONG)
-            s_a = warpgroup_mma_wait(0, deps=[s_a])   # complete already: tells the compiler, costs nothing
-        if (hi - lo) % 2 == 0:   # two tiles left: hi-2 (its S in s_a) and hi-1
-            s_b = _issue_qk(q, k_smem, k_ready, hi - 1, BLOCK_N, NUM_STAGES, S_LAYOUT)
-            acc, l_i, m_i = _softmax_pv(s_a, acc, l_i, m_i, hi - 2, v_smem, v_ready, kv_empty, turn_bars,
-                                        offs_m, n_ctx, qk_scale, WG, 1, BLOCK_N, NUM_STAGES, S_LAYOUT,
-                                        O_LAYOUT, hi - 2 >= n_plain, CAUSAL, PINGPONG)
-            acc, l_i, m_i = _softmax_pv(s_b, acc, l_i, m_i, hi - 1, v_smem, v_ready, kv_empty, turn_bars,
-                                        offs_m, n_ctx, qk_scale, WG, 0, BLOCK_N, NUM_STAGES, S_LAYOUT,
-                                        O_LAYOUT, hi - 1 >= n_plain, CAUSAL, PINGPONG)
-        else:                    # one tile left, hi-1, its S in s_a
-            acc, l_i, m_i = _softmax_pv(s_a, acc, l_i, m_i, hi - 1, v_smem, v_ready, kv_empty, turn_bars,
-                                        offs_m, n_ctx, qk_scale, WG, 0, BLOCK_N, NUM_STAGES, S_LAYOUT,
-                                        O_LAYOUT, hi - 1 >= n_plain, CAUSAL, PINGPONG)
+
+@gluon.jit
+def _attend_tiles_overlapped(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars,
+                             offs_m, n_plain, n_tiles, n_ctx, qk_scale, WG: gl.constexpr,
+                             BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, S_LAYOUT: gl.constexpr,
+                             O_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+    """Key tiles 0 .. n_tiles-1 with OVERLAP (FlashAttention-3's order): the loop is shifted by one matmul,
+    so that each turn on the tensor cores issues S(j) = Q K(j)^T and O += P(j-1) V(j-1) together and
+    the softmax of tile j runs while the second of them does.
+
+        tile 0      S(0), waited for at once; its softmax gives P(0)
+        tile j      issue S(j) and O += P(j-1) V(j-1); wait for S(j) only; softmax(j) -> P(j);
+                    wait for O; release tile j-1's slot; rescale O to tile j's row max
+        at the end  O += P V of the last tile; release its slot
+
+    With PINGPONG each of those three is a turn on the tensor cores (turn j issues tile j's matmuls,
+    turn n_tiles the last O += P V), its operands waited for before the turn is taken.
+
+    What stays in registers between tiles is one tile of scores (fp32) and one of P (fp16, already
+    in the wgmma's operand layout), beside the accumulator. At the loop's back edge no wgmma is in
+    flight (the wait(0) before the rescale): where control flow meets, the compiler may copy registers,
+    and a copy of registers a wgmma is still writing would make ptxas serialise every wgmma (its
+    messages C7514 / C7517). The unmasked tiles and the masked ones get a loop each, MASK a constant
+    in both; only the first tile's is decided at run time, with nothing in flight."""
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+    if n_tiles > 0:
+        _wait_ready(k_ready, 0, NUM_STAGES)
+        if PINGPONG:
+            _take_turn(turn_bars, WG, 0)        # turn 0: the first S = Q K^T
+        s_token = _issue_qk(q, k_smem, 0, BLOCK_N, NUM_STAGES, S_LAYOUT)
+        if PINGPONG:
+            _hand_over(turn_bars, WG)
+        s = warpgroup_mma_wait(0, deps=[s_token])
+        mbarrier.arrive(k_empty.index(0), count=1)
+        # acc is still zero: nothing to rescale
+        p, alpha, l_i, m_i = _softmax(s, l_i, m_i, 0, offs_m, n_ctx, qk_scale, BLOCK_N, S_LAYOUT,
+                                      n_plain == 0, CAUSAL)
+        p16 = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
+        for j in range(1, n_plain):
+            acc, p16, l_i, m_i = _overlapped_step(acc, p16, l_i, m_i, j, q, k_smem, v_smem, k_ready, v_ready,
+                                                  k_empty, v_empty, turn_bars, offs_m, n_ctx, qk_scale, WG,
+                                                  BLOCK_N,
+                                                  NUM_STAGES, S_LAYOUT, O_LAYOUT, False, CAUSAL, PINGPONG)
+        for j in range(gl.maximum(1, n_plain), n_tiles):
+            acc, p16, l_i, m_i = _overlapped_step(acc, p16, l_i, m_i, j, q, k_smem, v_smem, k_ready, v_ready,
+                                                  k_empty, v_empty, turn_bars, offs_m, n_ctx, qk_scale, WG,
+                                                  BLOCK_N,
+                                                  NUM_STAGES, S_LAYOUT, O_LAYOUT, True, CAUSAL, PINGPONG)
+        # the last tile's O += P V, in a turn of its own
+        _wait_ready(v_ready, n_tiles - 1, NUM_STAGES)
+        if PINGPONG:
+            _take_turn(turn_bars, WG, n_tiles)
+        acc = warpgroup_mma(p16, v_smem.index((n_tiles - 1) % NUM_STAGES), acc, is_async=True)
+        if PINGPONG:
+            _hand_over(turn_bars, WG)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(v_empty.index((n_tiles - 1) % NUM_STAGES), count=1)
     return acc, l_i, m_i
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turn_bars, o_ptr,
-              lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-              NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
+def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
+              turn_bars, o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM: gl.constexpr,
+              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
+              PINGPONG: gl.constexpr):
     """Softmax/MMA partition WG (0 or 1): query rows start_m + 64*WG .. + 63 of this head."""
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -341,21 +396,21 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
     q = q_smem.index(WG)
     mbarrier.wait(q_ready, 0)
     n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, BLOCK_N)
-    if PINGPONG:
-        _take_turn(turn_bars, WG, 0)   # turn 0: the first S = Q K^T
-    if OVERLAP:
-        acc, l_i, m_i = _attend_tiles_overlapped(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty,
-                                                 turn_bars, offs_m, 0, n_tiles, n_plain, n_ctx, qk_scale, WG,
-                                                 BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT, CAUSAL, PINGPONG)
+    if OVERLAP:   # it takes and hands over its own turns
+        acc, l_i, m_i = _attend_tiles_overlapped(
+            acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, offs_m, n_plain,
+            n_tiles, n_ctx, qk_scale, WG, BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT, CAUSAL, PINGPONG)
     else:
-        acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars,
-                                      offs_m, 0, n_plain, n_ctx, qk_scale, WG, BLOCK_N, NUM_STAGES, S_LAYOUT,
-                                      O_LAYOUT, False, CAUSAL, PINGPONG)
-        acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, kv_empty, turn_bars,
-                                      offs_m, n_plain, n_tiles, n_ctx, qk_scale, WG, BLOCK_N, NUM_STAGES,
-                                      S_LAYOUT, O_LAYOUT, True, CAUSAL, PINGPONG)
-    if PINGPONG:
-        _hand_over(turn_bars, WG)   # the last turn held only the last O += P V
+        if PINGPONG:
+            _take_turn(turn_bars, WG, 0)   # turn 0: the first S = Q K^T
+        acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                                      turn_bars, offs_m, 0, n_plain, n_ctx, qk_scale, WG, BLOCK_N, NUM_STAGES,
+                                      S_LAYOUT, O_LAYOUT, False, CAUSAL, PINGPONG)
+        acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                                      turn_bars, offs_m, n_plain, n_tiles, n_ctx, qk_scale, WG, BLOCK_N,
+                                      NUM_STAGES, S_LAYOUT, O_LAYOUT, True, CAUSAL, PINGPONG)
+        if PINGPONG:
+            _hand_over(turn_bars, WG)   # the last turn held only the last O += P V
 
     # Epilogue: O = acc / l, stored straight from the accumulator's registers (rows past N masked: a
     # TMA store over the (B*H*N, D) view would write them into the next head). lse in natural log.
@@ -382,12 +437,6 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
     OVERLAP, PINGPONG: FA3's two scheduling steps (see the consumers' comment); both off is the plain
     schedule."""
     gl.static_assert(128 % BLOCK_N == 0, "the causal split needs BLOCK_N to divide the 128-row block")
-    if OVERLAP:
-        gl.static_assert(NUM_STAGES >= 2, "OVERLAP holds two ring slots at once: NUM_STAGES >= 2")
-    if PINGPONG:
-        gl.static_assert(NUM_STAGES >= 2, "PINGPONG deadlocks on a ring of one slot: NUM_STAGES >= 2")
-        if OVERLAP:
-            gl.static_assert(NUM_STAGES >= 3, "OVERLAP with PINGPONG deadlocks on 2 slots: NUM_STAGES >= 3")
     pid = gl.program_id(0)
     if CAUSAL:   # the query blocks with the most key tiles start first
         start_m = (gl.num_programs(0) - 1 - pid) * 128
@@ -403,12 +452,14 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    kv_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready, count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=2)   # one arrival from each consumer warpgroup
+        mbarrier.init(k_empty.index(i), count=2)   # one arrival from each consumer warpgroup
+        mbarrier.init(v_empty.index(i), count=2)
     if PINGPONG:   # the consumers' turns on the tensor cores: one arrival (the other's hand-over) each
         turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         mbarrier.init(turn_bars.index(0), count=1)
@@ -420,21 +471,22 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
     # Fork: the default partition (this kernel's num_warps = 4 warps) is consumer 0; the workers are
     # consumer 1 (4 warps) and the producer (1 warp). All join again when the three functions return.
     gl.warp_specialize([
-        (_consumer, (0, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turn_bars, o_ptr,
-                     lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
-                     OVERLAP, PINGPONG)),
-        (_consumer, (1, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turn_bars, o_ptr,
-                     lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
-                     OVERLAP, PINGPONG)),
-        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-                     row_base, start_m, n_ctx, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL)),
+        (_consumer, (0, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
+                     o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
+                     CAUSAL, OVERLAP, PINGPONG)),
+        (_consumer, (1, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
+                     o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
+                     CAUSAL, OVERLAP, PINGPONG)),
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty,
+                     v_empty, row_base, start_m, n_ctx, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
     mbarrier.invalidate(q_ready)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(k_ready.index(i))
         mbarrier.invalidate(v_ready.index(i))
-        mbarrier.invalidate(kv_empty.index(i))
+        mbarrier.invalidate(k_empty.index(i))
+        mbarrier.invalidate(v_empty.index(i))
     if PINGPONG:
         mbarrier.invalidate(turn_bars.index(0))
         mbarrier.invalidate(turn_bars.index(1))
@@ -448,9 +500,7 @@ def tile_config(head_dim, overlap=False, pingpong=False):
     CTA may have. Bytes: Q 2*64*D*2, each ring slot 2*BLOCK_N*D*2 (K and V), plus the barriers.
       D=64:  Q 16 KB + 4 slots * 32 KB = 144 KB
       D=128: Q 32 KB + 2 slots * 64 KB = 160 KB. 3 slots (224 KB, 229664 bytes compiled) also fit, with
-             room for nothing else; untimed yet which is faster (gluon_attention's num_stages tries it)."""
-    if overlap and head_dim == 128:
-        return 64, 4
+             room for nothing else (gluon_attention's num_stages tries it)."""
     return {64: (128, 4), 128: (128, 2)}[head_dim]
 
 
@@ -462,11 +512,6 @@ def tensor_descriptors(q, k, v, block_n):
     return (TensorDescriptor.from_tensor(q.view(-1, D), [64, D], q_layout),
             TensorDescriptor.from_tensor(k.view(-1, D), [block_n, D], kv_layout),
             TensorDescriptor.from_tensor(v.view(-1, D), [block_n, D], kv_layout))
-
-
-def min_stages(overlap=False, pingpong=False):
-    """The shallowest ring the schedule runs on without deadlock (see "Ring depth" in the kernel)."""
-    return 1 + overlap + pingpong
 
 
 def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stages=None, overlap=False,
@@ -487,8 +532,7 @@ def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stag
     block_n = block_n or default_n
     stages = num_stages or default_stages
     assert block_n in (64, 128), "block_n must divide the 128-row query block (64 or 128)"
-    assert stages >= min_stages(overlap, pingpong), \
-        f"overlap={overlap}, pingpong={pingpong} deadlock on fewer than {min_stages(overlap, pingpong)} slots"
+    assert stages >= 1, "num_stages: at least one slot in the ring"
     q_desc, k_desc, v_desc = tensor_descriptors(q, k, v, block_n)
     grid = (triton.cdiv(N, BLOCK_M), B * H)
     gluon_attention_kernel[grid](q_desc, k_desc, v_desc, out, lse, N, sm_scale * LOG2E,

@@ -12,7 +12,7 @@
    128, a non-default sm_scale. Each case also runs twice and must give the same bits (no atomics: a
    difference means a race in the shared-memory ring). All of that for each schedule: plain (the
    default), then PINGPONG, OVERLAP and both (gluon_attention's pingpong= and overlap=), each also on
-   other tiles and on the shallowest ring it accepts (min_stages: where a wrong ring depth would hang).
+   other tiles and on a ring of one slot (where a wrong release of a slot would hang).
 2. Speed: TFLOP/s (4*B*H*N*N*D flops, half for causal) timed as CUDA-graph replays with
    triton.testing, each schedule beside cuDNN's SDPA and the course's Triton `attention` (lesson 10),
    at B4 N4096 and B1 N16384, D 64 and 128 (H = 2048 / D), causal and full.
@@ -94,12 +94,12 @@ VARIANT_CASES = [(1, 1, 1, 64, True, None), (2, 3, 333, 64, False, None), (2, 3,
 # one first, then PINGPONG (the plain loop plus the turns), OVERLAP (the rotated loop), both.
 SCHEDULES = {"plain": {}, "pingpong": {"pingpong": True}, "overlap": {"overlap": True},
              "overlap+pingpong": {"overlap": True, "pingpong": True}}
-# Their other tiles: one with the shallowest ring the schedule accepts (min_stages; one slot fewer
-# deadlocks), one with the other BLOCK_N. overlap at D = 128, BLOCK_N = 128 spills (correct, slow).
+# Their other tiles: a ring of one slot (every schedule finishes on it: tests/test_gluon_protocol.py),
+# and the other BLOCK_N or a deeper ring.
 SCHEDULE_VARIANTS = {"plain": VARIANTS,
-                     "pingpong": {64: [(64, 2), (128, 2)], 128: [(64, 4), (128, 3)]},
-                     "overlap": {64: [(64, 2), (128, 2)], 128: [(64, 2), (128, 2)]},
-                     "overlap+pingpong": {64: [(64, 3), (128, 3)], 128: [(64, 3), (128, 3)]}}
+                     "pingpong": {64: [(64, 1), (128, 2)], 128: [(64, 4), (128, 1)]},
+                     "overlap": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 1)]},
+                     "overlap+pingpong": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 3)]}}
 # Single-tile cases first: one query block and one key tile, for BLOCK_N 128 and for 64 (N = 64).
 SINGLE_TILE = [(1, 1, 128, 64, False, None), (1, 1, 64, 128, True, None)]
 
@@ -114,7 +114,7 @@ def all_cases(schedules=SCHEDULES):
         cases += [(schedule,) + case + (None, None) for case in first + CASES]
         for case in VARIANT_CASES:
             cases += [(schedule,) + case + variant for variant in SCHEDULE_VARIANTS[schedule][case[3]]]
-        if schedule != "plain":   # a single tile on the shallowest ring too
+        if schedule != "plain":   # a single tile on a ring of one slot too
             cases.insert(len(cases) - len(VARIANT_CASES) * 2,
                          (schedule, 1, 1, 64, 64, False, None) + SCHEDULE_VARIANTS[schedule][64][0])
     return cases
@@ -193,9 +193,12 @@ def bench(ga, schedules=SCHEDULES):
                     for bn, stages in VARIANTS[D]:
                         impls[f"gluon_n{bn}_s{stages}"] = (lambda bn=bn, stages=stages: ga.gluon_attention(
                             q, k, v, causal=causal, block_n=bn, num_stages=stages))
-                    if D == 128 and "overlap+pingpong" in schedules:   # the host takes BLOCK_N 64 for it
-                        impls["gluon_overlap_pingpong_n128_s3"] = lambda: ga.gluon_attention(
-                            q, k, v, causal=causal, block_n=128, num_stages=3, overlap=True, pingpong=True)
+                    for schedule in schedules if D == 128 else ():   # a third slot, where it fits
+                        if schedule != "plain":
+                            flags = SCHEDULES[schedule]
+                            impls[f"gluon_{schedule.replace('+', '_')}_n128_s3"] = (
+                                lambda flags=flags: ga.gluon_attention(q, k, v, causal=causal, block_n=128,
+                                                                       num_stages=3, **flags))
                 row = {"B": B, "H": H, "N": N, "D": D, "causal": causal}
                 for impl, fn in impls.items():
                     say(f"time {impl} B{B} H{H} N{N} D{D} {'causal' if causal else 'full'} ...")

@@ -14,64 +14,50 @@ steps in every order, over rings of 1 to 4 slots and 1 to 6 key tiles, and the f
 The model: a barrier counts its completed phases; wait(parity) returns once that count's parity differs
 from `parity` (a fresh barrier: wait(1) returns at once, wait(0) waits for the first completion).
 `consumer_ops` lists one consumer's waits and arrivals in the order the kernel issues them
-(_consumer, _attend_tiles, _attend_tiles_overlapped, _issue_qk, _softmax_pv): keep the two in step.
-The producer is the kernel's `_producer` loop. The wgmmas' own ordering (wait(1) meaning "S(j) is done")
-is not modelled; a consumer holds a slot from its wait on k_ready to its arrival on kv_empty.
+(_consumer, _attend_tiles, _softmax_pv, _attend_tiles_overlapped, _overlapped_step): keep the two in
+step. The producer is the kernel's `_producer` loop: for each tile, wait on k_empty and load K, wait on
+v_empty and load V. The wgmmas' own ordering (wait(1) meaning "S(j) is done") is not modelled; a
+consumer holds a slot's K from its wait on k_ready to its arrival on k_empty, and V likewise.
 """
 
-import pathlib
-
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 SCHEDULES = [(False, False), (True, False), (False, True), (True, True)]   # (overlap, pingpong)
 
 
-def min_stages(overlap, pingpong):
-    """The kernel's rule (its static_asserts, and the host's min_stages)."""
-    return 1 + overlap + pingpong
-
-
 def consumer_ops(n_plain, n_tiles, overlap, pingpong):
     """One consumer's barrier operations, in the kernel's order: ("k", j) / ("v", j) wait on k_ready /
-    v_ready for tile j, ("free", j) arrives on kv_empty, ("take", k) waits for the k-th turn, ("hand",)
-    hands the turn over."""
+    v_ready for tile j, ("free k", j) / ("free v", j) arrive on k_empty / v_empty, ("take", k) waits for
+    the k-th turn, ("hand",) hands the turn over."""
     ops = []
-
-    def issue_qk(j):                     # _issue_qk
-        ops.append(("k", j))
-
-    def softmax_pv(j):                   # _softmax_pv
-        if pingpong:
-            ops.append(("hand",))
-        ops.append(("v", j))
-        if pingpong:
-            ops.append(("take", j + 1))
-        ops.append(("free", j))
-
+    if overlap:                          # _attend_tiles_overlapped
+        if n_tiles > 0:
+            ops.append(("k", 0))
+            if pingpong:
+                ops.append(("take", 0))
+                ops.append(("hand",))
+            ops.append(("free k", 0))
+            for j in range(1, n_tiles):  # _overlapped_step, in either of its two loops
+                ops += [("k", j), ("v", j - 1)]
+                if pingpong:
+                    ops += [("take", j), ("hand",)]
+                ops += [("free k", j), ("free v", j - 1)]
+            ops.append(("v", n_tiles - 1))
+            if pingpong:
+                ops += [("take", n_tiles), ("hand",)]
+            ops.append(("free v", n_tiles - 1))
+        return ops
     if pingpong:
         ops.append(("take", 0))
-    if overlap:                          # _attend_tiles_overlapped(0, n_tiles)
-        lo, hi = 0, n_tiles
-        if lo < hi:
-            issue_qk(lo)
-            for j in range(lo, hi - 2, 2):
-                issue_qk(j + 1)
-                softmax_pv(j)
-                issue_qk(j + 2)
-                softmax_pv(j + 1)
-            if (hi - lo) % 2 == 0:
-                issue_qk(hi - 1)
-                softmax_pv(hi - 2)
-                softmax_pv(hi - 1)
-            else:
-                softmax_pv(hi - 1)
-    else:                                # _attend_tiles twice: the unmasked tiles, then the masked ones
-        for lo, hi in ((0, n_plain), (n_plain, n_tiles)):
-            for j in range(lo, hi):
-                issue_qk(j)
-                softmax_pv(j)
+    for lo, hi in ((0, n_plain), (n_plain, n_tiles)):   # _attend_tiles twice: unmasked, then masked tiles
+        for j in range(lo, hi):
+            ops.append(("k", j))         # _wait_ready, then _issue_qk
+            if pingpong:                 # _softmax_pv
+                ops.append(("hand",))
+            ops += [("free k", j), ("v", j)]
+            if pingpong:
+                ops.append(("take", j + 1))
+            ops.append(("free v", j))
     if pingpong:
         ops.append(("hand",))
     return ops
@@ -81,25 +67,28 @@ class Broken(Exception):
     pass
 
 
-def run_protocol(n_plain, n_tiles, stages, overlap, pingpong):
-    """None if every interleaving finishes cleanly; else what went wrong first (breadth first)."""
-    programs = [consumer_ops(n_plain, n_tiles, overlap, pingpong)] * 2
-    # state: (producer's next tile, loads in flight ((kind, slot, tile), ...), slot contents K and V,
-    #         k_ready / v_ready / kv_empty completed phases per slot, kv_empty arrivals in the current
+def run_protocol(n_plain, n_tiles, stages, overlap, pingpong, edit=None):
+    """None if every interleaving finishes cleanly; else what went wrong first (breadth first).
+    edit: a function from consumer_ops' list to another, for the broken protocols below."""
+    ops = consumer_ops(n_plain, n_tiles, overlap, pingpong)
+    programs = [edit(ops) if edit else ops] * 2
+    # state: (the producer's next load (2j: K of tile j, 2j+1: V of tile j), loads in flight
+    #         ((kind, slot, tile), ...), slot contents of the K ring and the V ring, k_ready / v_ready /
+    #         k_empty / v_empty completed phases per slot, k_empty / v_empty arrivals in the current
     #         phase, turn[0] / turn[1] completed phases, hand-overs made by each consumer, consumer pcs)
     none = (None,) * stages
     zero = (0,) * stages
-    start = (0, (), none, none, zero, zero, zero, zero, (0, 0), (0, 0), (0, 0))
+    start = (0, (), none, none, zero, zero, zero, zero, zero, zero, (0, 0), (0, 0), (0, 0))
     seen, frontier = {start}, [start]
     try:
         while frontier:
             following = []
             for state in frontier:
                 moves = _moves(state, programs, n_tiles, stages)
-                if not moves and not (state[0] == n_tiles and not state[1]
-                                      and all(pc == len(p) for pc, p in zip(state[10], programs))):
-                    return f"hang: producer at tile {state[0]}, consumers at steps {state[10]} " \
-                           f"({[p[pc] if pc < len(p) else 'done' for pc, p in zip(state[10], programs)]})"
+                if not moves and not (state[0] == 2 * n_tiles and not state[1]
+                                      and all(pc == len(p) for pc, p in zip(state[12], programs))):
+                    return f"hang: producer at load {state[0]}, consumers at steps {state[12]} " \
+                           f"({[p[pc] if pc < len(p) else 'done' for pc, p in zip(state[12], programs)]})"
                 for move in moves:
                     if move not in seen:
                         seen.add(move)
@@ -118,38 +107,42 @@ def _passes(completed, parity):
     return completed % 2 != parity
 
 
-def _holding(programs, pcs, stages):
-    """Per consumer, the tiles it reads now: waited on k_ready, not yet arrived on kv_empty."""
+def _holding(programs, pcs, kind):
+    """Per consumer, the tiles whose K (kind "k") or V ("v") it reads now: waited on its ready barrier,
+    not yet arrived on its empty one."""
     held = []
     for program, pc in zip(programs, pcs):
         tiles = set()
         for op in program[:pc]:
-            if op[0] == "k":
+            if op[0] == kind:
                 tiles.add(op[1])
-            elif op[0] == "free":
+            elif op[0] == "free " + kind:
                 tiles.discard(op[1])
         held.append(tiles)
     return held
 
 
 def _moves(state, programs, n_tiles, stages):
-    (prod, flight, k_in, v_in, k_ready, v_ready, empty, arrived, turn, handed, pcs) = state
+    (load, flight, k_in, v_in, k_ready, v_ready, k_empty, v_empty, k_arrived, v_arrived, turn, handed,
+     pcs) = state
     moves = []
-    if prod < n_tiles:                   # _producer: wait on kv_empty, then load K and V
-        slot, phase = prod % stages, (prod // stages) & 1
-        if _passes(empty[slot], phase ^ 1):
-            for c, tiles in enumerate(_holding(programs, pcs, stages)):
+    if load < 2 * n_tiles:               # _producer: wait on k_empty, load K; wait on v_empty, load V
+        tile, kind = load // 2, "kv"[load % 2]
+        slot, phase = tile % stages, (tile // stages) & 1
+        if _passes((k_empty, v_empty)[load % 2][slot], phase ^ 1):
+            for c, tiles in enumerate(_holding(programs, pcs, kind)):
                 if any(t % stages == slot for t in tiles):
-                    raise Broken(f"overwrite: the producer loads tile {prod} into slot {slot} while consumer "
-                                 f"{c} still reads tile {[t for t in tiles if t % stages == slot][0]} there")
-            moves.append((prod + 1, flight + (("K", slot, prod), ("V", slot, prod))) + state[2:])
+                    raise Broken(f"overwrite: the producer loads {kind.upper()} of tile {tile} into slot "
+                                 f"{slot} while consumer {c} still reads tile "
+                                 f"{[t for t in tiles if t % stages == slot][0]} there")
+            moves.append((load + 1, flight + ((kind.upper(), slot, tile),)) + state[2:])
     for i, (kind, slot, tile) in enumerate(flight):   # a copy lands: its ready barrier completes a phase
         rest = flight[:i] + flight[i + 1:]
         if kind == "K":
-            moves.append((prod, rest, _put(k_in, slot, tile), v_in, _put(k_ready, slot, k_ready[slot] + 1))
+            moves.append((load, rest, _put(k_in, slot, tile), v_in, _put(k_ready, slot, k_ready[slot] + 1))
                          + state[5:])
         else:
-            moves.append((prod, rest, k_in, _put(v_in, slot, tile), k_ready,
+            moves.append((load, rest, k_in, _put(v_in, slot, tile), k_ready,
                           _put(v_ready, slot, v_ready[slot] + 1)) + state[6:])
     for c in (0, 1):
         if pcs[c] == len(programs[c]):
@@ -164,12 +157,16 @@ def _moves(state, programs, n_tiles, stages):
                     there = "nothing" if holds[slot] is None else f"tile {holds[slot]}"
                     raise Broken(f"early read: consumer {c} reads {op[0].upper()} of tile {j} from slot "
                                  f"{slot}, which holds {there}")
-                moves.append(state[:10] + (next_pcs,))
-        elif op[0] == "free":
-            slot = op[1] % stages
+                moves.append(state[:12] + (next_pcs,))
+        elif op[0] in ("free k", "free v"):
+            slot, which = op[1] % stages, op[0] == "free v"   # 0: the K ring, 1: the V ring
+            empty, arrived = (k_empty, v_empty)[which], (k_arrived, v_arrived)[which]
             done = arrived[slot] == 1    # the second consumer's arrival completes the phase
-            moves.append(state[:6] + (_put(empty, slot, empty[slot] + done),
-                                      _put(arrived, slot, 0 if done else 1), turn, handed, next_pcs))
+            empty, arrived = _put(empty, slot, empty[slot] + done), _put(arrived, slot, 0 if done else 1)
+            if which:
+                moves.append(state[:7] + (empty, k_arrived, arrived) + state[10:12] + (next_pcs,))
+            else:
+                moves.append(state[:6] + (empty, v_empty, arrived, v_arrived) + state[10:12] + (next_pcs,))
         elif op[0] == "take":            # _take_turn: wait on turn[c] for parity (k + 1 - c) & 1
             k = op[1]
             if _passes(turn[c], (k + 1 - c) & 1):
@@ -177,10 +174,10 @@ def _moves(state, programs, n_tiles, stages):
                 if other != k + c:
                     raise Broken(f"turn out of order: consumer {c} takes turn {k} after {other} hand-overs "
                                  f"from consumer {1 - c}")
-                moves.append(state[:10] + (next_pcs,))
+                moves.append(state[:12] + (next_pcs,))
         else:                            # _hand_over: arrive on the other consumer's turn barrier
-            moves.append(state[:8] + (_put(turn, 1 - c, turn[1 - c] + 1), _put(handed, c, handed[c] + 1),
-                                      next_pcs))
+            moves.append(state[:10] + (_put(turn, 1 - c, turn[1 - c] + 1), _put(handed, c, handed[c] + 1),
+                                       next_pcs))
     return moves
 
 
@@ -194,27 +191,45 @@ def _shapes():
 
 
 @pytest.mark.parametrize("overlap,pingpong", SCHEDULES)
-def test_protocol_runs_clean_on_rings_deep_enough(overlap, pingpong):
-    for stages in range(min_stages(overlap, pingpong), 5):
+def test_protocol_runs_clean_on_every_ring(overlap, pingpong):
+    """Every schedule finishes, from a ring of one slot up (the kernel's "Ring depth")."""
+    for stages in range(1, 5):
         for n_plain, n_tiles in _shapes():
             problem = run_protocol(n_plain, n_tiles, stages, overlap, pingpong)
             assert problem is None, (f"overlap={overlap} pingpong={pingpong}, {stages} slots, "
                                      f"{n_tiles} tiles ({n_plain} unmasked): {problem}")
 
 
-@pytest.mark.parametrize("overlap,pingpong", [s for s in SCHEDULES if min_stages(*s) > 1])
-def test_protocol_deadlocks_one_slot_short(overlap, pingpong):
-    """The kernel refuses NUM_STAGES below min_stages: one slot fewer hangs (so the bound is tight)."""
-    stages = min_stages(overlap, pingpong) - 1
-    problems = [run_protocol(n - 1, n, stages, overlap, pingpong) for n in range(1, 6)]
-    assert any(p and p.startswith("hang") for p in problems), problems
+def _one_release(ops):
+    """K and V released together after the PV, as one kv_empty barrier per slot would."""
+    ops = [op for op in ops if op[0] != "free k"]
+    return [op2 for op in ops for op2 in ([("free k", op[1]), op] if op[0] == "free v" else [op])]
 
 
-def test_kernel_and_model_agree_on_ring_depth():
-    """The host's min_stages is the model's (and the kernel's static_asserts say the same)."""
-    source = (ROOT / "solutions" / "gluon_attention.py").read_text()
-    assert "def min_stages(overlap=False, pingpong=False):\n" in source
-    assert "return 1 + overlap + pingpong" in source
-    assert "NUM_STAGES >= 3" in source and "NUM_STAGES >= 2" in source
-    for overlap, pingpong in SCHEDULES:
-        assert min_stages(overlap, pingpong) == 1 + overlap + pingpong
+def _problems(stages, overlap, pingpong, edit):
+    return [run_protocol(n_plain, n_tiles, stages, overlap, pingpong, edit) for n_plain, n_tiles in _shapes()]
+
+
+@pytest.mark.parametrize("overlap,pingpong", [s for s in SCHEDULES if any(s)])
+def test_one_release_barrier_hangs_on_one_slot(overlap, pingpong):
+    """Why K and V have empty barriers of their own: released together after the PV, OVERLAP and
+    PINGPONG hang on a ring of one slot (two are enough then)."""
+    assert any(p and p.startswith("hang") for p in _problems(1, overlap, pingpong, _one_release))
+    assert not any(_problems(2, overlap, pingpong, _one_release))
+
+
+@pytest.mark.parametrize("overlap,pingpong", SCHEDULES)
+def test_the_model_finds_broken_protocols(overlap, pingpong):
+    """The model is not blind: a consumer that never releases V hangs the producer; one that releases
+    each K before waiting for it completes k_empty's phases out of step with the producer's parities,
+    which overwrites a tile still in use or hangs; and (PINGPONG) a turn counted wrong is caught."""
+    never_frees_v = lambda ops: [op for op in ops if op[0] != "free v"]  # noqa: E731
+    assert any(p and p.startswith("hang") for p in _problems(2, overlap, pingpong, never_frees_v))
+
+    def frees_k_first(ops):      # each tile's K released before the wait that reads it
+        out = [op for op in ops if op[0] != "free k"]
+        return [op2 for op in out for op2 in ([("free k", op[1]), op] if op[0] == "k" else [op])]
+    assert any(_problems(1, overlap, pingpong, frees_k_first))
+    if pingpong:
+        late_turn = lambda ops: [("take", op[1] + 1) if op[0] == "take" else op for op in ops]  # noqa: E731
+        assert any(_problems(2, overlap, pingpong, late_turn))
