@@ -412,9 +412,9 @@ for gpu in hopper:
 #   `O += P V`, so the next K can land while the softmax runs).
 #
 # The ping-pong between the two consumers and the overlap inside one, FlashAttention-3's next two
-# steps, come after the first timings. Gluon kernels do not run in Triton's interpreter, but they compile without a GPU:
-# Triton's NVIDIA backend and its `ptxas` run on the host. Compiled here for Hopper (sm_90), D = 128,
-# causal:
+# steps, come after the first timings. Gluon kernels do not run in Triton's interpreter, but they
+# compile without a GPU: Triton's NVIDIA backend and its `ptxas` run on the host. Compiled here for
+# Hopper (sm_90), D = 128, causal:
 
 # %%
 try:
@@ -480,13 +480,15 @@ for gpu, record in gluon_runs.items():
 #   softmax running under the other's matrix multiplies.
 #
 # Where a GPU's record holds them, the columns `+overlap` and `+both` are those schedules, checked like
-# the plain one. Read them shape by shape: the steps pay where the softmax was the wait, at D = 128,
-# where each tile's matrix multiplies are longest against its softmax; at D = 64 they pay little or
-# cost a few per cent. One detail made the difference at D = 128: with one `empty` barrier a slot,
-# released after the `P V`, the next K could start landing only once both consumers had finished a
-# tile, and on a ring of two slots `+overlap` ran slower than the plain schedule (timed on the H200
-# while this kernel was written; not in the record). With K released as soon as its scores are
-# computed, it lands during the softmax.
+# the plain one. Read them shape by shape: the steps pay at D = 128, where each tile's matrix
+# multiplies are longest against its softmax; at D = 64, where they are half as long, the steps cost
+# more than they save, or at best break even.
+#
+# One detail made the difference at D = 128. With one `empty` barrier a slot, released after the
+# `P V`, the next K could start landing only once both consumers had finished a tile, and on a ring
+# of two slots `+overlap` ran slower than the plain schedule (timed on the H200 while this kernel was
+# written; not in the record). With K released as soon as its scores are computed, it lands during
+# the softmax.
 #
 # ### The ring's barriers
 #
