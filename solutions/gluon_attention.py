@@ -412,12 +412,21 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
         if PINGPONG:
             _hand_over(turn_bars, WG)   # the last turn held only the last O += P V
 
-    # Epilogue: O = acc / l, stored straight from the accumulator's registers (rows past N masked: a
-    # TMA store over the (B*H*N, D) view would write them into the next head). lse in natural log.
+    # Epilogue: O = acc / l, stored with a mask on the rows past N (a TMA store over the (B*H*N, D)
+    # view would write them into the next head). lse in natural log. In the accumulator's layout a
+    # thread holds 2 neighbouring values of every 8 columns, so a warp's store writes 16 bytes in each
+    # of 8 rows. At D = 128 the output is first moved (through 16 KB of shared memory, where the ring
+    # leaves room) into rows of 16-byte vectors, a warp writing two whole rows at a time: faster there
+    # (tests/gpu_gluon_check.py's record); at D = 64 it measured slower, and stays as it is.
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))
     out = (acc / l_o[:, None]).to(gl.float16)
-    offs_mo = row0 + gl.arange(0, 64, gl.SliceLayout(1, O_LAYOUT))
-    offs_d = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, O_LAYOUT))
+    if HEAD_DIM == 128 and NUM_STAGES * BLOCK_N <= 256:   # 3 slots of 128 keys fill shared memory
+        STORE_LAYOUT: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+    else:
+        STORE_LAYOUT: gl.constexpr = O_LAYOUT
+    out = gl.convert_layout(out, STORE_LAYOUT)
+    offs_mo = row0 + gl.arange(0, 64, gl.SliceLayout(1, STORE_LAYOUT))
+    offs_d = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, STORE_LAYOUT))
     rows = (row_base + offs_mo).to(gl.int64)
     o_mask = (offs_mo[:, None] < n_ctx) & (offs_d[None, :] < HEAD_DIM)
     gl.store(o_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], out, mask=o_mask)

@@ -75,8 +75,12 @@ def test_compiles_for_hopper(gluon_attention, schedule, head_dim, causal):
     assert "wgmma.wait_group" in ptx
     # OVERLAP waits for S(j) with the PV of tile j-1 still running: wait_group 1; the plain schedule never
     assert ("wgmma.wait_group.sync.aligned 1;" in ptx) == overlap
-    # P is fed from registers: no S/P round trip through shared memory in the consumer loops
-    assert ptx.count("st.shared") <= 2 and "stmatrix" not in ptx
+    # P is fed from registers: no S/P round trip through shared memory in the consumer loops. The only
+    # shared stores are 2 of the setup's and, at D = 128, the epilogue's move of the output into rows
+    # of 16-byte vectors: per consumer, 64 rows x D values of 2 bytes over 128 threads, 16 bytes each.
+    staged = head_dim == 128 and stages * block_n <= 256
+    assert ptx.count("st.shared") <= 2 + (2 * 64 * head_dim * 2 // (128 * 16) if staged else 0)
+    assert "stmatrix" not in ptx
 
     # TMA: Q's two boxes, then K and V, each into an mbarrier with a byte count
     assert "cp.async.bulk.tensor.2d" in ptx
