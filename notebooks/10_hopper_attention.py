@@ -1045,6 +1045,10 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 #   shared-memory rings and mbarriers. Its kernels compile without a GPU but run only on one, and a
 #   barrier waited on with the wrong parity gives no error: it hangs, or returns early and the numbers
 #   are wrong some of the time. A tile's slot is `j % stages`; its use `j // stages` decides the parity.
+# - FlashAttention-3's overlap inside a warpgroup shifts the loop by one matrix multiply: a tile's
+#   scores and the previous tile's `P V` go to the tensor cores together, and the softmax runs under
+#   the `P V`, holding one tile of scores. A slot's K released as soon as its scores exist lets the
+#   next K land during the softmax, and no schedule then needs more than one slot to finish.
 # - Adding dQ's shares with float32 atomics drops two of seven matrix multiplies per tile, yet on
 #   Hopper the one-kernel backward does not beat two kernels, and dQ is not bit-for-bit reproducible.
 #   cuDNN makes as many atomic adds and spills more: its lead is warpgroups that overlap their work.
