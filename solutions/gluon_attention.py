@@ -147,18 +147,20 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
 #
 # A key tile's work is split in helpers: _wait_ready (a tile's K or V has landed), _issue_qk (start
 # S = Q K^T, do not wait for it), _softmax (the online-softmax step on one tile of scores) and, for the
-# plain loop, _softmax_pv (wait for S, softmax, O += P V, release the slot). OVERLAP and PINGPONG change
-# only where the calls and the waits go.
+# plain loop, _softmax_pv (wait for S, release K, softmax, O += P V, release V). OVERLAP and PINGPONG
+# change only where the calls and the waits go.
 #
 # OVERLAP (FA3's intra-warpgroup overlap). The plain loop leaves the tensor cores idle during each
 # softmax: S = Q K^T is waited for at once, the softmax runs, then O += P V. With OVERLAP the loop is
 # shifted by one matmul, as FlashAttention-3 does: tile j's S = Q K^T and the previous tile's
 # O += P V are issued together, and tile j's softmax runs on the CUDA cores while the tensor cores do
 # the O += P V.
-#     first tile  issue S(0) and wait for it (nothing is running yet that it could overlap); softmax
+#     first tile  issue S(0) and wait for it (nothing is running yet that it could overlap); release
+#                 K(0); softmax
 #     tile j      issue S(j) and O += P(j-1) V(j-1); wait until at most 1 wgmma group is pending
-#                 (S(j) done, the PV may run); softmax(j); wait for all; release slot j-1; rescale O
-#     at the end  O += P V of the last tile; wait; release
+#                 (S(j) done, the PV may run); release K(j); softmax(j); wait for all; release
+#                 V(j-1); rescale O
+#     at the end  O += P V of the last tile; wait; release its V
 # (_attend_tiles_overlapped.) wgmma groups complete in the order they were issued, which is what makes
 # warpgroup_mma_wait(1) mean "S(j) is done". O is rescaled to tile j's row max only after the PV that
 # wrote it under tile j-1's max has completed. Held in registers across the softmax: one tile of
@@ -251,8 +253,8 @@ def _softmax_pv(s_token, acc, l_i, m_i, j, v_smem, v_ready, k_empty, v_empty, tu
                 qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                 S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr,
                 PINGPONG: gl.constexpr):
-    """The plain schedule, key tile j, its S = Q K^T issued: wait for S, online softmax, O += P V,
-    release the slot."""
+    """The plain schedule, key tile j, its S = Q K^T issued: wait for S, release K's slot, online
+    softmax, O += P V, release V's slot."""
     P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
     if PINGPONG:
         _hand_over(turn_bars, WG)   # this turn's S = Q K^T is issued: the other warpgroup's matmuls
@@ -326,10 +328,10 @@ def _attend_tiles_overlapped(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready,
     so that each turn on the tensor cores issues S(j) = Q K(j)^T and O += P(j-1) V(j-1) together and
     the softmax of tile j runs while the second of them does.
 
-        tile 0      S(0), waited for at once; its softmax gives P(0)
-        tile j      issue S(j) and O += P(j-1) V(j-1); wait for S(j) only; softmax(j) -> P(j);
-                    wait for O; release tile j-1's slot; rescale O to tile j's row max
-        at the end  O += P V of the last tile; release its slot
+        tile 0      S(0), waited for at once; release K(0); its softmax gives P(0)
+        tile j      issue S(j) and O += P(j-1) V(j-1); wait for S(j) only; release K(j);
+                    softmax(j) -> P(j); wait for O; release V(j-1); rescale O to tile j's row max
+        at the end  O += P V of the last tile; release its V
 
     With PINGPONG each of those three is a turn on the tensor cores (turn j issues tile j's matmuls,
     turn n_tiles the last O += P V), its operands waited for before the turn is taken.
@@ -357,13 +359,13 @@ def _attend_tiles_overlapped(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready,
         for j in range(1, n_plain):
             acc, p16, l_i, m_i = _overlapped_step(acc, p16, l_i, m_i, j, q, k_smem, v_smem, k_ready, v_ready,
                                                   k_empty, v_empty, turn_bars, offs_m, n_ctx, qk_scale, WG,
-                                                  BLOCK_N,
-                                                  NUM_STAGES, S_LAYOUT, O_LAYOUT, False, CAUSAL, PINGPONG)
+                                                  BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT, False, CAUSAL,
+                                                  PINGPONG)
         for j in range(gl.maximum(1, n_plain), n_tiles):
             acc, p16, l_i, m_i = _overlapped_step(acc, p16, l_i, m_i, j, q, k_smem, v_smem, k_ready, v_ready,
                                                   k_empty, v_empty, turn_bars, offs_m, n_ctx, qk_scale, WG,
-                                                  BLOCK_N,
-                                                  NUM_STAGES, S_LAYOUT, O_LAYOUT, True, CAUSAL, PINGPONG)
+                                                  BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT, True, CAUSAL,
+                                                  PINGPONG)
         # the last tile's O += P V, in a turn of its own
         _wait_ready(v_ready, n_tiles - 1, NUM_STAGES)
         if PINGPONG:
