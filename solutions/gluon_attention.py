@@ -418,8 +418,9 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
     # view would write them into the next head). lse in natural log. In the accumulator's layout a
     # thread holds 2 neighbouring values of every 8 columns, so a warp's store writes 16 bytes in each
     # of 8 rows. At D = 128 the output is first moved (through 16 KB of shared memory, where the ring
-    # leaves room) into rows of 16-byte vectors, a warp writing two whole rows at a time: faster there
-    # (tests/gpu_gluon_check.py's record); at D = 64 it measured slower, and stays as it is.
+    # leaves room) into rows of 16-byte vectors, a warp writing two whole rows at a time. Timed on the
+    # H200 while this kernel was written, that was faster at D = 128 and slower at D = 64, which stays
+    # as it is.
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))
     out = (acc / l_o[:, None]).to(gl.float16)
     if HEAD_DIM == 128 and NUM_STAGES * BLOCK_N <= 256:   # 3 slots of 128 keys fill shared memory
