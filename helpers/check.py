@@ -232,7 +232,10 @@ def time_limit(seconds, what):
         return
     started, launches = time.monotonic(), interpreter.launch_count()
 
+    fired = []
+
     def on_alarm(signum, frame):
+        fired.append(True)
         launched = interpreter.launch_count() - launches   # within the limit, the running one included
         raise KernelTimeout(_timeout_message(what, seconds, time.monotonic() - started, launched))
 
@@ -243,6 +246,8 @@ def time_limit(seconds, what):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if fired:   # the alarm may have struck while a launch patched the language or undid it
+            interpreter.restore_language()
 
 
 def _timeout_message(what, seconds, elapsed, launched=1):

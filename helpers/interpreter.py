@@ -360,7 +360,40 @@ def install():
     _wrap_launch(interpreter)
     _count_compiled_launches()
     _fix_index_for_new_numpy(interpreter)
+    _snapshot_language()
     _installed = True
+
+
+_pristine = {}   # each object the interpreter patches -> its attributes before any kernel ran
+
+
+def _patched_objects():
+    import triton.language as tl
+
+    objects = [tl, tl.core, tl.tensor, tl.math, tl.dtype, tl.core.tensor_descriptor_base]
+    return objects + ([tl.condition] if hasattr(tl, "condition") else [])
+
+
+def _snapshot_language():
+    for obj in _patched_objects():
+        _pristine[obj] = dict(vars(obj))
+
+
+def restore_language():
+    """Put back what the interpreter patched in triton.language, where a launch left it patched.
+
+    Each interpreted launch replaces the language's operations with its own for the launch's length,
+    and undoes that in a `finally`. A timeout stops a kernel with an exception raised wherever the
+    interpreter happens to be, and that can be while it patches or undoes the patches: then some stay,
+    and every kernel compiled later in the process fails (an AttributeError about `ir.value` and
+    `dtype`). Call it only while no kernel runs."""
+    for obj, attributes in _pristine.items():
+        if isinstance(obj, type):   # a class: a name it did not have was added by a patch (a module's
+            for name in [n for n in vars(obj) if n not in attributes]:   # may be a later import)
+                delattr(obj, name)
+        for name, value in attributes.items():
+            if name not in vars(obj) or vars(obj)[name] is not value:
+                setattr(obj, name, value)
 
 
 def _fix_index_for_new_numpy(interpreter):

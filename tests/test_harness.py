@@ -355,6 +355,28 @@ def test_a_slow_kernel_is_told_apart_from_an_endless_one(monkeypatch):
         check("vector_add", slow)
 
 
+def test_a_timeout_leaves_triton_language_unpatched():
+    """An interpreted launch patches triton.language while it runs. A timeout can strike while it patches
+    or undoes the patches: time_limit puts the language back, or every kernel compiled later in the
+    process would fail (CI met that: the Gluon kernel's compile, after this file's slow kernel)."""
+    from triton.runtime import interpreter as triton_interpreter
+
+    from helpers import interpreter as course_interpreter
+    from helpers.check import time_limit
+
+    @triton.jit
+    def noop(x_ptr):
+        pass
+
+    before = (tl.tensor.__dict__["__mul__"], tl.program_id, tl.core.dtype.to_ir, tl.static_range)
+    with pytest.raises(KernelTimeout):
+        with time_limit(0.2, "a launch stopped while it patches"):
+            while True:   # patch, never undo: what a launch interrupted at the wrong moment leaves
+                triton_interpreter._patch_lang(noop.fn)
+    assert (tl.tensor.__dict__["__mul__"], tl.program_id, tl.core.dtype.to_ir, tl.static_range) == before
+    assert set(vars(tl.tensor)) == set(course_interpreter._pristine[tl.tensor])   # nothing added stays
+
+
 def test_a_limit_reached_at_the_start_of_a_later_launch_is_still_slow(monkeypatch):
     """The limit may fall on program 1 of a launch: launches that ran to the end before it say slow."""
     monkeypatch.setattr(check_module.interpreter, "progress", lambda: ("one_per_program", 1, 1001))
