@@ -29,6 +29,7 @@ import helpers  # noqa: F401  (first: picks the GPU or the interpreter)
 import triton
 import triton.language as tl
 
+from helpers import interpreter
 from helpers.compiled import compiler_quiet
 from helpers.device import pick
 from helpers.launch import Launcher
@@ -355,6 +356,7 @@ def gluon_module():
 def gluon_build(head_dim=128, causal=True):
     """The Gluon forward compiled for sm_90 on this machine: what ptxas and the PTX say about it."""
     module = gluon_module()
+    interpreter.restore_language()   # an interpreted launch stopped midway may have left it patched
     with compiler_quiet():
         compiled = module.compile_for_hopper(head_dim, causal)
         report = module.ptxas_report(compiled)
