@@ -355,8 +355,8 @@ def gluon_module():
 
 def gluon_build(head_dim=128, causal=True):
     """The Gluon forward compiled for sm_90 on this machine: what ptxas and the PTX say about it."""
+    interpreter.restore_language()   # before Gluon's import: a launch stopped midway may leave it patched
     module = gluon_module()
-    interpreter.restore_language()   # an interpreted launch stopped midway may have left it patched
     with compiler_quiet():
         compiled = module.compile_for_hopper(head_dim, causal)
         report = module.ptxas_report(compiled)
