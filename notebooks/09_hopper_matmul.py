@@ -706,7 +706,11 @@ for gpu in recorded_devices():
 #
 # What is left in a prepared call is Python all the same: `matmul`'s checks, C's allocation, the key,
 # the grid, and Triton's launch function (Python that hands the descriptors' scratch memory and the
-# arguments to its C launcher, which packs them for the driver). Once
+# arguments to its C launcher, which packs them for the driver). Small things count at this scale:
+# the grid divides with `helpers.launch.cdiv`, not `triton.cdiv`, whose every call from Python goes
+# through the wrapper that lets kernels call it too (lesson 11 times both), and the scratch memory is
+# handed over as an address, which the launcher takes as it is (a tensor, it would ask the driver
+# about). Once
 # the kernel outlasts that (the larger sizes), launched and graphed meet and only the kernel matters.
 # Below that, what else removes the bill:
 #

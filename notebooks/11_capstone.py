@@ -626,7 +626,9 @@ for gpu, rows in graphed.items():
 #   into, and Triton calls the allocator given to `triton.set_allocator` for it at every launch (the
 #   course's hands back one buffer per stream, allocated once: lesson 09's solutions);
 # - the launcher's own Python: the course's checks of shapes, strides and alignment, the output's
-#   allocation.
+#   allocation, the grid. Even `triton.cdiv` counts there: it is a `constexpr_function` (callable
+#   inside kernels too), and a call from Python goes through Triton's wrapper for that. The course's
+#   launchers work out their grids with `helpers.launch.cdiv`, plain Python (both are timed below).
 #
 # Eager PyTorch launches from C++ after one dispatch, and Inductor's generated code calls its Triton
 # kernels through launchers it prepared ahead of time, which skip most of the binding. So do the

@@ -30,7 +30,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from helpers.bench import host_us, measure
 from helpers.compiled import compiler_quiet
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.launch import Launcher
+from helpers.launch import Launcher, cdiv
 from helpers.solutions import load_solution
 
 lesson05 = load_solution("05")   # inv_rms: 1 / rms of each row
@@ -49,8 +49,8 @@ def descriptor(t, block_shape):
 
 
 def _persistent_grid(M, N):
-    """As many programs as SMS, or as tiles if there are fewer."""
-    return lambda meta: (min(SMS, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
+    """As many programs as SMS, or as tiles if there are fewer (worked out at every launch: cdiv)."""
+    return lambda meta: (min(SMS, cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])),)
 
 
 def _check_tma(**tensors):
@@ -64,7 +64,7 @@ def _check_tma(**tensors):
              f"must be multiples of 16 bytes for a tensor descriptor; copy it into a wider, aligned buffer")
 
 
-_scratch = {}   # stream -> the buffer its launches build their descriptors in
+_scratch = {}   # stream -> (the buffer its launches build their descriptors in, its address)
 
 
 def _descriptor_scratch(size, alignment, stream):
@@ -73,14 +73,17 @@ def _descriptor_scratch(size, alignment, stream):
     One buffer per stream, reused by every launch on it: the launches of one stream run one after
     another, so none is still reading its descriptors when the next writes its own (no launch here
     overlaps the previous one, as programmatic dependent launch would). Allocating it afresh each time
-    cost 7 to 11 µs of host time per launch (lesson 11's launch_parts_us). Inside a CUDA-graph capture
-    each launch gets memory of its own from the graph's pool, which lives as long as the graph."""
+    cost 7 to 11 µs of host time per launch (lesson 11's launch_parts_us). It is handed over as its
+    address, which the launch takes as it is (given a tensor, it asks the driver about the pointer).
+    Inside a CUDA-graph capture each launch gets memory of its own from the graph's pool."""
     if torch.cuda.is_current_stream_capturing():
         return torch.empty(size, device=DEVICE, dtype=torch.int8)
-    buffer = _scratch.get(stream)
+    buffer, address = _scratch.get(stream, (None, None))
     if buffer is None or buffer.numel() < size:
-        buffer = _scratch[stream] = torch.empty(max(size, 1 << 16), device=DEVICE, dtype=torch.int8)
-    return buffer
+        buffer = torch.empty(max(size, 1 << 16), device=DEVICE, dtype=torch.int8)
+        address = buffer.data_ptr()
+        _scratch[stream] = buffer, address
+    return address
 
 
 # Kernels that build descriptors themselves (tl.make_tensor_descriptor: matmul and linear below, the
@@ -261,8 +264,9 @@ def matmul(a, b, scale=None, b_is_nk=False):
     if scale is not None:
         assert scale.shape == (M,) and scale.dtype == torch.float32 and scale.stride(0) == 1, \
             "scale: (M,) float32, contiguous: one factor per row"
+    _check_tma(a=a, b=b)
+    assert N * a.itemsize % 16 == 0, f"c's rows: N = {N} values must fill a multiple of 16 bytes (TMA)"
     c = a.new_empty((M, N))     # a's dtype and device
-    _check_tma(a=a, b=b, c=c)   # c's rows too: N values must fill a multiple of 16 bytes
     _matmul_launcher(_persistent_grid(M, N), a, b, c, scale, M, N, K, a.stride(0), b.stride(0),
                      B_NK=b_is_nk, HAS_SCALE=scale is not None)
     return c

@@ -32,7 +32,7 @@ import triton.language as tl
 from helpers import interpreter
 from helpers.compiled import compiler_quiet
 from helpers.device import pick
-from helpers.launch import Launcher
+from helpers.launch import Launcher, cdiv
 from helpers.solutions import load_solution
 
 lesson05 = load_solution("05")   # the tiled softmax, the row kernels profiled beside the compiler's
@@ -189,7 +189,7 @@ def causal_attention(q, k, v):
             f"{name}: its strides {tuple(strides)} and start must be multiples of 16 bytes (descriptors)"
     out = q.new_empty((B, N, H, D))
     o = out.transpose(1, 2)                                # the (B, H, N, D) view the kernel writes through
-    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
+    grid = lambda meta: (cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
     _causal_launcher(grid, q, k, v, o, N, H, D ** -0.5 * lesson06.LOG2E.value,
                      *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], HEAD_DIM=D)
     return out

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from helpers.block import BlockConfig, rope, rope_tables
 from helpers.device import pick
-from helpers.launch import Launcher
+from helpers.launch import Launcher, cdiv, next_power_of_2
 from helpers.solutions import load_solution
 
 lesson05 = load_solution("05")   # inv_rms and rms_norm_rows
@@ -151,10 +151,10 @@ def rope_qk(q, k, cos, sin):
     assert cos.stride(1) == sin.stride(1) == 1, "cos and sin: rows of contiguous values"
     q_rot, k_rot = q.new_empty((B, H, N, D)), q.new_empty((B, H, N, D))   # contiguous, q's dtype
     BLOCK_POS = pick(cpu=16, gpu=64)
-    grid = (triton.cdiv(N, BLOCK_POS), B * H)
+    grid = (cdiv(N, BLOCK_POS), B * H)   # helpers.launch: triton.cdiv at a tenth of its host time
     _rope_launcher(grid, q, k, cos, sin, q_rot, k_rot, H, N, D // 2, *q.stride(), *k.stride(),
                    cos.stride(0), sin.stride(0), BLOCK_POS=BLOCK_POS,
-                   BLOCK_HALF=triton.next_power_of_2(D // 2), num_warps=4)
+                   BLOCK_HALF=next_power_of_2(D // 2), num_warps=4)
     return q_rot, k_rot
 
 
@@ -361,8 +361,9 @@ def _empty_kernel(x_ptr):
 
 def _launch_parts(h, w_gate_up):
     """Host microseconds of one launch of swiglu_linear_kernel, piece by piece: a kernel that does
-    nothing; the kernel with its best config given (no autotuner) and descriptor scratch taken from a
-    buffer allocated once; the same with scratch allocated at each launch (the course's allocator);
+    nothing; a grid's ceiling division through triton.cdiv and through plain Python; the kernel with
+    its best config given (no autotuner) and descriptor scratch taken from a buffer allocated once; the
+    same with the course's allocator (lesson 09's: one buffer per stream, handed over as its address);
     through the autotuner; and through a launcher prepared once (helpers.launch), as swiglu_linear
     launches it (launch_steps_us times swiglu_linear whole: its checks, its output, that launch)."""
     from triton.runtime import _allocation
@@ -372,7 +373,9 @@ def _launch_parts(h, w_gate_up):
     out = swiglu_linear(h, w_gate_up)                      # autotunes for this shape, once
     grid = lesson09._persistent_grid(M, N)
     args = (h, w_gate_up, out, M, N, K, h.stride(0), w_gate_up.stride(0))
-    parts = {"a Triton kernel that does nothing (one argument)": _host_us(lambda: _empty_kernel[(1,)](h))}
+    parts = {"a Triton kernel that does nothing (one argument)": _host_us(lambda: _empty_kernel[(1,)](h)),
+             "triton.cdiv(M, 128), from Python": _host_us(lambda: triton.cdiv(M, 128)),
+             "helpers.launch.cdiv(M, 128)": _host_us(lambda: cdiv(M, 128))}
     try:
         best = swiglu_linear_kernel.best_config
         one_config = lambda: swiglu_linear_kernel.fn[grid](*args, **best.all_kwargs())  # noqa: E731

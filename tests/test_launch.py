@@ -9,7 +9,7 @@ import triton.language as tl
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.launch import Launcher, _check_arguments, _key
+from helpers.launch import Launcher, _check_arguments, _key_and_addresses, cdiv
 
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="a prepared launch needs a compiled kernel (a GPU)")
 
@@ -48,11 +48,28 @@ def test_the_same_values_as_the_kernel_and_every_launch_counted():
         torch.testing.assert_close(out, 2.0 * (x * x if square else x) + y)
 
 
+def _key(args, constexprs):
+    return _key_and_addresses(args, constexprs)[0]
+
+
 def test_the_key_is_what_decides_the_compiled_variant():
     x = torch.zeros(64, device=DEVICE)
     assert _key((x, 16, 2.5, None), {"B": 4}) == ((torch.float32, x.device, True), 16, float, None, ("B", 4))
     assert _key((x[1:],), {}) == ((torch.float32, x.device, False),)   # 4 bytes in: not 16-byte aligned
     assert _key((x, 17), {}) != _key((x, 16), {})               # divisible by 16, or not
+    assert _key((x.half(),), {}) != _key((x,), {})              # another dtype
+
+
+def test_the_launch_takes_each_tensor_as_its_address():
+    x = torch.zeros(64, device=DEVICE)
+    assert _key_and_addresses((x, 16, 2.5, None, x[1:]), {})[1] == [x.data_ptr(), 16, 2.5, None,
+                                                                    x.data_ptr() + 4]
+
+
+def test_cdiv_is_tritons():
+    for n in (0, 1, 127, 128, 129, 10**12 + 1):
+        for d in (1, 16, 128):
+            assert cdiv(n, d) == triton.cdiv(n, d)
 
 
 def test_what_a_prepared_launch_refuses():

@@ -56,7 +56,7 @@ WRONG = [
                           "                    q.new_empty((B, H, N, D), dtype=torch.float32))"))),
     Wrong("rope_qk", "half the head dimension hard-coded to 32 (D = 64)", edit(
         "11", "rope_qk", ("H, N, D // 2, *q.stride()", "H, N, 32, *q.stride()"),
-        ("BLOCK_HALF=triton.next_power_of_2(D // 2)", "BLOCK_HALF=32"))),
+        ("BLOCK_HALF=next_power_of_2(D // 2)", "BLOCK_HALF=32"))),
     Wrong("rope_qk", "sin's rows read with cos's row stride", edit(
         "11", "rope_qk", (ROPE_SIN, ROPE_SIN.replace("* s_sin", "* s_cos")))),
     Wrong("rope_qk", "the head dimension taken to be contiguous (its stride ignored)", edit(
