@@ -681,8 +681,8 @@ for gpu in recorded_devices():
               "`make bench LESSON=09` re-records it)")
 
 # %% [markdown]
-# At the sizes marked `*` the launched column is the CPU's pace, not the kernel's. Read the rows from
-# the most host work to the least:
+# At the sizes marked `*` the launched column is the CPU's pace, not the kernel's. What each row does
+# on the host at every call:
 #
 # - **exercise 2** has no autotuner, but builds three host tensor descriptors at every call: each is
 #   validated in Python, then encoded into a TMA descriptor by the launch;
@@ -701,7 +701,7 @@ for gpu in recorded_devices():
 #   themselves. That costs the GPU a little at the start of every launch (each program writes three
 #   descriptors and waits for them to be visible before its first copy), and saves the host far more
 #   (compare its host column with exercise 2's). Its own checks and the descriptors' scratch memory
-#   leave it a few µs of host time above lesson 04's prepared call;
+#   leave its host time close to lesson 04's prepared call (compare the two);
 # - **cuBLAS** does its equivalent in C++, behind one dispatch.
 #
 # What is left in a prepared call is Python all the same: `matmul`'s checks, C's allocation, the key,

@@ -582,10 +582,11 @@ records = block_records()
 
 
 def plain_launch_us(gpu):
-    """Lesson 01's figure on the same host: one launch of a tiny Triton kernel from Python, in µs."""
+    """Lesson 01's record on this GPU: (one launch of a tiny Triton kernel from Python in µs, the date it
+    was recorded), or None."""
     rows, _ = recorded_rows("launch_overhead", gpu)
     many = next((r for r in rows if r["impl"].endswith(" launches")), None)
-    return 1000 * many["ms"] / int(many["impl"].split()[0]) if many else None
+    return (1000 * many["ms"] / int(many["impl"].split()[0]), many["date"]) if many else None
 
 
 for gpu, rows in graphed.items():
@@ -594,26 +595,33 @@ for gpu, rows in graphed.items():
     print(f"{gpu}:\n  {'shape':>7} {'implementation':>28} {'µs from Python':>14} {'as a graph':>10} "
           f"{'removed':>8} {'kernels':>8} {'µs added per kernel':>20}")
     for label in dict.fromkeys(r["label"] for r in rows):
-        removed = {}
+        removed, added = {}, {}
         for r in rows:
             key = (label, r["impl"])
             if r["label"] != label or key not in from_python:
                 continue
             t, g, n = from_python[key], 1000 * r["ms"], kernels.get(key)
             removed[r["impl"]] = 1 - g / t
-            per_kernel = f"{(t - g) / n:20.1f}" if n else f"{'-':>20}"
+            added[r["impl"]] = (t - g) / n if n else None
+            per_kernel = f"{added[r['impl']]:20.1f}" if n else f"{'-':>20}"
             print(f"  {label:>7} {r['impl']:>28} {t:14.0f} {g:10.0f} {1 - g / t:8.0%} {n or '-':>8} "
                   f"{per_kernel}")
         if removed:
             print(f"  {label}: the graph removes the largest share from {max(removed, key=removed.get)}")
+        ours, eager = added.get("course kernels (lesson 11)"), added.get("eager + SDPA")
+        if ours and eager:
+            print(f"  {label}: one of the course's launches adds {ours / eager:.1f}x what one of eager's "
+                  f"adds")
     if plain_launch_us(gpu):
-        print(f"  lesson 01 on this host: one launch of a tiny Triton kernel from Python, "
-              f"{plain_launch_us(gpu):.1f} µs")
+        us, date = plain_launch_us(gpu)
+        print(f"  lesson 01's record on this GPU ({date}): one launch of a tiny Triton kernel from Python, "
+              f"{us:.1f} µs")
 
 # %% [markdown]
-# Read the last column against eager's, and against lesson 01's plain launch. Each of the course's
-# launches still adds more than one of eager's kernels does: fusing about sixty kernels into eight
-# cut the launch bill less than the count suggests. Why does a Triton launch from Python cost more?
+# Read the last column against eager's, and against lesson 01's plain launch. One of the course's
+# launches adds about as much as one of eager's kernels, or several times as much (the ratio under
+# each shape): fusing about sixty kernels into eight cut the launch bill less than the count
+# suggests. Why does a Triton launch from Python cost more?
 # `kernel[grid](...)` runs Python at every launch before anything reaches the GPU:
 #
 # - **argument binding**: the arguments are matched to the kernel's signature, and each is examined
