@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 from matmul_testing import MATMUL_TOL, aligned_view, assert_matches, double, randn
 
-from helpers import DEVICE
+from helpers import DEVICE, ON_GPU
 from helpers.solutions import load_solution
 from helpers.traffic import triton_traffic
 
@@ -69,6 +69,19 @@ def test_the_fast_matmul_says_what_its_descriptors_need():
         lesson09.matmul(randn(5, 48), randn(6, 48), b_is_nk=True)
     with pytest.raises(AssertionError, match="inner dimensions"):
         lesson09.matmul(randn(5, 48), randn(40, 8))
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the descriptors' scratch memory is allocated on a GPU")
+def test_the_descriptor_scratch_is_one_buffer_per_stream_handed_over_as_its_address():
+    stream = torch.cuda.current_stream().cuda_stream
+    first = lesson09._descriptor_scratch(1024, 128, stream)
+    assert isinstance(first, int) and lesson09._descriptor_scratch(512, 128, stream) == first
+    buffer, address = lesson09._scratch[stream]
+    assert address == first == buffer.data_ptr() and first % 128 == 0
+    size = buffer.numel()
+    larger = lesson09._descriptor_scratch(size + 1, 128, stream)   # outgrown: a new buffer
+    buffer, address = lesson09._scratch[stream]
+    assert buffer.numel() > size and larger == address == buffer.data_ptr()
 
 
 def grouped(tile, tiles_m, tiles_n, group=8):
