@@ -74,8 +74,8 @@ def _descriptor_scratch(size, alignment, stream):
     another, so none is still reading its descriptors when the next writes its own (no launch here
     overlaps the previous one, as programmatic dependent launch would), and no launch pays for an
     allocation. It is handed over as its address, which the launch takes as it is (given a tensor, it
-    asks the driver about the pointer).
-    Inside a CUDA-graph capture each launch gets memory of its own from the graph's pool."""
+    asks the driver about the pointer). Inside a CUDA-graph capture each launch gets memory of its own
+    from the graph's pool."""
     if torch.cuda.is_current_stream_capturing():
         return torch.empty(size, device=DEVICE, dtype=torch.int8)
     buffer, address = _scratch.get(stream, (None, None))
