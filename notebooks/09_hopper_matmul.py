@@ -719,6 +719,29 @@ for gpu in recorded_devices():
 # - fewer launches: fusing what comes before and after into the matmul's epilogue (next).
 #
 # Lesson 11 takes one launch apart and times each piece on its own.
+#
+# One more cost sits on the GPU's side, in the graphed column. The fast matmul's programs build their
+# three descriptors before their first copy; how long does that take? `make bench` times it on its
+# own: one program per SM copies one tile through one descriptor, or through three, built on the host
+# or by each program. Beside it, the 2048³ row, where the host keeps up (no `*`) and the kernel's time
+# is what counts:
+
+# %%
+for gpu in recorded_devices():
+    print(f"{gpu}:")
+    course.print_descriptor_build(hopper.get(gpu, {}).get("descriptor_build"))
+    rows = {r["impl"]: r for r in recorded_rows("hopper_matmul_fp16", gpu)[0] if r["label"] == "2048^3"}
+    ours, cublas = rows.get("lesson 09: matmul, launched prepared"), rows.get("cuBLAS")
+    if ours and cublas:
+        print(f"  2048^3 as graph replays: the fast matmul {1000 * ours['ms']:.1f} µs, cuBLAS "
+              f"{1000 * cublas['ms']:.1f} µs: {1000 * (ours['ms'] - cublas['ms']):+.1f} µs")
+
+# %% [markdown]
+# Building three descriptors in the kernel costs each launch a few µs that host descriptors would not,
+# about as much as separates the fast matmul from cuBLAS at 2048³ (compare the last lines). Built on
+# the host instead, they cost far more of the CPU's time at every call (exercise 1's host column
+# above), which matters more at the sizes marked `*`. Neither way is free: the course builds them in
+# the kernel, where the cost is smaller, and the same few µs count for less against a longer kernel.
 
 # %% [markdown]
 # ## Epilogues on the fast mainloop

@@ -696,6 +696,56 @@ def _launch_against_flush(n=1024):
                          "graph replays": 1000 * measure(candidate, graph=True)}}
 
 
+@triton.jit
+def _copy_through_host_descriptors(a_desc, b_desc, c_desc, out_ptr, COUNT: tl.constexpr):
+    """One tile copied through each of the first COUNT descriptors, built on the host, and summed."""
+    total = tl.sum(a_desc.load([0, 0]).to(tl.float32))
+    if COUNT > 1:
+        total += tl.sum(b_desc.load([0, 0]).to(tl.float32)) + tl.sum(c_desc.load([0, 0]).to(tl.float32))
+    tl.store(out_ptr + tl.program_id(0), total)
+
+
+@triton.jit
+def _copy_through_built_descriptors(a_ptr, b_ptr, c_ptr, out_ptr, n, COUNT: tl.constexpr):
+    """The same copies through descriptors each program builds first, as matmul_kernel's programs do."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[n, n], strides=[n, 1], block_shape=[128, 64])
+    total = tl.sum(a_desc.load([0, 0]).to(tl.float32))
+    if COUNT > 1:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[n, n], strides=[n, 1], block_shape=[128, 64])
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[n, n], strides=[n, 1], block_shape=[128, 64])
+        total += tl.sum(b_desc.load([0, 0]).to(tl.float32)) + tl.sum(c_desc.load([0, 0]).to(tl.float32))
+    tl.store(out_ptr + tl.program_id(0), total)
+
+
+def _descriptor_build(n=1024):
+    """What building tensor descriptors in the kernel costs the GPU at the start of a launch: SMS programs
+    each copy one tile through one descriptor, or through three, built on the host or by the program
+    itself; µs per launch, graph replays with L2 flushed (as the bench rows)."""
+    a, b, c = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = torch.empty(SMS, device="cuda", dtype=torch.float32)
+    host = [descriptor(t, [128, 64]) for t in (a, b, c)]
+    record = {"programs": SMS}
+    for count in (1, 3):
+        record[f"{count} host descriptor(s)"] = 1000 * measure(
+            lambda count=count: _copy_through_host_descriptors[(SMS,)](*host, out, COUNT=count), graph=True)
+        record[f"{count} built in the kernel"] = 1000 * measure(
+            lambda count=count: _copy_through_built_descriptors[(SMS,)](a, b, c, out, n, COUNT=count),
+            graph=True)
+    return record
+
+
+def print_descriptor_build(record):
+    """One GPU's descriptor_build record (see _descriptor_build), or that it is missing."""
+    if not record:
+        print("  building descriptors in the kernel: not recorded yet (`make bench LESSON=09` on a GPU)")
+        return
+    for count in (1, 3):
+        host, built = record[f"{count} host descriptor(s)"], record[f"{count} built in the kernel"]
+        print(f"  {record['programs']} programs, each copying one tile through {count} descriptor(s): "
+              f"{host:5.1f} µs built on the host, {built:5.1f} µs built by each program: "
+              f"{built - host:+.1f} µs")
+
+
 # How the autotuner may time its candidates: the lesson's way last.
 STABILITY_TIMINGS = {
     "launched from Python": None,   # the autotuner's default: do_bench on launches from Python
@@ -730,7 +780,8 @@ def _stability_probe(timing):
 def record_artifacts(folder):
     """On a GPU (called by `make bench`): the fast matmul's compiled-code excerpt, which warp-specialised
     configurations compile and whether their ttgir is specialised, the autotuner's choice in three
-    fresh processes per way of timing, and host time per launch against do_bench's flush, into
+    fresh processes per way of timing, host time per launch against do_bench's flush, and what building
+    descriptors in the kernel costs the GPU, into
     folder/09_hopper_matmul/<gpu>.json."""
     import json
     import subprocess
@@ -758,7 +809,8 @@ def record_artifacts(folder):
                                  check=True).stdout
             stability += [{**row, "process": process} for row in json.loads(out.strip().splitlines()[-1])]
     record = {**profile.stamp(), "compiled": compiled, "warp_specialize": _warp_specialize_survey(),
-              "autotune_stability": stability, "launch_against_flush": _launch_against_flush()}
+              "autotune_stability": stability, "launch_against_flush": _launch_against_flush(),
+              "descriptor_build": _descriptor_build()}
     out = folder / RECORDED / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))
