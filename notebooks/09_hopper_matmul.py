@@ -710,9 +710,8 @@ for gpu in recorded_devices():
 # the grid divides with `helpers.launch.cdiv`, not `triton.cdiv`, whose every call from Python goes
 # through the wrapper that lets kernels call it too (lesson 11 times both), and the scratch memory is
 # handed over as an address, which the launcher takes as it is (a tensor, it would ask the driver
-# about). Once
-# the kernel outlasts that (the larger sizes), launched and graphed meet and only the kernel matters.
-# Below that, what else removes the bill:
+# about). Once the kernel outlasts all that (the larger sizes), launched and graphed meet and only the
+# kernel matters. Below that, what else removes the bill:
 #
 # - **CUDA graphs**, where the same shapes come back step after step: no Python at all per launch
 #   (lesson 11's `CapturedStep`);
