@@ -807,11 +807,11 @@ for target, group, ours, baseline in FUSION_TARGETS:
 #   lesson 09's verdict); lesson 04's loop is the clear version, not the fast one.
 # - `torch.compile` finds the element-wise and reduction fusions by itself and, in its default mode,
 #   calls cuBLAS for the matmuls; compare against it, not only against eager.
-# - Small steps are launch-bound, and a Triton launch from Python costs more than an eager kernel's
-#   (argument binding, the autotuner's lookup, descriptor scratch): fewer launches help only partly,
-#   a launcher prepared once cuts each launch's Python but not all of it. CUDA graphs remove the CPU's
-#   launches, PDL shortens the gaps between kernels, and what is left at
-#   decoding sizes, the share of the step above the weight-reading floor, is what a megakernel wins.
+# - Small steps are launch-bound, and a Triton launch from Python costs as much as an eager kernel's
+#   or more (argument binding, the autotuner's lookup, descriptor scratch): fewer launches help only
+#   partly, a launcher prepared once cuts each launch's Python but not all of it. CUDA graphs remove
+#   the CPU's launches, PDL shortens the gaps between kernels, and what is left at decoding sizes,
+#   the share of the step above the weight-reading floor, is what a megakernel wins.
 # - Read a benchmark as verdicts computed from its rows, per GPU, and explain each one by its
 #   mechanism: launches, bytes, and the speed of the mainloop.
 
