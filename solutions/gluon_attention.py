@@ -25,6 +25,10 @@ kernel's OVERLAP and PINGPONG; both off, the default, is the plain schedule, com
   runs this tile's softmax while the tensor cores do the O += P V;
 * PINGPONG: the two consumers take turns on the tensor cores, one's softmax while the other's matmuls
   run, handing the turn over through two more mbarriers.
+And a third consumer (gluon_attention's consumers=3, the kernel's CONSUMERS), FA3's arrangement at
+D = 64: blocks of 192 query rows, three consumer warpgroups at 160 registers a thread beside the
+producer's 24, each reading K and V once for 192 rows; causal, a warpgroup reads only the key tiles its
+own rows see and releases the block's last ones unread.
 Each schedule is checked and timed on Hopper GPUs (tests/gpu_gluon_check.py), compiled for sm_90
 without one (tests/test_gluon_compile.py), and its barrier protocol run through every interleaving on
 a model (tests/test_gluon_protocol.py).
@@ -49,13 +53,14 @@ LN2 = gl.constexpr(0.6931471805599453)   # ln(2): log(x) == log2(x) * LN2
 # one this Triton has, picked here at import.
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 
-BLOCK_M = 128        # query rows per CTA
 PRODUCER_REGS = gl.constexpr(24)   # setmaxnreg for the producer's warpgroup: the least a thread may have
-CONSUMER_REGS = gl.constexpr(240)  # setmaxnreg for the second consumer (a worker partition)
-MAXNREG = 168        # 12 warps (4 + 4 + 1, rounded up to whole warpgroups) * 32 * 168 <= 65536 registers
-# Inside the partitions the three warpgroups share 3 * 168 = 504 registers a thread: the producer 24,
-# consumer 1 240, and the default partition (consumer 0) what is left, 504 - 24 - 240 = 240 (the PTX's
-# setmaxnreg values say so).
+# Per number of consumer warpgroups (64 query rows each): (setmaxnreg for the consumers that are worker
+# partitions, the launch's maxnreg). Two: 12 warps (4 + 4 + 1, rounded up to whole warpgroups) * 32 *
+# 168 <= 65536 registers; inside the partitions the three warpgroups share 3 * 168 = 504 registers a
+# thread: the producer 24, consumer 1 240, and the default partition (consumer 0) what is left,
+# 504 - 24 - 240 = 240 (the PTX's setmaxnreg values say so). Three: 16 warps * 32 * 128 = 65536;
+# 4 * 128 = 512 a thread shared as 24, 160, 160 and the rest, 168, for consumer 0.
+REGISTERS = {2: (240, 168), 3: (160, 128)}
 
 
 # Row max and row sum through gl.reduce with combine functions of our own: gl.max / gl.sum are built on
@@ -72,16 +77,17 @@ def _add_combine(a, b):
 
 
 @gluon.jit
-def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
-    """(n_plain, n_tiles): this query block visits key tiles 0 .. n_tiles-1, of which the first n_plain
-    need no mask. Producer and consumers call this same function, so they agree on the loop count.
+def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """(n_plain, n_tiles): this query block (BLOCK_M rows from start_m) visits key tiles 0 .. n_tiles-1,
+    of which the first n_plain need no mask. Producer and consumers call this same function, so they
+    agree on the loop count.
 
     Full attention: every key tile, the last one masked if N is not a multiple of BLOCK_N.
-    Causal: the keys before start_m are seen by all 128 rows (no mask); the tiles covering the block's
-    own keys start_m .. start_m + 127 need the diagonal mask. BLOCK_N divides 128, so the unmasked tiles
-    end exactly at start_m."""
+    Causal: the keys before start_m are seen by all the block's rows (no mask); the tiles from there to
+    the block's last key need the diagonal mask. Where BLOCK_N divides BLOCK_M the unmasked tiles end
+    exactly at start_m; otherwise (192 rows, tiles of 128) the tile across start_m is masked too."""
     if CAUSAL:
-        hi = gl.minimum(start_m + 128, n_ctx)
+        hi = gl.minimum(start_m + BLOCK_M, n_ctx)
         n_plain = start_m // BLOCK_N
     else:
         hi = n_ctx
@@ -104,21 +110,22 @@ def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr):
 #                           waits for parity (u & 1) ^ 1 before overwriting: for u = 0 that is the phase
 #                           "before" the first, which a fresh barrier reports as complete, so the first
 #                           NUM_STAGES fills do not wait.
-#   q_ready                 count 1, used once (parity 0): both 64-row halves of Q.
+#                           (With three consumers, CONSUMERS = 3, the empty barriers count 3.)
+#   q_ready                 count 1, used once (parity 0): every consumer's 64 rows of Q.
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
               row_base, start_m, n_ctx, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-              NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+              NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr):
     """Load partition. Q, K, V are seen as one (B*H*N, D) matrix: this head's rows start at row_base."""
-    # Q: two boxes of 64 rows, one per consumer. Rows past N belong to the next head (or read as zeros
-    # past the tensor's end); their results are never stored.
-    mbarrier.expect(q_ready, 2 * 64 * HEAD_DIM * 2)
-    tma_load(q_desc, [row_base + start_m, 0], q_ready, q_smem.index(0))
-    tma_load(q_desc, [row_base + start_m + 64, 0], q_ready, q_smem.index(1))
+    # Q: a box of 64 rows per consumer. Rows past N belong to the next head (or read as zeros past the
+    # tensor's end); their results are never stored.
+    mbarrier.expect(q_ready, CONSUMERS * 64 * HEAD_DIM * 2)
+    for i in gl.static_range(CONSUMERS):
+        tma_load(q_desc, [row_base + start_m + 64 * i, 0], q_ready, q_smem.index(i))
 
-    n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, BLOCK_N)
+    n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, 64 * CONSUMERS, BLOCK_N)
     tile_bytes: gl.constexpr = BLOCK_N * HEAD_DIM * 2
     for j in range(n_tiles):
         slot = j % NUM_STAGES
@@ -382,8 +389,8 @@ def _attend_tiles_overlapped(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready,
 def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
               turn_bars, o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM: gl.constexpr,
               BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
-              PINGPONG: gl.constexpr):
-    """Softmax/MMA partition WG (0 or 1): query rows start_m + 64*WG .. + 63 of this head."""
+              PINGPONG: gl.constexpr, CONSUMERS: gl.constexpr):
+    """Softmax/MMA partition WG (0 .. CONSUMERS-1): query rows start_m + 64*WG .. + 63 of this head."""
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -397,7 +404,14 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
 
     q = q_smem.index(WG)
     mbarrier.wait(q_ready, 0)
-    n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, BLOCK_N)
+    n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, 64 * CONSUMERS, BLOCK_N)
+    # Causal, these rows see no key past row0 + 63, and in a block of three warpgroups the block's last
+    # tile can hold only later keys. The plain schedule reads up to its own last tile (n_mine) and
+    # releases the rest unread, after its epilogue; with OVERLAP or PINGPONG every warpgroup runs every
+    # tile (the turns count on it).
+    n_mine = n_tiles
+    if CAUSAL and not OVERLAP and not PINGPONG:
+        n_mine = (gl.minimum(row0 + 64, n_ctx) + BLOCK_N - 1) // BLOCK_N
     if OVERLAP:   # it takes and hands over its own turns
         acc, l_i, m_i = _attend_tiles_overlapped(
             acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, offs_m, n_plain,
@@ -409,7 +423,7 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
                                       turn_bars, offs_m, 0, n_plain, n_ctx, qk_scale, WG, BLOCK_N, NUM_STAGES,
                                       S_LAYOUT, O_LAYOUT, False, CAUSAL, PINGPONG)
         acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                                      turn_bars, offs_m, n_plain, n_tiles, n_ctx, qk_scale, WG, BLOCK_N,
+                                      turn_bars, offs_m, n_plain, n_mine, n_ctx, qk_scale, WG, BLOCK_N,
                                       NUM_STAGES, S_LAYOUT, O_LAYOUT, True, CAUSAL, PINGPONG)
         if PINGPONG:
             _hand_over(turn_bars, WG)   # the last turn held only the last O += P V
@@ -436,6 +450,14 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
     lse = (m_i + gl.log2(l_i)) * LN2
     gl.store(lse_ptr + (row_base + offs_m).to(gl.int64), lse, mask=offs_m < n_ctx)
 
+    # The tiles past n_mine: each waited for until it has landed, so that the arrival counts toward
+    # that tile's phase of the slot's barrier, not the one before it.
+    for j in range(n_mine, n_tiles):
+        _wait_ready(k_ready, j, NUM_STAGES)
+        mbarrier.arrive(k_empty.index(j % NUM_STAGES), count=1)
+        _wait_ready(v_ready, j, NUM_STAGES)
+        mbarrier.arrive(v_empty.index(j % NUM_STAGES), count=1)
+
 
 # ---------------------------------------------------------------- the kernel: allocate, fork
 
@@ -443,22 +465,26 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
 @gluon.jit
 def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_scale,
                            HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                           CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
-    """Grid (cdiv(N, 128), B*H). q/k/v_desc: host TMA descriptors over the (B*H*N, D) view, boxes of
-    64 rows (Q) and BLOCK_N rows (K, V). o_ptr (B*H*N, D) fp16 and lse_ptr (B*H*N,) fp32 contiguous.
-    OVERLAP, PINGPONG: FA3's two scheduling steps (see the consumers' comment); both off is the plain
-    schedule."""
-    gl.static_assert(128 % BLOCK_N == 0, "the causal split needs BLOCK_N to divide the 128-row block")
+                           CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
+                           CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """Grid (cdiv(N, 64 * CONSUMERS), B*H). q/k/v_desc: host TMA descriptors over the (B*H*N, D) view,
+    boxes of 64 rows (Q) and BLOCK_N rows (K, V). o_ptr (B*H*N, D) fp16 and lse_ptr (B*H*N,) fp32
+    contiguous. OVERLAP, PINGPONG: FA3's two scheduling steps (see the consumers' comment); both off is
+    the plain schedule. CONSUMERS: 2 or 3 consumer warpgroups of 64 query rows (CONSUMER_REGS: the
+    setmaxnreg of those that are worker partitions, REGISTERS)."""
+    gl.static_assert(CONSUMERS == 2 or CONSUMERS == 3, "two or three consumer warpgroups")
+    gl.static_assert(not PINGPONG or CONSUMERS == 2, "the ping-pong's turns are for two consumers")
+    BLOCK_M: gl.constexpr = 64 * CONSUMERS
     pid = gl.program_id(0)
     if CAUSAL:   # the query blocks with the most key tiles start first
-        start_m = (gl.num_programs(0) - 1 - pid) * 128
+        start_m = (gl.num_programs(0) - 1 - pid) * BLOCK_M
     else:
-        start_m = pid * 128
+        start_m = pid * BLOCK_M
     row_base = gl.program_id(1) * n_ctx
 
-    # Shared memory: Q (2 x 64 x D), the K and V rings (NUM_STAGES x BLOCK_N x D each), the barriers.
-    # The descriptors' NVMMA layouts (128-byte swizzle) are what both TMA and wgmma read.
-    q_smem = gl.allocate_shared_memory(gl.float16, [2, 64, HEAD_DIM], q_desc.layout)
+    # Shared memory: Q (CONSUMERS x 64 x D), the K and V rings (NUM_STAGES x BLOCK_N x D each), the
+    # barriers. The descriptors' NVMMA layouts (128-byte swizzle) are what both TMA and wgmma read.
+    q_smem = gl.allocate_shared_memory(gl.float16, [CONSUMERS, 64, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -470,8 +496,8 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)   # one arrival from each consumer warpgroup
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)   # one arrival from each consumer warpgroup
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
     if PINGPONG:   # the consumers' turns on the tensor cores: one arrival (the other's hand-over) each
         turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         mbarrier.init(turn_bars.index(0), count=1)
@@ -481,17 +507,36 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
     fence_async_shared()   # the initialised barriers must be visible to the TMA engine (async proxy)
 
     # Fork: the default partition (this kernel's num_warps = 4 warps) is consumer 0; the workers are
-    # consumer 1 (4 warps) and the producer (1 warp). All join again when the three functions return.
-    gl.warp_specialize([
-        (_consumer, (0, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
-                     o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
-                     CAUSAL, OVERLAP, PINGPONG)),
-        (_consumer, (1, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
-                     o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
-                     CAUSAL, OVERLAP, PINGPONG)),
-        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty,
-                     v_empty, row_base, start_m, n_ctx, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL)),
-    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    # the other consumers (4 warps each) and the producer (1 warp). All join again when the functions
+    # return.
+    # (Gluon takes the partitions as a list written in the call: two calls, for two and three.)
+    if CONSUMERS == 2:
+        gl.warp_specialize([
+            (_consumer, (0, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
+                         o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
+                         CAUSAL, OVERLAP, PINGPONG, CONSUMERS)),
+            (_consumer, (1, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
+                         o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
+                         CAUSAL, OVERLAP, PINGPONG, CONSUMERS)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready,
+                         k_empty, v_empty, row_base, start_m, n_ctx, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
+                         CONSUMERS)),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (0, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
+                         o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
+                         CAUSAL, OVERLAP, PINGPONG, CONSUMERS)),
+            (_consumer, (1, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
+                         o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
+                         CAUSAL, OVERLAP, PINGPONG, CONSUMERS)),
+            (_consumer, (2, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
+                         o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
+                         CAUSAL, OVERLAP, PINGPONG, CONSUMERS)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready,
+                         k_empty, v_empty, row_base, start_m, n_ctx, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
+                         CONSUMERS)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
     mbarrier.invalidate(q_ready)
     for i in gl.static_range(NUM_STAGES):
@@ -527,11 +572,12 @@ def tensor_descriptors(q, k, v, block_n):
 
 
 def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stages=None, overlap=False,
-                    pingpong=False):
+                    pingpong=False, consumers=2):
     """softmax(q k^T * sm_scale) v for q, k, v (B, H, N, D) float16: (out, lse), lse natural-log.
     block_n, num_stages: the key tile and ring depth, tile_config(D, overlap, pingpong) unless given
     (block_n 64 or 128). overlap, pingpong: FA3's intra- and inter-warpgroup overlap (the kernel's
-    OVERLAP and PINGPONG); both off is the plain schedule."""
+    OVERLAP and PINGPONG); both off is the plain schedule. consumers: 2 or 3 warpgroups of 64 query rows
+    (three: no pingpong)."""
     assert q.dim() == 4 and q.shape == k.shape == v.shape, "q, k, v must all be (B, H, N, D)"
     assert q.dtype == k.dtype == v.dtype == torch.float16, "q, k, v must be float16"
     B, H, N, D = q.shape
@@ -545,15 +591,20 @@ def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stag
     stages = num_stages or default_stages
     assert block_n in (64, 128), "block_n must divide the 128-row query block (64 or 128)"
     assert stages >= 1, "num_stages: at least one slot in the ring"
+    assert consumers in REGISTERS and not (pingpong and consumers != 2), \
+        "consumers: 2 or 3 warpgroups (the ping-pong takes 2)"
+    consumer_regs, maxnreg = REGISTERS[consumers]
     q_desc, k_desc, v_desc = tensor_descriptors(q, k, v, block_n)
-    grid = (triton.cdiv(N, BLOCK_M), B * H)
+    grid = (triton.cdiv(N, 64 * consumers), B * H)
     gluon_attention_kernel[grid](q_desc, k_desc, v_desc, out, lse, N, sm_scale * LOG2E,
                                  HEAD_DIM=D, BLOCK_N=block_n, NUM_STAGES=stages, CAUSAL=causal,
-                                 OVERLAP=overlap, PINGPONG=pingpong, num_warps=4, maxnreg=MAXNREG)
+                                 OVERLAP=overlap, PINGPONG=pingpong, CONSUMERS=consumers,
+                                 CONSUMER_REGS=consumer_regs, num_warps=4, maxnreg=maxnreg)
     return out, lse
 
 
-def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None, overlap=False, pingpong=False):
+def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None, overlap=False, pingpong=False,
+                       consumers=2):
     """Compile the kernel for sm_90 without a GPU (ptxas runs on the host): the CompiledKernel, whose
     .asm holds "ttgir", "ptx", "cubin", and whose .metadata has n_regs, n_spills and shared (bytes).
     The descriptors' types come from ones built over a small CPU tensor of the same dtype and boxes.
@@ -574,18 +625,22 @@ def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None, overlap=
     signature = {"q_desc": mangle_type(q_desc), "k_desc": mangle_type(k_desc), "v_desc": mangle_type(k_desc),
                  "o_ptr": "*fp16", "lse_ptr": "*fp32", "n_ctx": "i32", "qk_scale": "fp32",
                  "HEAD_DIM": "constexpr", "BLOCK_N": "constexpr", "NUM_STAGES": "constexpr",
-                 "CAUSAL": "constexpr", "OVERLAP": "constexpr", "PINGPONG": "constexpr"}
+                 "CAUSAL": "constexpr", "OVERLAP": "constexpr", "PINGPONG": "constexpr",
+                 "CONSUMERS": "constexpr", "CONSUMER_REGS": "constexpr"}
+    consumer_regs, maxnreg = REGISTERS[consumers]
     constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": block_n, "NUM_STAGES": stages, "CAUSAL": causal,
-                  "OVERLAP": overlap, "PINGPONG": pingpong}
+                  "OVERLAP": overlap, "PINGPONG": pingpong, "CONSUMERS": consumers,
+                  "CONSUMER_REGS": consumer_regs}
     src = GluonASTSource(gluon_attention_kernel, signature=signature, constexprs=constexprs)
     log, dump = io.StringIO(), knobs.nvidia.dump_ptxas_log
     try:
         knobs.nvidia.dump_ptxas_log = True   # Triton prints ptxas's log: kept, so ptxas need not run twice
         with contextlib.redirect_stdout(log):
             compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                      options={"num_warps": 4, "maxnreg": MAXNREG})
+                                      options={"num_warps": 4, "maxnreg": maxnreg})
     finally:
         knobs.nvidia.dump_ptxas_log = dump
+    compiled.maxnreg = maxnreg   # the launch's, for ptxas_report
     compiled.ptxas_log = log.getvalue() if "Used" in log.getvalue() else None
     return compiled
 
@@ -614,7 +669,7 @@ def ptxas_report(compiled):
     text = getattr(compiled, "ptxas_log", None)
     if text is None:
         backend = CUDABackend(GPUTarget("cuda", 90, 32))
-        options = backend.parse_options({"num_warps": 4, "maxnreg": MAXNREG})   # compile_for_hopper's
+        options = backend.parse_options({"num_warps": 4, "maxnreg": compiled.maxnreg})   # as compiled
         log, dump = io.StringIO(), knobs.nvidia.dump_ptxas_log
         try:
             knobs.nvidia.dump_ptxas_log = True

@@ -11,15 +11,16 @@
    heads and batches (a head reading its neighbour's rows would show), causal and full, D = 64 and
    128, a non-default sm_scale. Each case also runs twice and must give the same bits (no atomics: a
    difference means a race in the shared-memory ring). All of that for each schedule: plain (the
-   default), then PINGPONG, OVERLAP and both (gluon_attention's pingpong= and overlap=), each also on
-   other tiles and on a ring of one slot (where a wrong release of a slot would hang).
+   default), then PINGPONG, OVERLAP and both (gluon_attention's pingpong= and overlap=), and three
+   consumer warpgroups (consumers=3), each also on other tiles and on a ring of one slot (where a wrong
+   release of a slot would hang).
 2. Speed: TFLOP/s (4*B*H*N*N*D flops, half for causal) timed as CUDA-graph replays with
    triton.testing, each schedule beside cuDNN's SDPA and the course's Triton `attention` (lesson 10),
    at B4 N4096 and B1 N16384, D 64 and 128 (H = 2048 / D), causal and full.
 
 A wrong barrier phase hangs the GPU rather than failing: every case prints before it starts (flushed),
 so the last line printed names the case that hung. Run it under `timeout`. The schedules are checked
-in the order plain, pingpong, overlap, overlap+pingpong, each from its simplest case up (one query
+in the order plain, pingpong, overlap, overlap+pingpong, three, each from its simplest case up (one query
 block and one key tile first); after a hang, --schedules runs the others.
 Results go to helpers/recorded/10_hopper_attention_gluon/<gpu>.json, where lesson 10 reads them (and to
 $OUT/gluon_attention_gpu.json when OUT is set).
@@ -93,13 +94,14 @@ VARIANT_CASES = [(1, 1, 1, 64, True, None), (2, 3, 333, 64, False, None), (2, 3,
 # The schedules (gluon_attention's keyword arguments), in the order they are checked: the verified plain
 # one first, then PINGPONG (the plain loop plus the turns), OVERLAP (the rotated loop), both.
 SCHEDULES = {"plain": {}, "pingpong": {"pingpong": True}, "overlap": {"overlap": True},
-             "overlap+pingpong": {"overlap": True, "pingpong": True}}
+             "overlap+pingpong": {"overlap": True, "pingpong": True}, "three": {"consumers": 3}}
 # Their other tiles: a ring of one slot (every schedule finishes on it: tests/test_gluon_protocol.py),
 # and the other BLOCK_N or a deeper ring.
 SCHEDULE_VARIANTS = {"plain": VARIANTS,
                      "pingpong": {64: [(64, 1), (128, 2)], 128: [(64, 4), (128, 1)]},
                      "overlap": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 1)]},
-                     "overlap+pingpong": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 3)]}}
+                     "overlap+pingpong": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 3)]},
+                     "three": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 1)]}}
 # Single-tile cases first: one query block and one key tile, for BLOCK_N 128 and for 64 (N = 64).
 SINGLE_TILE = [(1, 1, 128, 64, False, None), (1, 1, 64, 128, True, None)]
 
@@ -194,7 +196,7 @@ def bench(ga, schedules=SCHEDULES):
                         impls[f"gluon_n{bn}_s{stages}"] = (lambda bn=bn, stages=stages: ga.gluon_attention(
                             q, k, v, causal=causal, block_n=bn, num_stages=stages))
                     for schedule in schedules if D == 128 else ():   # a third slot, where it fits
-                        if schedule != "plain":
+                        if schedule not in ("plain", "three"):   # (three consumers' Q leaves no room)
                             flags = SCHEDULES[schedule]
                             impls[f"gluon_{schedule.replace('+', '_')}_n128_s3"] = (
                                 lambda flags=flags: ga.gluon_attention(q, k, v, causal=causal, block_n=128,

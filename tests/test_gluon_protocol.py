@@ -2,7 +2,8 @@
 every interleaving: no GPU, no Triton. A wrong parity on a GPU gives no error message: the kernel hangs,
 or a wait returns early and the numbers come out wrong only sometimes. Here each schedule (plain,
 OVERLAP, PINGPONG, both) is run with the producer, both consumers and the TMA copies' landings taking
-steps in every order, over rings of 1 to 4 slots and 1 to 6 key tiles, and the first problem is reported:
+steps in every order, over rings of 1 to 4 slots and 1 to 6 key tiles, and the first problem is reported
+(and the plain schedule with three consumers, CONSUMERS = 3, some of which stop reading early, causal):
 
 * a hang: no step possible and the work not done;
 * an early read: a consumer reading a slot (K for S = Q K^T, V for O += P V) before that tile has
@@ -25,10 +26,12 @@ import pytest
 SCHEDULES = [(False, False), (True, False), (False, True), (True, True)]   # (overlap, pingpong)
 
 
-def consumer_ops(n_plain, n_tiles, overlap, pingpong):
+def consumer_ops(n_plain, n_tiles, overlap, pingpong, n_mine=None):
     """One consumer's barrier operations, in the kernel's order: ("k", j) / ("v", j) wait on k_ready /
     v_ready for tile j, ("free k", j) / ("free v", j) arrive on k_empty / v_empty, ("take", k) waits for
-    the k-th turn, ("hand",) hands the turn over."""
+    the k-th turn, ("hand",) hands the turn over. n_mine (the plain schedule, causal): the consumer reads
+    tiles up to n_mine only, and releases the rest unread after its epilogue."""
+    n_mine = n_tiles if n_mine is None else n_mine
     ops = []
     if overlap:                          # _attend_tiles_overlapped
         if n_tiles > 0:
@@ -49,7 +52,7 @@ def consumer_ops(n_plain, n_tiles, overlap, pingpong):
         return ops
     if pingpong:
         ops.append(("take", 0))
-    for lo, hi in ((0, n_plain), (n_plain, n_tiles)):   # _attend_tiles twice: unmasked, then masked tiles
+    for lo, hi in ((0, n_plain), (n_plain, n_mine)):   # _attend_tiles twice: unmasked, then masked tiles
         for j in range(lo, hi):
             ops.append(("k", j))         # _wait_ready, then _issue_qk
             if pingpong:                 # _softmax_pv
@@ -60,6 +63,8 @@ def consumer_ops(n_plain, n_tiles, overlap, pingpong):
             ops.append(("free v", j))
     if pingpong:
         ops.append(("hand",))
+    for j in range(n_mine, n_tiles):     # after the epilogue: each tile waited for, then released
+        ops += [("k", j), ("free k", j), ("v", j), ("free v", j)]
     return ops
 
 
@@ -67,18 +72,21 @@ class Broken(Exception):
     pass
 
 
-def run_protocol(n_plain, n_tiles, stages, overlap, pingpong, edit=None):
+def run_protocol(n_plain, n_tiles, stages, overlap, pingpong, edit=None, mine=(None, None),
+                 ops_of=consumer_ops):
     """None if every interleaving finishes cleanly; else what went wrong first (breadth first).
-    edit: a function from consumer_ops' list to another, for the broken protocols below."""
-    ops = consumer_ops(n_plain, n_tiles, overlap, pingpong)
-    programs = [edit(ops) if edit else ops] * 2
+    edit: a function from consumer_ops' list to another, for the broken protocols below. mine: each
+    consumer's n_mine (None: every tile), as many as there are consumers; ops_of: consumer_ops, or a
+    broken version of it."""
+    programs = [ops_of(n_plain, n_tiles, overlap, pingpong, n_mine) for n_mine in mine]
+    programs = [edit(ops) if edit else ops for ops in programs]
     # state: (the producer's next load (2j: K of tile j, 2j+1: V of tile j), loads in flight
     #         ((kind, slot, tile), ...), slot contents of the K ring and the V ring, k_ready / v_ready /
     #         k_empty / v_empty completed phases per slot, k_empty / v_empty arrivals in the current
     #         phase, turn[0] / turn[1] completed phases, hand-overs made by each consumer, consumer pcs)
     none = (None,) * stages
     zero = (0,) * stages
-    start = (0, (), none, none, zero, zero, zero, zero, zero, zero, (0, 0), (0, 0), (0, 0))
+    start = (0, (), none, none, zero, zero, zero, zero, zero, zero, (0, 0), (0, 0), (0,) * len(programs))
     seen, frontier = {start}, [start]
     try:
         while frontier:
@@ -144,7 +152,7 @@ def _moves(state, programs, n_tiles, stages):
         else:
             moves.append((load, rest, k_in, _put(v_in, slot, tile), k_ready,
                           _put(v_ready, slot, v_ready[slot] + 1)) + state[6:])
-    for c in (0, 1):
+    for c in range(len(programs)):
         if pcs[c] == len(programs[c]):
             continue
         op, next_pcs = programs[c][pcs[c]], _put(pcs, c, pcs[c] + 1)
@@ -161,8 +169,9 @@ def _moves(state, programs, n_tiles, stages):
         elif op[0] in ("free k", "free v"):
             slot, which = op[1] % stages, op[0] == "free v"   # 0: the K ring, 1: the V ring
             empty, arrived = (k_empty, v_empty)[which], (k_arrived, v_arrived)[which]
-            done = arrived[slot] == 1    # the second consumer's arrival completes the phase
-            empty, arrived = _put(empty, slot, empty[slot] + done), _put(arrived, slot, 0 if done else 1)
+            done = arrived[slot] == len(programs) - 1   # the last consumer's arrival completes the phase
+            empty = _put(empty, slot, empty[slot] + done)
+            arrived = _put(arrived, slot, 0 if done else arrived[slot] + 1)
             if which:
                 moves.append(state[:7] + (empty, k_arrived, arrived) + state[10:12] + (next_pcs,))
             else:
@@ -233,3 +242,35 @@ def test_the_model_finds_broken_protocols(overlap, pingpong):
     if pingpong:
         late_turn = lambda ops: [("take", op[1] + 1) if op[0] == "take" else op for op in ops]  # noqa: E731
         assert any(_problems(2, overlap, pingpong, late_turn))
+
+
+def _three_shapes():
+    """(n_plain, n_tiles, mine) for a block of three consumers (192 query rows), causal: consumer WG reads
+    up to its own rows' last tile, n_mine = cdiv(start_m + 64 (WG + 1), BLOCK_N), the block's last
+    consumer every tile. With tiles of 128 keys, start_m = 192 b: the block's first n_plain = 3b // 2
+    tiles unmasked."""
+    shapes = []
+    for block in range(3):
+        start = 192 * block
+        n_tiles = -(-(start + 192) // 128)
+        mine = tuple(-(-(start + 64 * (wg + 1)) // 128) for wg in range(3))
+        shapes.append((start // 128, n_tiles, mine))
+    return shapes
+
+
+def test_three_consumers_some_stopping_early():
+    """The plain schedule with three consumers, the first ones releasing their last tiles unread after
+    their epilogue: clean on every ring (the first blocks' shapes, which the later ones repeat); and not
+    if a consumer released those tiles without waiting for them to land."""
+    assert [mine for _, _, mine in _three_shapes()] == [(1, 1, 2), (2, 3, 3), (4, 4, 5)]
+    for stages in range(1, 4):
+        for n_plain, n_tiles, mine in _three_shapes():
+            problem = run_protocol(n_plain, n_tiles, stages, False, False, mine=mine)
+            assert problem is None, f"{stages} slots, {n_tiles} tiles, read up to {mine}: {problem}"
+
+    def frees_unread_at_once(n_plain, n_tiles, overlap, pingpong, n_mine):
+        """The tiles after n_mine released without waiting for them to land."""
+        ops = consumer_ops(n_plain, n_tiles, overlap, pingpong, n_mine)
+        return [op for op in ops if not (op[0] in ("k", "v") and n_mine is not None and op[1] >= n_mine)]
+    assert any(run_protocol(n_plain, n_tiles, 1, False, False, mine=mine, ops_of=frees_unread_at_once)
+               for n_plain, n_tiles, mine in _three_shapes())
