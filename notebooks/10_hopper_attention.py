@@ -452,8 +452,8 @@ for gpu, record in gluon_runs.items():
           f"{sum(c['ok'] for c in checks)} of {len(checks)} checks passed, largest |out - reference| "
           f"{max(c['out_max_abs_err'] for c in checks):.1e}")
     # FlashAttention-3's two steps (below), where this GPU's record has them
-    steps = [(key, name) for key, name in (("gluon_overlap", "+overlap"), ("gluon_overlap_pingpong", "+both"))
-             if key in record["timings"][0]]
+    steps = [(key, name) for key, name in (("gluon_overlap", "+overlap"), ("gluon_overlap_pingpong", "+both"),
+                                           ("gluon_three", "3 WG")) if key in record["timings"][0]]
     columns = [("gluon", "Gluon")] + steps + [("cudnn", "cuDNN"), ("triton_lesson10", "lesson")]
     ours = columns[:1 + len(steps)]
     print(f"  {'':26}  {'TFLOP/s':^{9 * len(columns)}} | {'÷ cuDNN':^{9 * len(ours)}}")
@@ -467,8 +467,8 @@ for gpu, record in gluon_runs.items():
 # %% [markdown]
 # Compare the columns: warp specialisation alone does not carry the Gluon kernel clear of the
 # lesson's kernel or of cuDNN. Each consumer still waits for its own softmax between its two matrix
-# multiplies, and the tensor cores wait with it. FlashAttention-3 takes two more steps, and the kernel
-# has both behind flags of `gluon_attention`:
+# multiplies, and the tensor cores wait with it. FlashAttention-3 takes two more steps, and at D = 64
+# arranges its blocks differently; the kernel has all three behind arguments of `gluon_attention`:
 #
 # - `overlap=True`: the loop is shifted by one matrix multiply. Each consumer issues this tile's
 #   `S = Q Kᵀ` together with the previous tile's `O += P V`, waits for the scores only, and runs this
@@ -478,11 +478,23 @@ for gpu, record in gluon_runs.items():
 #   hold two tiles of fp32 scores, 224 registers, and ptxas spills.)
 # - `pingpong=True`: the two consumers take turns on the tensor cores through two more barriers, one's
 #   softmax running under the other's matrix multiplies.
+# - `consumers=3`: a third consumer warpgroup, and blocks of 192 query rows. The 16 warps share the
+#   register file as 24 registers a thread for the producer and 160 for each consumer: room for the
+#   plain loop's scores, P and output, not for the shifted loop's. Nothing takes turns; with three
+#   warpgroups each alternating matrix multiplies and exponentials, the SM's schedulers more often have
+#   one ready to feed the tensor cores. And each K and V tile that lands serves 192 rows instead of
+#   128. Causal, a block's last key tile can hold only keys after the first warpgroups' rows: each
+#   warpgroup reads the tiles up to its own last row and, after its epilogue, releases the others
+#   unread (waiting for each to land first, so that its arrival counts toward that tile's phase).
 #
-# Where a GPU's record holds them, the columns `+overlap` and `+both` are those schedules, checked like
-# the plain one. Read them shape by shape: the steps pay at D = 128, where each tile's matrix
-# multiplies are longest against its softmax; at D = 64, where they are half as long, the steps cost
-# more than they save, or at best break even.
+# Where a GPU's record holds them, the columns `+overlap`, `+both` and `3 WG` are those schedules,
+# checked like the plain one. Read them shape by shape. The two steps pay at D = 128, where each tile's
+# matrix multiplies are longest against its softmax; at D = 64, where they are half as long, they cost
+# more than they save, or at best break even. The third warpgroup pays at both head sizes, for full
+# attention and at the longest causal rows; causal at the shorter length it is not ahead of cuDNN at
+# either. FlashAttention-3 schedules causal blocks persistently (one program per SM, taking the next
+# block as it finishes one), which this kernel does not; whether that would close the gap here is not
+# measured.
 #
 # One detail made the difference at D = 128. With one `empty` barrier a slot, released after the
 # `P V`, the next K could start landing only once both consumers had finished a tile, and on a ring
@@ -1049,6 +1061,8 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 #   scores and the previous tile's `P V` go to the tensor cores together, and the softmax runs under
 #   the `P V`, holding one tile of scores. A slot's K released as soon as its scores exist lets the
 #   next K land during the softmax, and no schedule then needs more than one slot to finish.
+# - A third consumer warpgroup (192 query rows a block, 160 registers a consumer) needs no turns to
+#   keep the tensor cores fed, and loads each K and V tile once for more rows.
 # - Adding dQ's shares with float32 atomics drops two of seven matrix multiplies per tile, yet on
 #   Hopper the one-kernel backward does not beat two kernels, and dQ is not bit-for-bit reproducible.
 #   cuDNN makes as many atomic adds and spills more: its lead is warpgroups that overlap their work.
