@@ -799,6 +799,55 @@ for gpu in hopper:
 # do what and when, and the interpreter does not run descriptor atomics, so the lesson keeps
 # `tl.atomic_add`.
 #
+# ### From Python: the launch bill
+#
+# Every table above is graph replays, the GPU's time. A training step calls these functions from
+# Python, one call after another, and then the host's work per call counts too. For the lesson's
+# forward: four host tensor descriptors and the autotuner's lookup. For its backward: `delta`'s kernel,
+# dQ zeroed, six descriptors, the autotuner, dQ copied to float16. Around both, autograd. `make bench`
+# records each call launched back to back from Python, and the host's time in one call with the GPU
+# idle (lesson 09's launch bill). Per recorded GPU, the lesson's calls and cuDNN's at the shortest and
+# the longest sequence, in µs; `*` marks a call whose host time exceeds its GPU time:
+
+# %%
+BILL_GROUPS = [f"hopper_attention_{what}_d{D}" for D in (64, 128)
+               for what in ("fwd_causal", "bwd_causal", "fwd_bwd_causal")]
+for gpu in recorded_devices():
+    lines = []
+    for group in BILL_GROUPS:
+        rows = [r for r in recorded_rows(group, gpu)[0] if "launched_ms" in r]
+        if not rows:
+            continue
+        labels = list(dict.fromkeys(r["label"] for r in rows))
+        for label in (labels[0], labels[-1]):
+            by_impl = {r["impl"]: r for r in rows if r["label"] == label}
+            ours, cudnn = (by_impl[impl_named(rows, words)] for words in ("lesson 10", "cudnn"))
+            cells = []
+            for r in (ours, cudnn):
+                waits = "*" if r["host_us"] > 1000 * r["ms"] else " "
+                cells.append(f"{1000 * r['ms']:7.0f} {1000 * r['launched_ms']:8.0f} "
+                             f"{r['host_us']:6.0f}{waits}")
+            lines.append(f"  {group.removeprefix('hopper_attention_'):19} {label:>10} {cells[0]}  |"
+                         f"{cells[1]}  | {cudnn['ms'] / ours['ms']:6.2f} "
+                         f"{cudnn['launched_ms'] / ours['launched_ms']:8.2f}")
+    if not lines:
+        print(f"{gpu}: no launched times recorded (`make bench LESSON=10` records them)")
+        continue
+    print(f"{gpu}:   {'lesson 10':^25}  |{'cuDNN':^25}  | cuDNN ÷ lesson 10")
+    print(f"  {'':30}" + f"{'graphed':>8} {'launched':>8} {'host':>6}   |" * 2
+          + f" {'graphed':>6} {'launched':>8}")
+    print("\n".join(lines))
+
+# %% [markdown]
+# Read the two right-hand columns against each other. Where a call keeps the GPU busy long enough,
+# the host prepares the next call while the GPU runs this one: launched and graphed agree, and so do
+# the two ratios. Where the host's time per call exceeds the GPU's (`*`), the GPU waits for the host,
+# and launched from Python the lesson's step loses more to cuDNN than its kernels do. The cure is the
+# one lesson 09 applied to the matmul and lesson 11 to the decoding step: prepare the launch once
+# (`helpers.launch.Launcher`; the attention's autotuner sets its descriptors' boxes in a pre-hook, which
+# a prepared launch cannot skip, so its descriptors would first have to be built in the kernel), or
+# capture the step in a CUDA graph.
+#
 # ## The long-row softmax
 #
 # Lesson 05's tiled softmax handles rows too long for one program's registers: pass 1 walks the row
