@@ -276,12 +276,11 @@ for group, by_gpu in attention_rows.items():      # the first column again, alon
 # between the two matrix multiplies, which faster tiles do not touch.
 #
 # Short sequences give each program few key tiles, so its prologue and epilogue weigh more, and one
-# would expect the gap to cuDNN to close as N grows (the last lines above). It does not, not
-# steadily: most rows dip somewhere (marked), and at D = 64 the ratio hardly moves with N. A longer
-# sequence changes more than the share of each program spent outside its loop: the grid, the tile
-# the autotuner picks, how the last wave of programs fills the GPU. The prologue explains part of the
-# gap at the shortest sequences; the gap that stays at every length is the arrangement of the work,
-# which FlashAttention-3 changes.
+# would expect the gap to cuDNN to close as N grows (the last lines above). It does not always:
+# some rows dip (marked). A longer sequence changes more than the share of each program spent outside
+# its loop: the grid, the tile the autotuner picks, how the last wave of programs fills the GPU. The
+# prologue explains part of the gap at the shortest sequences; the gap that stays at every length is
+# the arrangement of the work, which FlashAttention-3 changes.
 #
 # ### What FlashAttention-3 does that this kernel does not
 #
@@ -738,7 +737,7 @@ for D, measured in backward_rows.items():
 # %% [markdown]
 # Below 1 in the last column (or "faster at 0 of" in a verdict line), lesson 06's two kernels win.
 # Two fewer matrix multiplies per tile, and yet the one-kernel backward is not ahead: behind at
-# D = 128 at every shape recorded, at D = 64 ahead only at the longest sequences, nowhere near the two
+# D = 128 at every shape recorded, at D = 64 ahead only at the longer sequences, nowhere near the two
 # sevenths the count promises. One step's arithmetic, with the tiles the autotuner usually picks (64
 # query rows, 128 keys, D = 128):
 
@@ -761,7 +760,7 @@ for gpu, rows in training_rows["hopper_attention_fwd_bwd_causal_d128"].items():
 # Every step's atomic adds are as many bytes as its loads, and each one is a read, an add and a write
 # inside L2, where many programs' adds to the same rows queue up. The two-kernel version spends two
 # extra matrix multiplies and writes each dQ tile once. On Hopper, whose tensor cores are fast
-# compared with its L2, the trade hardly pays: only a little, at D = 64, on the longest sequences.
+# compared with its L2, the trade hardly pays: only a little, at D = 64, on the longer sequences.
 #
 # Against cuDNN the question is different, and the profiler answers it. The backward alone, causal,
 # B = 4, N = 4,096, D = 128, beside cuDNN's backward kernel on the same tensors; `L2 adds M` is the
@@ -841,8 +840,11 @@ for gpu in recorded_devices():
 # %% [markdown]
 # Read the two right-hand columns against each other. Where a call keeps the GPU busy long enough,
 # the host prepares the next call while the GPU runs this one: launched and graphed agree, and so do
-# the two ratios. Where the host's time per call exceeds the GPU's (`*`), the GPU waits for the host,
-# and launched from Python the lesson's step loses more to cuDNN than its kernels do. The cure is the
+# the two ratios. `*` marks a call whose host time, measured alone with the GPU idle, exceeds its GPU
+# time. Back to back the host can be quicker than that, and where it is not, the GPU waits for it.
+# That happens to the lesson's forward and backward together at the shortest sequence at D = 64,
+# where the GPU's share is smallest: launched, the step takes well over its graphed time while
+# cuDNN's stays close to its own, and it loses far more to cuDNN than its kernels do. The cure is the
 # one lesson 09 applied to the matmul and lesson 11 to the decoding step: prepare the launch once
 # (`helpers.launch.Launcher`; the attention's autotuner sets its descriptors' boxes in a pre-hook, which
 # a prepared launch cannot skip, so its descriptors would first have to be built in the kernel), or
