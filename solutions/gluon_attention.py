@@ -509,7 +509,8 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
     # Fork: the default partition (this kernel's num_warps = 4 warps) is consumer 0; the workers are
     # the other consumers (4 warps each) and the producer (1 warp). All join again when the functions
     # return.
-    # (Gluon takes the partitions as a list written in the call: two calls, for two and three.)
+    # (Gluon takes the partitions as a list written out in the call: neither a partition kept in a
+    # variable nor a list put together from parts compiles. So two calls, for two and three.)
     if CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (0, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
