@@ -284,3 +284,29 @@ def test_the_int64_cases_pass_2_31_with_32_bit_strides(name, monkeypatch):
     monkeypatch.setattr(ex, "cases", lambda: [case])
     monkeypatch.setattr(ex, "structure", None)
     check(name, getattr(lesson10, name))
+
+
+# ---------------------------------------------------------------- the Gluon forward's records
+
+
+def test_gluon_records_cover_every_schedule():
+    """What lesson 10 prints of the Gluon forward comes from tests/gpu_gluon_check.py's records: each
+    recorded GPU ran every schedule that script checks, every check passed, and every timed shape has
+    each schedule beside cuDNN (a record of an older kernel, or of a run that failed, would not)."""
+    import importlib.util
+    import pathlib
+
+    script = pathlib.Path(__file__).resolve().parent / "gpu_gluon_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_gluon_check", script)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    records = lesson10.gluon_recorded()
+    assert records, "no GPU has recorded the Gluon forward"
+    for gpu, record in records.items():
+        checks = record["checks"]
+        assert {c["schedule"] for c in checks} == set(gpu_check.SCHEDULES), gpu
+        assert all(c["ok"] and c["deterministic"] and c["finite"] for c in checks), gpu
+        timed = {"gluon" if s == "plain" else "gluon_" + s.replace("+", "_") for s in gpu_check.SCHEDULES}
+        for row in record["timings"]:
+            assert "tflops" in row["cudnn"], (gpu, row)
+            assert all("vs_cudnn" in row[name] for name in timed), (gpu, sorted(row))
