@@ -478,11 +478,11 @@ for gpu, record in gluon_runs.items():
 # - `pingpong=True`: the two consumers take turns on the tensor cores through two more barriers, one's
 #   softmax running under the other's matrix multiplies.
 # - `consumers=3`: a third consumer warpgroup, and blocks of 192 query rows. The 16 warps share the
-#   register file as 24 registers a thread for the producer and 160 for each consumer: room for the
-#   plain loop's scores, P and output, not for the shifted loop's. Nothing takes turns; with three
-#   warpgroups each alternating matrix multiplies and exponentials, the SM's schedulers more often have
-#   one ready to feed the tensor cores. And each K and V tile that lands serves 192 rows instead of
-#   128. Causal, a block's last key tile can hold only keys after the first warpgroups' rows: each
+#   register file as 24 registers a thread for the producer and 160 to 168 for each consumer: room for
+#   the plain loop's scores, P and output, not for the shifted loop's. Nothing takes turns: with three
+#   warpgroups each alternating matrix multiplies and exponentials, while one computes exponentials
+#   the others can keep the tensor cores busy. And each K and V tile that lands serves 192 rows
+#   instead of 128. Causal, a block's last key tile can hold only keys after the first warpgroups' rows: each
 #   warpgroup reads the tiles up to its own last row and, after its epilogue, releases the others
 #   unread (waiting for each to land first, so that its arrival counts toward that tile's phase).
 #
