@@ -482,9 +482,10 @@ for gpu, record in gluon_runs.items():
 #   the plain loop's scores, P and output, not for the shifted loop's. Nothing takes turns: with three
 #   warpgroups each alternating matrix multiplies and exponentials, while one computes exponentials
 #   the others can keep the tensor cores busy. And each K and V tile that lands serves 192 rows
-#   instead of 128. Causal, a block's last key tile can hold only keys after the first warpgroups' rows: each
-#   warpgroup reads the tiles up to its own last row and, after its epilogue, releases the others
-#   unread (waiting for each to land first, so that its arrival counts toward that tile's phase).
+#   instead of 128. Causal, a block's last key tile can hold only keys after the first warpgroups'
+#   rows: each warpgroup reads the tiles up to its own last row and, after its epilogue, releases the
+#   others unread (waiting for each to land first, so that its arrival counts toward that tile's
+#   phase).
 #
 # Where a GPU's record holds them, the columns `+overlap`, `+both` and `3 WG` are those schedules,
 # checked like the plain one. Read them shape by shape. The two steps pay at D = 128, where each tile's
@@ -1112,8 +1113,8 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 #   scores and the previous tile's `P V` go to the tensor cores together, and the softmax runs under
 #   the `P V`, holding one tile of scores. A slot's K released as soon as its scores exist lets the
 #   next K land during the softmax, and no schedule then needs more than one slot to finish.
-# - A third consumer warpgroup (192 query rows a block, 160 registers a consumer) needs no turns to
-#   keep the tensor cores fed, and loads each K and V tile once for more rows.
+# - A third consumer warpgroup (192 query rows a block, 160 to 168 registers a consumer) needs no
+#   turns to keep the tensor cores fed, and loads each K and V tile once for more rows.
 # - Adding dQ's shares with float32 atomics drops two of seven matrix multiplies per tile, yet on
 #   Hopper the one-kernel backward does not beat two kernels, and dQ is not bit-for-bit reproducible.
 #   cuDNN makes as many atomic adds and spills more: its lead is warpgroups that overlap their work.

@@ -26,8 +26,8 @@ kernel's OVERLAP and PINGPONG; both off, the default, is the plain schedule, com
 * PINGPONG: the two consumers take turns on the tensor cores, one's softmax while the other's matmuls
   run, handing the turn over through two more mbarriers.
 And a third consumer (gluon_attention's consumers=3, the kernel's CONSUMERS), FA3's arrangement at
-D = 64: blocks of 192 query rows, three consumer warpgroups at 160 registers a thread beside the
-producer's 24, each reading K and V once for 192 rows; causal, a warpgroup reads only the key tiles its
+D = 64: blocks of 192 query rows, three consumer warpgroups at 160 to 168 registers a thread beside
+the producer's 24, each reading K and V once for 192 rows; causal, a warpgroup reads only the key tiles its
 own rows see and releases the block's last ones unread.
 Each schedule is checked and timed on Hopper GPUs (tests/gpu_gluon_check.py), compiled for sm_90
 without one (tests/test_gluon_compile.py), and its barrier protocol run through every interleaving on
@@ -555,10 +555,12 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
 
 def tile_config(head_dim, overlap=False, pingpong=False):
     """(BLOCK_N, NUM_STAGES) for a head size, within the 227 KB (232448 bytes) of shared memory a Hopper
-    CTA may have. Bytes: Q 2*64*D*2, each ring slot 2*BLOCK_N*D*2 (K and V), plus the barriers.
-      D=64:  Q 16 KB + 4 slots * 32 KB = 144 KB
-      D=128: Q 32 KB + 2 slots * 64 KB = 160 KB. 3 slots (224 KB, 229664 bytes compiled) also fit, with
-             room for nothing else (gluon_attention's num_stages tries it)."""
+    CTA may have. Bytes: Q 2*64*D*2 (3*64*D*2 with three consumers), each ring slot 2*BLOCK_N*D*2 (K
+    and V), plus the barriers.
+      D=64:  Q 16 KB + 4 slots * 32 KB = 144 KB (three consumers: 152 KB)
+      D=128: Q 32 KB + 2 slots * 64 KB = 160 KB (three consumers: 176 KB). 3 slots (224 KB, 229664 bytes
+             compiled) also fit with two consumers, with room for nothing else (gluon_attention's
+             num_stages tries it); with three they do not."""
     return {64: (128, 4), 128: (128, 2)}[head_dim]
 
 
@@ -590,7 +592,7 @@ def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stag
     default_n, default_stages = tile_config(D, overlap, pingpong)
     block_n = block_n or default_n
     stages = num_stages or default_stages
-    assert block_n in (64, 128), "block_n must divide the 128-row query block (64 or 128)"
+    assert block_n in (64, 128), "block_n: 64 or 128 keys a tile"
     assert stages >= 1, "num_stages: at least one slot in the ring"
     assert consumers in REGISTERS and not (pingpong and consumers != 2), \
         "consumers: 2 or 3 warpgroups (the ping-pong takes 2)"
@@ -641,7 +643,6 @@ def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None, overlap=
                                       options={"num_warps": 4, "maxnreg": maxnreg})
     finally:
         knobs.nvidia.dump_ptxas_log = dump
-    compiled.maxnreg = maxnreg   # the launch's, for ptxas_report
     compiled.ptxas_log = log.getvalue() if "Used" in log.getvalue() else None
     return compiled
 
@@ -670,7 +671,7 @@ def ptxas_report(compiled):
     text = getattr(compiled, "ptxas_log", None)
     if text is None:
         backend = CUDABackend(GPUTarget("cuda", 90, 32))
-        options = backend.parse_options({"num_warps": 4, "maxnreg": compiled.maxnreg})   # as compiled
+        options = backend.parse_options({"num_warps": 4, "maxnreg": compiled.metadata.maxnreg})
         log, dump = io.StringIO(), knobs.nvidia.dump_ptxas_log
         try:
             knobs.nvidia.dump_ptxas_log = True

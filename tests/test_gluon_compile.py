@@ -144,8 +144,9 @@ def test_compiles_for_hopper(gluon_attention, tmp_path, schedule, head_dim, caus
     report = built["report"]
     if not (consumers == 3 and head_dim == 128 and causal):
         assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report["text"]
-    # (Three consumers have 160 registers a thread; at D = 128, causal, ptxas spills a few hundred
-    # bytes, measured on an H100 as the price of reading only a warpgroup's own tiles, and paid for.)
+    # (Three consumers have 160 to 168 registers a thread. At D = 128, causal, ptxas spills once each
+    # warpgroup reads only its own rows' tiles (176 bytes of stores with Triton 3.9); timed on an
+    # H100 that kernel was still faster than the one without at N = 2048 and 4096, so it stays.)
     assert report["serialized"] == [], report["text"]
     assert "ld.local" not in ptx and "st.local" not in ptx
 
