@@ -16,8 +16,14 @@ does with its Triton kernels.
 The key is what decides the compiled variant and the autotuner's choice: each integer's value, and
 each tensor's dtype, device and whether its start is 16-byte aligned (a tensor's shape and strides
 reach a kernel only as the integers passed beside it). A new sequence length is a new key, compiled or
-looked up the slow way once. A configuration with a pre-hook (lesson 10's attention sets its host
-descriptors' block shapes in one) cannot be skipped past: such a kernel is refused.
+looked up the slow way once.
+
+A host tensor descriptor is passed as it is: Triton's launch function encodes it into a TMA descriptor
+at every call (its base address is the tensor's), with the box the compiled kernel was built for. So
+the box a configuration's pre-hook sets on the descriptors (lesson 10's attention) matters only for
+finding the compiled variant, on a key's first call; `Launcher(kernel, boxes=that_hook)` says the
+pre-hook does nothing else, and later calls skip it. Any other pre-hook is refused: it would be
+skipped.
 
 Under the interpreter (no GPU) every call goes through `kernel[grid](...)`: nothing is compiled.
 """
@@ -27,6 +33,7 @@ import inspect
 import torch
 from triton import knobs
 from triton.runtime import driver
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from helpers import interpreter
 from helpers.device import ON_GPU
@@ -46,9 +53,11 @@ def _key_and_addresses(args, constexprs):
 
     The key is what decides the compiled variant and the autotuner's choice: a tensor's dtype, device
     and 16-byte alignment, an integer's value (a float is passed as fp32, never specialised on), and the
-    constexprs. Anything else stays itself, and _check_arguments refuses it on a key's first call. The
-    launch takes each tensor as its address: the key has checked its device, so the launch function need
-    not ask the driver about the pointer again."""
+    constexprs; a host tensor descriptor's dtype, device and box as given (its box is the kernel's to
+    set, its shape and strides reach the kernel as integers). Anything else stays itself, and
+    _check_arguments refuses it on a key's first call. The launch takes each tensor as its address: the
+    key has checked its device, so the launch function need not ask the driver about the pointer again;
+    a descriptor as itself (the launch function encodes it)."""
     key, addresses = [], []
     for a in args:   # a plain loop: at every launch, this measured faster than comprehensions
         if type(a) is int or a is None:
@@ -58,6 +67,9 @@ def _key_and_addresses(args, constexprs):
             address = a.data_ptr()
             key.append((a.dtype, a.device, address % 16 == 0))
             addresses.append(address)
+        elif type(a) is TensorDescriptor:   # its base's start is 16-byte aligned: the descriptor checks
+            key.append((a.base.dtype, a.base.device, *a.block_shape))
+            addresses.append(a)
         else:
             key.append(float if isinstance(a, float) else a)
             addresses.append(a)
@@ -86,10 +98,9 @@ def _three(grid):
 
 def _check_arguments(name, args, constexprs):
     for a in args:
-        if not (a is None or isinstance(a, (torch.Tensor, int, float))):
-            # a host tensor descriptor's block shape is set per configuration: not for a prepared launch
-            raise TypeError(f"{name}: a prepared launch takes tensors, integers, floats and None, "
-                            f"not {type(a).__name__}")
+        if not (a is None or isinstance(a, (torch.Tensor, TensorDescriptor, int, float))):
+            raise TypeError(f"{name}: a prepared launch takes tensors, tensor descriptors, integers, floats "
+                            f"and None, not {type(a).__name__}")
     if any(isinstance(v, torch.Tensor) for v in constexprs.values()):   # its pointer would be kept
         raise TypeError(f"{name}: a prepared launch takes its tensors by position, not by name")
 
@@ -100,10 +111,12 @@ class Launcher:
     Every runtime argument is given by position; constexprs (and options such as num_warps) by name.
     `grid` is a tuple or, as for kernel[grid], a function of a dict by name; here that dict holds the
     constexprs (the block sizes the autotuner chose): anything else a grid needs, close over it. It is
-    worked out at every call (the same key can need another grid: a batch size no argument carries)."""
+    worked out at every call (the same key can need another grid: a batch size no argument carries).
+    `boxes`: the configurations' pre-hook, if it only sets host descriptors' boxes (later calls skip it)."""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, boxes=None):
         self.kernel = kernel
+        self.boxes = boxes
         self.jit = _jit_function(kernel) if ON_GPU else None   # the interpreter has no compiled form
         # key -> (the compiled kernel, {name: value} of the parameters after the positional arguments,
         #         the autotuner's list of configurations it was chosen from)
@@ -147,8 +160,9 @@ class Launcher:
         """(the compiled kernel the first call ran, {name: value} of the parameters after `args`, the
         autotuner's configurations: a grader that swaps in others is launching another kernel)."""
         config = getattr(self.kernel, "best_config", None)
-        assert config is None or config.pre_hook is None, \
-            f"{self.jit.__name__}: its configuration has a pre-hook, which a prepared launch would skip"
+        assert config is None or config.pre_hook in (None, self.boxes), \
+            (f"{self.jit.__name__}: its configuration has a pre-hook, which a prepared launch would skip "
+             f"(Launcher(kernel, boxes=hook) for one that only sets host descriptors' boxes)")
         options = config.all_kwargs() if config is not None else {}
         named = {p.name: p.default for p in self.jit.params if p.default is not inspect.Parameter.empty}
         named.update(zip(self.jit.arg_names, args))

@@ -695,13 +695,13 @@ for gpu in recorded_devices():
 #   compiled variant and the autotuner's choice. Every later call at that key hands its arguments
 #   straight to the compiled kernel's launch function, each tensor as its address. Lesson 04's kernel
 #   is launched that way in the third row;
-# - **lesson 09's matmul** is launched that way too. A prepared launch cannot run an autotuner's
-#   pre-hook (the usual way to give host descriptors each configuration's tile shape), and host
-#   descriptors would still be encoded at every call: so its programs build their descriptors
-#   themselves. That costs the GPU a little at the start of every launch (each program writes three
-#   descriptors and waits for them to be visible before its first copy), and saves the host far more
-#   (compare its host column with exercise 2's). Its own checks and the descriptors' scratch memory
-#   leave its host time close to lesson 04's prepared call (compare the two);
+# - **lesson 09's matmul** is launched that way too. Host descriptors would still cost every call
+#   (each built and validated in Python, then encoded by the launch; a prepared launch can take them,
+#   as lesson 10's attention shows), so its programs build their descriptors themselves. That costs
+#   the GPU a little at the start of every launch (each program writes three descriptors and waits
+#   for them to be visible before its first copy), and saves the host far more (compare its host
+#   column with exercise 2's). Its own checks and the descriptors' scratch memory leave its host time
+#   close to lesson 04's prepared call (compare the two);
 # - **cuBLAS** does its equivalent in C++, behind one dispatch.
 #
 # What is left in a prepared call is Python all the same: `matmul`'s checks, C's allocation, the key,

@@ -67,7 +67,8 @@ dtype = pick(cpu=torch.float32, gpu=torch.float16)
 # - **Tensor descriptors built on the host**, over Q, K, V and O viewed as `(B · H, N, D)`, moving
 #   boxes of `(1, rows, D)`: a box never leaves its head, Q, K and V tiles arrive by TMA, the output
 #   leaves by TMA, and rows past N read as zeros and are never stored, so no load or store needs a
-#   mask. A pre-hook sets the boxes per configuration, as for lesson 09's matmul.
+#   mask. A pre-hook sets the boxes per configuration: the autotuner calls it before it runs that
+#   configuration.
 # - **A wider search, timed as graph replays**: 64 or 128 query rows per program, 64 or 128 keys per
 #   tile, 4 or 8 warps, 2 to 4 stages, and warp specialisation (a producer warp for the K and V
 #   copies) where this Triton compiles it.
@@ -802,12 +803,19 @@ for gpu in hopper:
 # ### From Python: the launch bill
 #
 # Every table above is graph replays, the GPU's time. A training step calls these functions from
-# Python, one call after another, and then the host's work per call counts too. For the lesson's
-# forward: four host tensor descriptors and the autotuner's lookup. For its backward: `delta`'s kernel,
-# dQ zeroed, six descriptors, the autotuner, dQ copied to float16. Around both, autograd. `make bench`
-# records each call launched back to back from Python, and the host's time in one call with the GPU
-# idle (lesson 09's launch bill). Per recorded GPU, the lesson's calls and cuDNN's at the shortest and
-# the longest sequence, in µs; `*` marks a call whose host time exceeds its GPU time:
+# Python, one call after another, and then the host's work per call counts too. The course's
+# `attention` and `attention_backward` launch their kernels through `helpers.launch.Launcher`, as
+# lesson 09's matmul does: the autotuner and Triton's binding run once per key, not at every call.
+# Their autotuners set the descriptors' boxes in a pre-hook, which a prepared launch skips. It can:
+# Triton's launch encodes each host descriptor with the box the compiled kernel was built for, so the
+# pre-hook matters only for finding that kernel, on the key's first call (`Launcher(kernel,
+# boxes=hook)` says the hook does nothing else). What is left at every call: for the forward, four
+# host descriptors built in Python and encoded by the launch, and the outputs allocated; for the
+# backward, `delta`'s kernel, dQ zeroed, six descriptors, dQ copied to float16. Around both,
+# autograd. `make bench` records each call launched back to back from Python, and the host's time in
+# one call with the GPU idle (lesson 09's launch bill). Per recorded GPU, the lesson's calls and
+# cuDNN's at the shortest and the longest sequence, in µs; `*` marks a call whose host time exceeds
+# its GPU time:
 
 # %%
 BILL_GROUPS = [f"hopper_attention_{what}_d{D}" for D in (64, 128)
@@ -845,11 +853,12 @@ for gpu in recorded_devices():
 # time. Back to back the host can be quicker than that, and where it is not, the GPU waits for it.
 # That happens to the lesson's forward and backward together at the shortest sequence at D = 64,
 # where the GPU's share is smallest: launched, the step takes well over its graphed time while
-# cuDNN's stays close to its own, and it loses far more to cuDNN than its kernels do. The cure is the
-# one lesson 09 applied to the matmul and lesson 11 to the decoding step: prepare the launch once
-# (`helpers.launch.Launcher`; the attention's autotuner sets its descriptors' boxes in a pre-hook, which
-# a prepared launch cannot skip, so its descriptors would first have to be built in the kernel), or
-# capture the step in a CUDA graph.
+# cuDNN's stays close to its own, and it loses more to cuDNN than its kernels do. The launches are
+# prepared already; what is left is Python that cuDNN's step does not run: autograd calls the
+# backward of a `torch.autograd.Function` in Python, on autograd's own thread, and each call builds
+# its descriptors and allocations anew. The cure left is the one lesson 11 applies to the decoding
+# step: capture the whole step in a CUDA graph (the graphed column), where the same shapes come back
+# step after step.
 #
 # ## The long-row softmax
 #

@@ -28,6 +28,7 @@ import triton.language as tl
 
 from helpers import ON_GPU, pick
 from helpers.bench import Bench
+from helpers.launch import Launcher, cdiv
 
 # Constants a kernel may read must be tl.constexpr; on the host, LOG2E.value is the float.
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) == exp2(x * LOG2E)
@@ -294,6 +295,9 @@ def bwd_preprocess_kernel(o_ptr, do_ptr, delta_ptr, n_rows, HEAD_DIM: tl.constex
     tl.store(delta_ptr + offs_m, tl.sum(o * do, 1), mask=offs_m < n_rows)
 
 
+_delta_launcher = Launcher(bwd_preprocess_kernel)   # launches prepared once per key (helpers.launch)
+
+
 def backward_delta(out, dout):
     """delta = rowsum(dO * O), (B, H, N) in float32, by the preprocessing kernel."""
     out, dout = out.contiguous(), dout.contiguous()
@@ -301,7 +305,7 @@ def backward_delta(out, dout):
     delta = torch.empty(B, H, N, device=out.device, dtype=torch.float32)
     rows = B * H * N
     block = pick(cpu=32, gpu=64)
-    bwd_preprocess_kernel[(triton.cdiv(rows, block),)](out, dout, delta, rows, HEAD_DIM=D, BLOCK=block)
+    _delta_launcher((cdiv(rows, block),), out, dout, delta, rows, HEAD_DIM=D, BLOCK=block)
     return delta
 
 

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 import helpers  # noqa: F401  (first: picks the GPU or the interpreter)
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from helpers import interpreter
 from helpers.compiled import compiler_quiet
@@ -313,6 +314,18 @@ def attention_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, n_ctx, qk_scale, H
     tl.store(lse_ptr + offs_m, (m_i + tl.log2(l_i)) * lesson06.LN2, mask=offs_m < n_ctx)
 
 
+def heads_descriptor(t):
+    """A host descriptor of t (B, H, N, D), contiguous, seen as (B * H, N, D): a box never crosses from
+    one head into the next. Its box is a placeholder that each configuration's pre-hook sets."""
+    B, H, N, D = t.shape
+    return TensorDescriptor(t, [B * H, N, D], [N * D, D, 1], [1, 16, D])
+
+
+# Launched prepared once per key (helpers.launch): the pre-hook only sets the descriptors' boxes, which
+# the compiled kernel carries itself.
+_attention_launcher = Launcher(attention_kernel, boxes=_set_attention_boxes)
+
+
 def attention(q, k, v, causal=False, sm_scale=None):
     """softmax(q k^T * sm_scale) v for q, k, v (B, H, N, D): (out, lse), as lesson 06's `attention`."""
     assert q.dim() == 4 and q.shape == k.shape == v.shape, "q, k, v must all be (B, H, N, D)"
@@ -323,10 +336,9 @@ def attention(q, k, v, causal=False, sm_scale=None):
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    # (B * H, N, D) views; the box shapes are placeholders that each configuration's pre-hook sets
-    descs = [descriptor(t.view(B * H, N, D), [1, 16, D]) for t in (q, k, v, out)]
-    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
-    attention_kernel[grid](*descs, lse, N, sm_scale * lesson06.LOG2E.value, HEAD_DIM=D, CAUSAL=causal)
+    grid = lambda meta: (cdiv(N, meta["BLOCK_M"]), B * H)  # noqa: E731
+    _attention_launcher(grid, *(heads_descriptor(t) for t in (q, k, v, out)), lse, N,
+                        sm_scale * lesson06.LOG2E.value, HEAD_DIM=D, CAUSAL=causal)
     return out, lse
 
 
@@ -482,6 +494,9 @@ def attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc,
     dv_desc.store([head, start_n, 0], dv.to(dv_desc.dtype).reshape(1, BLOCK_N, HEAD_DIM))
 
 
+_backward_launcher = Launcher(attention_backward_kernel, boxes=_set_backward_boxes)   # as the forward's
+
+
 def attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None):
     """dq, dk, dv of attention(q, k, v, causal) given dout: delta = rowsum(dO * O) by lesson 06's kernel,
     then one kernel for all three gradients."""
@@ -491,10 +506,9 @@ def attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None):
     delta = lesson06.backward_delta(out, dout)
     dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    descs = [descriptor(t.view(B * H, N, D), [1, 16, D]) for t in (q, k, v, dout, dk, dv)]
-    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)  # noqa: E731
-    attention_backward_kernel[grid](*descs, dq, lse, delta, N, sm_scale * lesson06.LOG2E.value, sm_scale,
-                                    HEAD_DIM=D, CAUSAL=causal)
+    grid = lambda meta: (cdiv(N, meta["BLOCK_N"]), B * H)  # noqa: E731
+    _backward_launcher(grid, *(heads_descriptor(t) for t in (q, k, v, dout, dk, dv)), dq, lse, delta, N,
+                       sm_scale * lesson06.LOG2E.value, sm_scale, HEAD_DIM=D, CAUSAL=causal)
     return dq.to(q.dtype), dk, dv
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
@@ -66,6 +67,15 @@ def test_the_launch_takes_each_tensor_as_its_address():
                                                                     x.data_ptr() + 4]
 
 
+def test_a_host_descriptor_is_keyed_by_its_dtype_and_box_and_launched_as_itself():
+    x = torch.zeros(4, 64, device=DEVICE)
+    desc = TensorDescriptor.from_tensor(x, [2, 16])
+    key, addresses = _key_and_addresses((desc, 4), {})
+    assert key == ((torch.float32, x.device, 2, 16), 4) and addresses[0] is desc
+    assert _key((TensorDescriptor.from_tensor(x, [4, 16]),), {}) != key[:1]   # another box
+    assert _key((TensorDescriptor.from_tensor(x.half(), [2, 16]),), {}) != key[:1]
+
+
 def test_cdiv_is_tritons():
     for n in (0, 1, 127, 128, 129, 10**12 + 1):
         for d in (1, 16, 128):
@@ -78,7 +88,7 @@ def test_what_a_prepared_launch_refuses():
         _check_arguments("k", (object(),), {})
     with pytest.raises(TypeError, match="by position"):
         _check_arguments("k", (), {"x_ptr": x})
-    _check_arguments("k", (x, 3, 2.5, None), {"BLOCK": 16})
+    _check_arguments("k", (x, 3, 2.5, None, TensorDescriptor.from_tensor(x, [16])), {"BLOCK": 16})
 
 
 @gpu_only
@@ -211,3 +221,55 @@ def test_a_grid_that_reads_an_argument_by_name_is_refused_at_its_first_call():
     grid = lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)  # noqa: E731
     with pytest.raises(KeyError, match="close over that value"):
         launcher(grid, x, y, torch.empty_like(x), x.numel(), 2.0)
+
+
+def _set_box(args):
+    args["x_desc"].block_shape = [args["BLOCK"]]
+
+
+def _set_box_and_more(args):   # a pre-hook that does more than set a box: a prepared launch would skip it
+    _set_box(args)
+
+
+BOX_CONFIGS = [triton.Config({"BLOCK": 32}, num_warps=1, pre_hook=_set_box),
+               triton.Config({"BLOCK": 64}, num_warps=2, pre_hook=_set_box)]
+
+
+@triton.autotune(configs=pick(cpu=BOX_CONFIGS[:1], gpu=BOX_CONFIGS), key=["n"])
+@triton.jit
+def doubled_through_a_descriptor(x_desc, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, 2 * x_desc.load([tl.program_id(0) * BLOCK]), mask=offs < n)
+
+
+def doubled(launcher, x):
+    out = torch.empty_like(x)
+    grid = lambda meta: (cdiv(x.numel(), meta["BLOCK"]),)  # noqa: E731
+    launcher(grid, TensorDescriptor.from_tensor(x, [16]), out, x.numel())   # [16]: the pre-hook's to set
+    return out
+
+
+def test_a_kernel_whose_pre_hook_sets_its_descriptors_boxes_is_launched_prepared():
+    """Triton's launch encodes a host descriptor with the box the compiled kernel was built for: after a
+    key's first call, the box-setting pre-hook need not run (and the placeholder box does no harm)."""
+    launcher = Launcher(doubled_through_a_descriptor, boxes=_set_box)
+    x = torch.randn(1000, device=DEVICE)
+    torch.testing.assert_close(doubled(launcher, x), 2 * x)
+    calls = []
+    run = doubled_through_a_descriptor.run
+    doubled_through_a_descriptor.run = lambda *a, **k: calls.append(1) or run(*a, **k)
+    try:
+        x2 = torch.randn(1000, device=DEVICE)
+        torch.testing.assert_close(doubled(launcher, x2), 2 * x2)     # another tensor, the same key
+    finally:
+        doubled_through_a_descriptor.run = run
+    assert calls == ([] if ON_GPU else [1])    # under the interpreter every call goes the slow way
+
+
+@gpu_only
+def test_any_other_pre_hook_is_refused():
+    """A pre-hook the launcher is not told only sets boxes would be skipped: refused at the first call."""
+    hooked = triton.autotune(configs=[triton.Config({"BLOCK": 32}, pre_hook=_set_box_and_more)],
+                             key=["n"])(doubled_through_a_descriptor.fn)
+    with pytest.raises(AssertionError, match="pre-hook"):
+        doubled(Launcher(hooked, boxes=_set_box), torch.randn(100, device=DEVICE))
