@@ -44,6 +44,7 @@ from helpers.cards import flashcards, self_check
 from helpers.roofline import CHIPS, chip_for
 from helpers.solutions import load_solution, show
 
+import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 import triton
@@ -493,15 +494,82 @@ for gpu, record in gluon_runs.items():
 # matrix multiplies are longest against its softmax; at D = 64, where they are half as long, they cost
 # more than they save, or at best break even. The third warpgroup pays at both head sizes, for full
 # attention and at the longest causal rows; causal at the shorter length it is not ahead of cuDNN at
-# either. FlashAttention-3 schedules causal blocks persistently (one program per SM, taking the next
-# block as it finishes one), which this kernel does not; whether that would close the gap here is not
-# measured.
+# either: the next section measures why.
 #
 # One detail made the difference at D = 128. With one `empty` barrier a slot, released after the
 # `P V`, the next K could start landing only once both consumers had finished a tile, and on a ring
 # of two slots `+overlap` ran slower than the plain schedule (timed on the H200 while this kernel was
 # written; not in the record). With K released as soon as its scores are computed, it lands during
 # the softmax.
+#
+# ### What a program costs besides its tiles
+#
+# A program of the Gluon kernel does two kinds of work: a fixed part (it starts, sets up its barriers
+# and registers, loads its Q block and fills the ring before the first tile is ready, then normalises
+# and stores its output) and its key tiles, each the same work. Causal, at N = 4096, a block walks
+# its keys only up to its own rows, 17 to 18 tiles on average against 32 for full attention, so the
+# fixed part weighs about twice as much. `tests/gpu_gluon_check.py --program-cost` measures both
+# parts: full attention, B = 1, with the number of 192-row blocks held at 8 per SM (1,056 on 132 SMs,
+# so 8 waves of programs) and N growing from 384 to 6,144 (3 to 48 key tiles a block; fewer heads as N
+# grows). The time of one wave against the tiles a block walks is then a straight line: its slope is
+# a tile's cost, its intercept the fixed part. The same shapes through cuDNN, whose persistent
+# programs each walk many blocks, give its line:
+
+# %%
+fits = course.program_cost_fits(gluon_runs)
+if not fits:
+    print("Not recorded yet: `python tests/gpu_gluon_check.py --program-cost` on a Hopper GPU records it.")
+else:
+    gpu = "NVIDIA H200" if "NVIDIA H200" in fits else next(iter(fits))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, D in zip(axes, (64, 128)):
+        for impl, name in (("gluon_three", "Gluon, 3 WG"), ("cudnn", "cuDNN")):
+            fit = fits[gpu][D][impl]
+            line = ax.plot(fit["tiles"], fit["us_per_wave"], "o", label=name)[0]
+            ends = [0, max(fit["tiles"])]
+            ax.plot(ends, [fit["fixed_us"] + fit["tile_us"] * x for x in ends], "--", color=line.get_color(),
+                    linewidth=1)
+        ax.set_title(f"D = {D}, full attention, on {gpu}", fontsize=10)
+        ax.set_xlabel("key tiles per 192-row block")
+        ax.set_ylabel("µs per wave of programs")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    plt.show()
+    mean = course.CAUSAL_MEAN_TILES
+    for gpu, by_d in fits.items():
+        print(f"{gpu}: µs per wave of 132 blocks, fitted; then cuDNN's time ÷ the Gluon kernel's, the "
+              f"model's at 32 tiles (full, N4096)\nand at {mean:.1f} (causal N4096's mean), and recorded at B4 N4096")
+        print(f"  {'':5}{'fixed':>14}{'per tile':>14}  |{'model':>7}{'model':>7}{'model, cuDNN':>14}  |"
+              f"{'recorded':>9}{'recorded':>9}")
+        print(f"  {'':5}{'Gluon':>7}{'cuDNN':>7}{'Gluon':>7}{'cuDNN':>7}  |{'32':>7}{mean:>7.1f}"
+              f"{'fixed, ' + format(mean, '.1f'):>14}  |{'full':>9}{'causal':>9}")
+        for D, by_impl in by_d.items():
+            ours, cudnn = by_impl["gluon_three"], by_impl["cudnn"]
+            persistent = cudnn["fixed_us"] + ours["tile_us"] * mean   # Gluon's tiles, cuDNN's fixed part
+            print(f"  D{D:<4}{ours['fixed_us']:7.1f}{cudnn['fixed_us']:7.1f}{ours['tile_us']:7.2f}"
+                  f"{cudnn['tile_us']:7.2f}  |{cudnn['at_full'] / ours['at_full']:7.2f}"
+                  f"{cudnn['at_causal'] / ours['at_causal']:7.2f}{cudnn['at_causal'] / persistent:14.2f}  |"
+                  f"{by_impl['recorded_full']:9.2f}{by_impl['recorded_causal']:9.2f}")
+
+# %% [markdown]
+# Read the two numbers of each line. Per tile (192 query rows against 128 keys, for both), the Gluon
+# kernel is the faster at both head sizes. The fixed part goes the other way. Each Gluon program
+# starts cold: it loads its Q block and waits for its first K tile, and the tensor cores have nothing
+# of it to do meanwhile. cuDNN launches one program per SM (the profile above), which walks block
+# after block, so one block's start can overlap with the previous block's work: its intercept is well
+# under the Gluon kernel's. The two lines cross after a few tiles, and the longer a block's walk, the
+# more the per-tile lead counts.
+#
+# Then the right-hand columns. The model is fitted on full attention, and at 32 tiles it agrees with
+# the recorded full-attention ratio to within a few hundredths. At the causal blocks' mean length its
+# ratio falls, since the fixed part weighs more there, but the recorded causal ratio falls further:
+# the fixed part is one cause of the causal gap, not all of it. The model has no term for what is
+# particular to causal: the diagonal tiles, which compute masks as well, and three warpgroups that
+# walk different numbers of tiles (the first stops a tile before the third, and its share of the
+# tensor cores goes unused meanwhile). The `model, cuDNN fixed` column is the Gluon kernel's tiles
+# with cuDNN's fixed part: what persistent programs that hide a block's start as well as cuDNN's do
+# would be worth, by this model. Take it as a direction, not a promise; the kernel does not do it,
+# and the causal-only costs would remain.
 #
 # ### The ring's barriers
 #

@@ -386,6 +386,51 @@ def gluon_recorded():
     return lesson09.recorded("10_hopper_attention_gluon")
 
 
+def causal_mean_tiles(n, rows=192, block_n=128):
+    """The key tiles a causal block of `rows` query rows walks (its last warpgroup's walk, up to its last
+    row), on average over the blocks of a sequence of n."""
+    blocks = cdiv(n, rows)
+    return sum(cdiv(min(rows * (b + 1), n), block_n) for b in range(blocks)) / blocks
+
+
+CAUSAL_MEAN_TILES = causal_mean_tiles(4096)   # the three-consumer kernel's blocks, causal, at N = 4096
+
+
+def program_cost_fits(records):
+    """{GPU: {D: {impl: fit, "recorded_full": ratio, "recorded_causal": ratio}}} from each record's
+    program_cost rows (tests/gpu_gluon_check.py --program-cost), impl "gluon_three" or "cudnn". A fit:
+    the rows' key tiles per block and µs per wave of programs (one block per SM), the least-squares line
+    through them (fixed_us + tile_us * tiles) and its value at 32 tiles (full attention at N = 4096) and
+    at CAUSAL_MEAN_TILES. The ratios are cuDNN's time over the three-consumer kernel's, recorded at B4
+    N4096 with this D, full and causal."""
+    from statistics import linear_regression
+
+    from helpers.roofline import chip_for
+
+    fits = {}
+    for gpu, record in records.items():
+        rows, chip = record.get("program_cost"), chip_for(gpu)
+        if not rows or chip is None:
+            continue
+        fits[gpu] = {}
+        for D in sorted({r["D"] for r in rows}):
+            mine = [r for r in rows if r["D"] == D]
+            by_impl = {}
+            for impl in ("gluon_three", "cudnn"):
+                tiles = [r["tiles"] for r in mine]
+                us = [1000 * r[impl] * chip.sms / r["programs"] for r in mine]   # one wave: sms blocks
+                line = linear_regression(tiles, us)
+                at = lambda x, line=line: line.intercept + line.slope * x  # noqa: E731
+                by_impl[impl] = {"tiles": tiles, "us_per_wave": us, "fixed_us": line.intercept,
+                                 "tile_us": line.slope, "at_full": at(32), "at_causal": at(CAUSAL_MEAN_TILES)}
+            for t in record["timings"]:
+                if t["N"] == 4096 and t["D"] == D and "gluon_three" in t:
+                    name = "recorded_causal" if t["causal"] else "recorded_full"
+                    by_impl[name] = t["cudnn"]["graph_ms"] / t["gluon_three"]["graph_ms"]
+            fits[gpu][D] = by_impl
+    return fits
+
+
 # ---------------------------------------------------------------- exercise: the backward, dQ by atomics
 #
 # Lesson 06's backward runs two kernels that each recompute P: dK/dV (4 matmuls per tile: S, dV, dP,

@@ -4,6 +4,7 @@
     timeout 1800 python tests/gpu_gluon_check.py              # checks, then timings
     timeout 900 python tests/gpu_gluon_check.py --check       # checks only
     python tests/gpu_gluon_check.py --check --schedules pingpong,overlap   # some schedules only
+    timeout 300 python tests/gpu_gluon_check.py --program-cost   # only 3., added to the GPU's record
 
 1. Numbers: out against attention computed in float32 from the same fp16 inputs (atol 2e-2, as for
    fp16 attention elsewhere in the course), lse against torch.logsumexp of the float32 scores, over
@@ -17,6 +18,8 @@
 2. Speed: TFLOP/s (4*B*H*N*N*D flops, half for causal) timed as CUDA-graph replays with
    triton.testing, each schedule beside cuDNN's SDPA and the course's Triton `attention` (lesson 10),
    at B4 N4096 and B1 N16384, D 64 and 128 (H = 2048 / D), causal and full.
+3. With --program-cost: what a program costs besides its key tiles (program_cost below), three
+   consumers and cuDNN, full attention; recorded beside the rest.
 
 A wrong barrier phase hangs the GPU rather than failing: every case prints before it starts (flushed),
 so the last line printed names the case that hung. Run it under `timeout`. The schedules are checked
@@ -224,6 +227,40 @@ def bench(ga, schedules=SCHEDULES):
     return rows
 
 
+# Full attention at a fixed number of three-consumer programs, 8 per SM, for N = 192 m with 8 SMs / m
+# heads (every m divides 8 x 132): the time per wave of programs against the key tiles each walks.
+PROGRAM_COST_M = (2, 4, 8, 16, 32)
+
+
+def program_cost(ga):
+    """Rows {D, N, H, programs, tiles, gluon_three, cudnn} (graph ms), B = 1: a program's time against
+    its key tiles, with the programs per SM fixed. Its intercept is what a program costs besides its
+    tiles (start, prologue, epilogue, the wave's end), which persistent programs can overlap."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    programs = 8 * torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for D in (64, 128):
+        for m in PROGRAM_COST_M:
+            N, H = 192 * m, programs // m
+            assert H * m == programs
+            torch.manual_seed(0)
+            q, k, v = (torch.randn(1, H, N, D, device=DEVICE, dtype=torch.float16) for _ in range(3))
+
+            def cudnn():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v)
+
+            row = {"D": D, "N": N, "H": H, "programs": programs, "tiles": math.ceil(N / 128)}
+            for impl, fn in {"gluon_three": lambda: ga.gluon_attention(q, k, v, consumers=3),
+                             "cudnn": cudnn}.items():
+                row[impl] = graph_ms(fn)[0]
+            say(f"program cost D{D} N{N} H{H}: {row['tiles']} tiles, three {row['gluon_three']:.4f} ms, "
+                f"cuDNN {row['cudnn']:.4f} ms")
+            rows.append(row)
+    return rows
+
+
 def main():
     assert torch.cuda.is_available(), "needs a CUDA GPU (Hopper)"
     cap = torch.cuda.get_device_capability()
@@ -240,6 +277,12 @@ def main():
     if "--schedules" in sys.argv:
         schedules = sys.argv[sys.argv.index("--schedules") + 1].split(",")
         assert all(s in SCHEDULES for s in schedules), f"--schedules takes some of {', '.join(SCHEDULES)}"
+    if "--program-cost" in sys.argv:   # added to this GPU's record, the rest of it kept
+        path = ROOT / "helpers" / "recorded" / "10_hopper_attention_gluon" / f"{slug(record['device'])}.json"
+        kept = json.loads(path.read_text()) if path.exists() else {}
+        record = {**kept, "program_cost": program_cost(ga), "program_cost_stamp": record}
+        write(record)
+        return
     started = time.time()
     record["checks"], failures, n_cases = check(ga, schedules)
     say(f"{n_cases - failures}/{n_cases} checks passed ({time.time() - started:.0f} s)")
@@ -251,13 +294,19 @@ def main():
             say("timing anyway (numbers above are wrong: the timings are of a broken kernel)")
         record["timings"] = bench(ga, ["plain"] + [s for s in schedules if s != "plain"])
 
+    write(record)
+    sys.exit(1 if failures else 0)
+
+
+def write(record):
+    from helpers.bench import slug
+
     paths = [ROOT / "helpers" / "recorded" / "10_hopper_attention_gluon" / f"{slug(record['device'])}.json"]
     if os.environ.get("OUT"):
         paths.append(pathlib.Path(os.environ["OUT"]) / "gluon_attention_gpu.json")
     for path in paths:
         path.write_text(json.dumps(record, indent=1) + "\n")
         say(f"wrote {path}")
-    sys.exit(1 if failures else 0)
 
 
 if __name__ == "__main__":

@@ -310,3 +310,44 @@ def test_gluon_records_cover_every_schedule():
         for row in record["timings"]:
             assert "tflops" in row["cudnn"], (gpu, row)
             assert all("vs_cudnn" in row[name] for name in timed), (gpu, sorted(row))
+
+
+def test_every_gluon_record_has_the_program_cost_lesson_10_fits():
+    """Each recorded GPU ran --program-cost: at both head sizes, 8 blocks a SM (as the lesson's waves
+    assume), N growing, both kernels timed; and the fit's lines are the lesson's reading of them (the
+    Gluon kernel faster per tile, with the larger fixed part)."""
+    from helpers.roofline import chip_for
+
+    records = lesson10.gluon_recorded()
+    fits = lesson10.program_cost_fits(records)
+    assert set(fits) == set(records)
+    for gpu, record in records.items():
+        rows = record["program_cost"]
+        assert {r["D"] for r in rows} == {64, 128}, gpu
+        assert {r["programs"] for r in rows} == {8 * chip_for(gpu).sms}, gpu
+        for D, by_impl in fits[gpu].items():
+            assert by_impl["gluon_three"]["tiles"] == sorted(set(by_impl["gluon_three"]["tiles"]))
+            ours, cudnn = by_impl["gluon_three"], by_impl["cudnn"]
+            assert ours["tile_us"] < cudnn["tile_us"] and ours["fixed_us"] > cudnn["fixed_us"] > 0, (gpu, D)
+            assert 0.5 < by_impl["recorded_causal"] < by_impl["recorded_full"] < 1.5, (gpu, D)
+
+
+def test_program_cost_fits_recover_a_line():
+    """Times made from a known line come back as that line, per wave of one block per SM."""
+    sms = 132
+    rows = [{"D": 64, "N": 192 * m, "H": 8 * sms // m, "programs": 8 * sms, "tiles": -(-192 * m // 128),
+             "gluon_three": 8 * (5.0 + 1.5 * -(-192 * m // 128)) / 1000,
+             "cudnn": 8 * (2.0 + 2.0 * -(-192 * m // 128)) / 1000} for m in (2, 4, 8)]
+    timings = [{"N": 4096, "D": 64, "causal": c, "cudnn": {"graph_ms": 1.0}, "gluon_three": {"graph_ms": 0.5}}
+               for c in (False, True)]
+    fit = lesson10.program_cost_fits({"NVIDIA H200": {"program_cost": rows, "timings": timings}})
+    ours = fit["NVIDIA H200"][64]["gluon_three"]
+    assert ours["fixed_us"] == pytest.approx(5.0) and ours["tile_us"] == pytest.approx(1.5)
+    assert ours["at_full"] == pytest.approx(5.0 + 1.5 * 32)
+    assert fit["NVIDIA H200"][64]["recorded_causal"] == 2.0
+
+
+def test_causal_mean_tiles_is_the_last_warpgroups_walk():
+    assert lesson10.causal_mean_tiles(192) == 2        # rows 0..191: keys 0..191, two tiles of 128
+    assert lesson10.causal_mean_tiles(384) == 2.5      # and rows 192..383: three tiles
+    assert lesson10.causal_mean_tiles(100) == 1        # one partial block, one partial tile
