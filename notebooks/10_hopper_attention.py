@@ -538,7 +538,8 @@ else:
     mean = course.CAUSAL_MEAN_TILES
     for gpu, by_d in fits.items():
         print(f"{gpu}: µs per wave of 132 blocks, fitted; then cuDNN's time ÷ the Gluon kernel's, the "
-              f"model's at 32 tiles (full, N4096)\nand at {mean:.1f} (causal N4096's mean), and recorded at B4 N4096")
+              f"model's at 32 tiles (full, N4096)\nand at {mean:.1f} (causal N4096's mean), and recorded "
+              f"at B4 N4096")
         print(f"  {'':5}{'fixed':>14}{'per tile':>14}  |{'model':>7}{'model':>7}{'model, cuDNN':>14}  |"
               f"{'recorded':>9}{'recorded':>9}")
         print(f"  {'':5}{'Gluon':>7}{'cuDNN':>7}{'Gluon':>7}{'cuDNN':>7}  |{'32':>7}{mean:>7.1f}"
