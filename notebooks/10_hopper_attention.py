@@ -569,8 +569,27 @@ else:
 # walk different numbers of tiles (the first stops a tile before the third, and its share of the
 # tensor cores goes unused meanwhile). The `model, cuDNN fixed` column is the Gluon kernel's tiles
 # with cuDNN's fixed part: what persistent programs that hide a block's start as well as cuDNN's do
-# would be worth, by this model. Take it as a direction, not a promise; the kernel does not do it,
+# would be worth, by this model. Take it as a direction, not a promise: the kernel does not do it,
 # and the causal-only costs would remain.
+#
+# A first persistent version was written and timed on an H100 while this lesson was written (it is
+# not in the course), and it shows why "persistent" alone is not the answer. One program per SM,
+# each walking a fixed list of blocks (program p takes blocks p, p + 132, ...), the producer loading
+# the next block's Q and first tiles while the consumers store the last one's output:
+#
+# - with the blocks numbered heads first, the 132 programs at work at once each read a different
+#   head's K and V, which no longer fit in L2 together, and it fell behind the one-block-per-program
+#   kernel at almost every shape, far behind at some: the order in which blocks are handed out
+#   decides what L2 holds;
+# - with a few heads' blocks walked together, it passed the one-block kernel slightly at D = 64, full
+#   attention, at the two shorter lengths, and trailed it everywhere else. At D = 128 the loop's extra
+#   live values made ptxas spill the three consumers' registers. Causal it trailed at both head
+#   sizes: causal blocks differ in length, and fixed lists leave some programs more work than others,
+#   and SMs idle at the end. The one-block-per-program kernel gets that balance for free, since an SM
+#   takes the next block whenever it finishes one.
+#
+# FlashAttention-3 hands blocks out at run time (a counter in global memory that each program
+# increments to take its next block), which keeps both the balance and the overlap.
 #
 # ### The ring's barriers
 #
