@@ -76,6 +76,20 @@ def test_a_host_descriptor_is_keyed_by_its_dtype_and_box_and_launched_as_itself(
     assert _key((TensorDescriptor.from_tensor(x.half(), [2, 16]),), {}) != key[:1]
 
 
+def test_triton_specialises_a_host_descriptor_on_its_dtype_and_box_only():
+    """What makes the key above enough: a descriptor's shape and strides reach the kernel as integers
+    that Triton does not specialise on (another batch size at the same key is the same compiled kernel)."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    specs = set()
+    for shape in [(1, 1024, 64), (256, 1024, 64), (3, 1000, 64), (16, 17, 64)]:
+        t = torch.empty(shape, dtype=torch.float16)
+        desc = TensorDescriptor(t, list(shape), list(t.stride()), [1, 16, 64])
+        specs.add(native_specialize_impl(BaseBackend, desc, False, True, True))
+    assert len(specs) == 1, specs
+
+
 def test_cdiv_is_tritons():
     for n in (0, 1, 127, 128, 129, 10**12 + 1):
         for d in (1, 16, 128):
