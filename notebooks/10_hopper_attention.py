@@ -582,14 +582,15 @@ else:
 #   kernel at almost every shape, far behind at some: the order in which blocks are handed out
 #   decides what L2 holds;
 # - with a few heads' blocks walked together, it passed the one-block kernel slightly at D = 64, full
-#   attention, at the two shorter lengths, and trailed it everywhere else. At D = 128 the loop's extra
+#   attention, at N = 2,048 and 4,096, and trailed it everywhere else. At D = 128 the loop's extra
 #   live values made ptxas spill the three consumers' registers. Causal it trailed at both head
 #   sizes: causal blocks differ in length, and fixed lists leave some programs more work than others,
 #   and SMs idle at the end. The one-block-per-program kernel gets that balance for free, since an SM
 #   takes the next block whenever it finishes one.
 #
-# FlashAttention-3 hands blocks out at run time (a counter in global memory that each program
-# increments to take its next block), which keeps both the balance and the overlap.
+# FlashAttention-3 keeps fixed lists for full attention only. Causal, it hands blocks out at run time:
+# a counter in global memory that each program increments to take its next block, longest first,
+# which keeps both the balance and the overlap.
 #
 # ### The ring's barriers
 #
