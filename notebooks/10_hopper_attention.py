@@ -591,7 +591,7 @@ else:
 # FlashAttention-3 keeps fixed lists for full attention only. Causal, it hands blocks out at run time:
 # a counter in global memory that each program increments to take its next block, longest first,
 # which keeps both the balance and the overlap. A second version took its blocks that way, timed on
-# an H100 as well (not in the course yet: it still has to be recorded on both GPUs). Its producer
+# an H100 as well (not in the course either). Its producer
 # warp increments the counter and tells the consumers the block's number through shared memory, and
 # the last program to take a number sets the counter back to zero for the next launch. Causal, with
 # three consumers, it passed the one-block kernel at D = 64 at every length timed, and came closer
