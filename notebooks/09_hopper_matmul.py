@@ -738,9 +738,10 @@ for gpu in recorded_devices():
 # %% [markdown]
 # Building three descriptors in the kernel costs each launch a few µs that host descriptors would not,
 # about as much as separates the fast matmul from cuBLAS at 2048³ (compare the last lines). Built on
-# the host instead, they cost far more of the CPU's time at every call (exercise 1's host column
-# above), which matters more at the sizes marked `*`. Neither way is free: the course builds them in
-# the kernel, where the cost is smaller, and the same few µs count for less against a longer kernel.
+# the host instead, they cost the CPU at every call, even through a prepared launch: each is built
+# and checked in Python, then encoded by the launch. That matters more at the sizes marked `*`.
+# Neither way is free: the course builds them in the kernel, and the same few µs count for less
+# against a longer kernel.
 
 # %% [markdown]
 # ## Epilogues on the fast mainloop
