@@ -415,9 +415,9 @@ def program_cost_fits(records):
         fits[gpu] = {}
         for D in sorted({r["D"] for r in rows}):
             mine = [r for r in rows if r["D"] == D]
+            tiles = [r["tiles"] for r in mine]
             by_impl = {}
             for impl in ("gluon_three", "cudnn"):
-                tiles = [r["tiles"] for r in mine]
                 us = [1000 * r[impl] * chip.sms / r["programs"] for r in mine]   # one wave: sms blocks
                 line = linear_regression(tiles, us)
                 at = lambda x, line=line: line.intercept + line.slope * x  # noqa: E731

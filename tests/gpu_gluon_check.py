@@ -269,7 +269,6 @@ def main():
     assert cap == (9, 0), "the Gluon kernel uses wgmma and setmaxnreg: Hopper (sm_90) only"
     ga = load_module(ROOT / "solutions" / "gluon_attention.py")
     from helpers import profile
-    from helpers.bench import slug
 
     record = profile.stamp()
 
@@ -278,7 +277,7 @@ def main():
         schedules = sys.argv[sys.argv.index("--schedules") + 1].split(",")
         assert all(s in SCHEDULES for s in schedules), f"--schedules takes some of {', '.join(SCHEDULES)}"
     if "--program-cost" in sys.argv:   # added to this GPU's record, the rest of it kept
-        path = ROOT / "helpers" / "recorded" / "10_hopper_attention_gluon" / f"{slug(record['device'])}.json"
+        path = record_path(record["device"])
         kept = json.loads(path.read_text()) if path.exists() else {}
         record = {**kept, "program_cost": program_cost(ga), "program_cost_stamp": record}
         write(record)
@@ -298,10 +297,15 @@ def main():
     sys.exit(1 if failures else 0)
 
 
-def write(record):
+def record_path(device):
+    """helpers/recorded/10_hopper_attention_gluon/<gpu>.json, where lesson 10 reads this GPU's record."""
     from helpers.bench import slug
 
-    paths = [ROOT / "helpers" / "recorded" / "10_hopper_attention_gluon" / f"{slug(record['device'])}.json"]
+    return ROOT / "helpers" / "recorded" / "10_hopper_attention_gluon" / f"{slug(device)}.json"
+
+
+def write(record):
+    paths = [record_path(record["device"])]
     if os.environ.get("OUT"):
         paths.append(pathlib.Path(os.environ["OUT"]) / "gluon_attention_gpu.json")
     for path in paths:
