@@ -53,6 +53,7 @@ LN2 = gl.constexpr(0.6931471805599453)   # ln(2): log(x) == log2(x) * LN2
 # one this Triton has, picked here at import.
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 
+HEAD_GROUP = gl.constexpr(8)   # PERSISTENT: heads whose blocks are walked together (_block_of)
 PRODUCER_REGS = gl.constexpr(24)   # setmaxnreg for the producer's warpgroup: the least a thread may have
 # Per number of consumer warpgroups (64 query rows each): (setmaxnreg for the consumers that are worker
 # partitions, the launch's maxnreg). Two: 12 warps (4 + 4 + 1, rounded up to whole warpgroups) * 32 *
@@ -115,10 +116,76 @@ def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOC
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
-              row_base, start_m, n_ctx, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-              NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr):
-    """Load partition. Q, K, V are seen as one (B*H*N, D) matrix: this head's rows start at row_base."""
+def _block_of(item, n_heads, n_ctx, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
+    """PERSISTENT: work item -> (start_m, row_base) of its query block. The heads go in groups of
+    HEAD_GROUP; inside a group the items run through its heads fastest, causal with the blocks of the
+    most key tiles first. The programs at work at once then share a few heads' K and V in L2."""
+    n_blocks = (n_ctx + BLOCK_M - 1) // BLOCK_M
+    group = item // (HEAD_GROUP * n_blocks)
+    heads = gl.minimum(HEAD_GROUP, n_heads - group * HEAD_GROUP)   # the last group may be smaller
+    rest = item - group * HEAD_GROUP * n_blocks
+    block = rest // heads
+    if CAUSAL:
+        block = n_blocks - 1 - block
+    return block * BLOCK_M, (group * HEAD_GROUP + rest % heads) * n_ctx
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
+              v_empty, item_smem, counter_ptr, row_base, start_m, n_heads, n_ctx, HEAD_DIM: gl.constexpr,
+              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr,
+              PERSISTENT: gl.constexpr):
+    """Load partition: one query block (start_m, row_base), or, PERSISTENT, block after block: the
+    program's own first, then each taken from the counter, told to the consumers through item_smem; the
+    ring's count of tiles runs on from one block to the next."""
+    if PERSISTENT:
+        n_items = n_heads * gl.cdiv(n_ctx, 64 * CONSUMERS)
+        ring0 = 0   # tiles through the ring before this block
+        count = 0   # blocks before this one: Q's phases
+        item = gl.program_id(0)
+        while item < n_items:
+            start_m, row_base = _block_of(item, n_heads, n_ctx, CAUSAL, 64 * CONSUMERS)
+            # Q's buffer (and item_smem) are free once every consumer has read Q for the last S of the
+            # block before (the first block's wait passes: a fresh barrier's phase "before the first")
+            mbarrier.wait(q_empty, (count & 1) ^ 1)
+            _tell(item_smem, item)   # seen by the consumers once q_ready's phase completes
+            count += 1
+            ring0 += _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready,
+                                    k_empty, v_empty, row_base, start_m, n_ctx, ring0, HEAD_DIM, BLOCK_N,
+                                    NUM_STAGES, CAUSAL, CONSUMERS)
+            # The next block: one counter for all programs. Every program takes exactly one number past
+            # the last block, so the numbers taken are 0 .. n_items - 1 in all, and the program that takes
+            # the last sets the counter back to 0 for the next launch.
+            taken = gl.atomic_add(counter_ptr, 1, sem="relaxed")
+            if taken == n_items - 1:
+                gl.store(counter_ptr, 0)
+            item = gl.num_programs(0) + taken
+        mbarrier.wait(q_empty, (count & 1) ^ 1)
+        _tell(item_smem, item)                 # a block past the last: the consumers stop
+        mbarrier.arrive(q_ready, count=1)      # a phase with no bytes
+    else:
+        _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty,
+                       v_empty, row_base, start_m, n_ctx, 0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, CONSUMERS)
+
+
+@gluon.jit
+def _tell(item_smem, item):
+    """PERSISTENT: the producer (one warp) writes the next block's number for the consumers."""
+    item_smem.store(gl.zeros([1], gl.int32, gl.BlockedLayout([1], [32], [1], [0])) + item)
+
+
+@gluon.jit
+def _told(item_smem):
+    """PERSISTENT: a consumer warpgroup (four warps) reads the block's number the producer wrote."""
+    return gl.reduce(item_smem.load(gl.BlockedLayout([1], [32], [4], [0])), 0, _max_combine)
+
+
+@gluon.jit
+def _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty,
+                   v_empty, row_base, start_m, n_ctx, ring0, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr):
+    """One query block's loads; its key tile j goes through the ring as tile ring0 + j. Q, K, V are seen
+    as one (B*H*N, D) matrix: this head's rows start at row_base. Returns the block's key tiles."""
     # Q: a box of 64 rows per consumer. Rows past N belong to the next head (or read as zeros past the
     # tensor's end); their results are never stored.
     mbarrier.expect(q_ready, CONSUMERS * 64 * HEAD_DIM * 2)
@@ -128,8 +195,8 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
     n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, 64 * CONSUMERS, BLOCK_N)
     tile_bytes: gl.constexpr = BLOCK_N * HEAD_DIM * 2
     for j in range(n_tiles):
-        slot = j % NUM_STAGES
-        phase = (j // NUM_STAGES) & 1
+        slot = (ring0 + j) % NUM_STAGES
+        phase = ((ring0 + j) // NUM_STAGES) & 1
         # Each of K and V: wait until both consumers released the slot's previous tile (free the first
         # time round), then load. They land on barriers of their own, so a consumer can start
         # S = Q K^T before V has landed. Keys past N come from the next head (or zeros): the consumers
@@ -140,6 +207,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
         mbarrier.wait(v_empty.index(slot), phase ^ 1)
         mbarrier.expect(v_ready.index(slot), tile_bytes)
         tma_load(v_desc, [row_base + j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+    return n_tiles
 
 
 # ---------------------------------------------------------------- the consumers: 2 warpgroups
@@ -256,45 +324,46 @@ def _softmax(s, l_i, m_i, j, offs_m, n_ctx, qk_scale, BLOCK_N: gl.constexpr, S_L
 
 
 @gluon.jit
-def _softmax_pv(s_token, acc, l_i, m_i, j, v_smem, v_ready, k_empty, v_empty, turn_bars, offs_m, n_ctx,
+def _softmax_pv(s_token, acc, l_i, m_i, j, r, v_smem, v_ready, k_empty, v_empty, turn_bars, offs_m, n_ctx,
                 qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                 S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr,
                 PINGPONG: gl.constexpr):
-    """The plain schedule, key tile j, its S = Q K^T issued: wait for S, release K's slot, online
-    softmax, O += P V, release V's slot."""
+    """The plain schedule, key tile j (tile r through the ring), its S = Q K^T issued: wait for S,
+    release K's slot, online softmax, O += P V, release V's slot."""
     P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
     if PINGPONG:
         _hand_over(turn_bars, WG)   # this turn's S = Q K^T is issued: the other warpgroup's matmuls
     s = warpgroup_mma_wait(0, deps=[s_token])
-    mbarrier.arrive(k_empty.index(j % NUM_STAGES), count=1)   # S is computed: K's slot is free
+    mbarrier.arrive(k_empty.index(r % NUM_STAGES), count=1)   # S is computed: K's slot is free
     p, alpha, l_i, m_i = _softmax(s, l_i, m_i, j, offs_m, n_ctx, qk_scale, BLOCK_N, S_LAYOUT, MASK, CAUSAL)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]   # same rows, same threads
 
     # O += P V, P from registers, V's slot (BLOCK_N, D) straight from shared memory
     p16 = gl.convert_layout(p.to(gl.float16), P_LAYOUT)
-    _wait_ready(v_ready, j, NUM_STAGES)
+    _wait_ready(v_ready, r, NUM_STAGES)
     if PINGPONG:
         _take_turn(turn_bars, WG, j + 1)   # V is here (waited outside the turn); now the tensor cores
-    acc = warpgroup_mma(p16, v_smem.index(j % NUM_STAGES), acc, is_async=True)
+    acc = warpgroup_mma(p16, v_smem.index(r % NUM_STAGES), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     # The PV reading V has completed (wait(0) above): hand V's slot back. The arrive is issued once
     # for the warpgroup; v_empty counts 2, one per consumer.
-    mbarrier.arrive(v_empty.index(j % NUM_STAGES), count=1)
+    mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
     return acc, l_i, m_i
 
 
 @gluon.jit
 def _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn_bars, offs_m,
-                  lo, hi, n_ctx, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                  S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr,
-                  PINGPONG: gl.constexpr):
-    """Online softmax over key tiles lo .. hi-1 (tile indices), each tile's S = Q K^T waited for at once."""
+                  lo, hi, ring0, n_ctx, qk_scale, WG: gl.constexpr, BLOCK_N: gl.constexpr,
+                  NUM_STAGES: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
+                  MASK: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+    """Online softmax over key tiles lo .. hi-1 (tile indices; tile j is ring0 + j through the ring),
+    each tile's S = Q K^T waited for at once."""
     for j in range(lo, hi):
-        _wait_ready(k_ready, j, NUM_STAGES)
-        s_token = _issue_qk(q, k_smem, j, BLOCK_N, NUM_STAGES, S_LAYOUT)
-        acc, l_i, m_i = _softmax_pv(s_token, acc, l_i, m_i, j, v_smem, v_ready, k_empty, v_empty, turn_bars,
-                                    offs_m, n_ctx, qk_scale, WG, BLOCK_N, NUM_STAGES, S_LAYOUT, O_LAYOUT,
-                                    MASK, CAUSAL, PINGPONG)
+        _wait_ready(k_ready, ring0 + j, NUM_STAGES)
+        s_token = _issue_qk(q, k_smem, ring0 + j, BLOCK_N, NUM_STAGES, S_LAYOUT)
+        acc, l_i, m_i = _softmax_pv(s_token, acc, l_i, m_i, j, ring0 + j, v_smem, v_ready, k_empty, v_empty,
+                                    turn_bars, offs_m, n_ctx, qk_scale, WG, BLOCK_N, NUM_STAGES, S_LAYOUT,
+                                    O_LAYOUT, MASK, CAUSAL, PINGPONG)
     return acc, l_i, m_i
 
 
@@ -386,11 +455,43 @@ def _attend_tiles_overlapped(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready,
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
-              turn_bars, o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM: gl.constexpr,
-              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
-              PINGPONG: gl.constexpr, CONSUMERS: gl.constexpr):
-    """Softmax/MMA partition WG (0 .. CONSUMERS-1): query rows start_m + 64*WG .. + 63 of this head."""
+def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+              turn_bars, item_smem, o_ptr, lse_ptr, row_base, start_m, n_heads, n_ctx, qk_scale,
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+              CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, CONSUMERS: gl.constexpr,
+              PERSISTENT: gl.constexpr):
+    """Softmax/MMA partition WG (0 .. CONSUMERS-1): query rows start_m + 64*WG .. + 63 of one query block,
+    or, PERSISTENT, of each block the producer tells it of, until one past the last."""
+    if PERSISTENT:
+        n_items = n_heads * gl.cdiv(n_ctx, 64 * CONSUMERS)
+        ring0 = 0   # tiles through the ring before this block
+        count = 0   # blocks before this one: Q's phases
+        mbarrier.wait(q_ready, 0)
+        item = _told(item_smem)
+        while item < n_items:
+            start_m, row_base = _block_of(item, n_heads, n_ctx, CAUSAL, 64 * CONSUMERS)
+            ring0 += _consume_block(WG, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
+                                    v_empty, turn_bars, o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale,
+                                    ring0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, OVERLAP, PINGPONG,
+                                    CONSUMERS, PERSISTENT)
+            count += 1
+            mbarrier.wait(q_ready, count & 1)
+            item = _told(item_smem)
+    else:
+        mbarrier.wait(q_ready, 0)
+        _consume_block(WG, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       turn_bars, o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, 0, HEAD_DIM, BLOCK_N,
+                       NUM_STAGES, CAUSAL, OVERLAP, PINGPONG, CONSUMERS, PERSISTENT)
+
+
+@gluon.jit
+def _consume_block(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
+                   v_empty, turn_bars, o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, ring0,
+                   HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                   CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
+                   CONSUMERS: gl.constexpr, PERSISTENT: gl.constexpr):
+    """One query block's rows start_m + 64*WG .. + 63, its Q landed: its key tile j is tile ring0 + j
+    through the ring. Returns the block's key tiles."""
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -403,7 +504,6 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
     acc = gl.zeros([64, HEAD_DIM], gl.float32, O_LAYOUT)
 
     q = q_smem.index(WG)
-    mbarrier.wait(q_ready, 0)
     n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, 64 * CONSUMERS, BLOCK_N)
     # Causal, these rows see no key past row0 + 63, and in a block of three warpgroups the block's last
     # tile can hold only later keys. The plain schedule reads up to its own last tile (n_mine) and
@@ -420,13 +520,15 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
         if PINGPONG:
             _take_turn(turn_bars, WG, 0)   # turn 0: the first S = Q K^T
         acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                                      turn_bars, offs_m, 0, n_plain, n_ctx, qk_scale, WG, BLOCK_N, NUM_STAGES,
-                                      S_LAYOUT, O_LAYOUT, False, CAUSAL, PINGPONG)
+                                      turn_bars, offs_m, 0, n_plain, ring0, n_ctx, qk_scale, WG, BLOCK_N,
+                                      NUM_STAGES, S_LAYOUT, O_LAYOUT, False, CAUSAL, PINGPONG)
         acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                                      turn_bars, offs_m, n_plain, n_mine, n_ctx, qk_scale, WG, BLOCK_N,
+                                      turn_bars, offs_m, n_plain, n_mine, ring0, n_ctx, qk_scale, WG, BLOCK_N,
                                       NUM_STAGES, S_LAYOUT, O_LAYOUT, True, CAUSAL, PINGPONG)
         if PINGPONG:
             _hand_over(turn_bars, WG)   # the last turn held only the last O += P V
+    if PERSISTENT:   # its last S = Q K^T is done: the producer may load the next block's Q
+        mbarrier.arrive(q_empty, count=1)
 
     # Epilogue: O = acc / l, stored with a mask on the rows past N (a TMA store over the (B*H*N, D)
     # view would write them into the next head). lse in natural log. In the accumulator's layout a
@@ -452,21 +554,22 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, k_ready, v_read
 
     # The tiles past n_mine: each waited for until it has landed, so that the arrival counts toward
     # that tile's phase of the slot's barrier, not the one before it.
-    for j in range(n_mine, n_tiles):
+    for j in range(ring0 + n_mine, ring0 + n_tiles):
         _wait_ready(k_ready, j, NUM_STAGES)
         mbarrier.arrive(k_empty.index(j % NUM_STAGES), count=1)
         _wait_ready(v_ready, j, NUM_STAGES)
         mbarrier.arrive(v_empty.index(j % NUM_STAGES), count=1)
+    return n_tiles
 
 
 # ---------------------------------------------------------------- the kernel: allocate, fork
 
 
 @gluon.jit
-def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_scale,
+def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, counter_ptr, n_heads, n_ctx, qk_scale,
                            HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                            CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
-                           CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                           CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PERSISTENT: gl.constexpr):
     """Grid (cdiv(N, 64 * CONSUMERS), B*H). q/k/v_desc: host TMA descriptors over the (B*H*N, D) view,
     boxes of 64 rows (Q) and BLOCK_N rows (K, V). o_ptr (B*H*N, D) fp16 and lse_ptr (B*H*N,) fp32
     contiguous. OVERLAP, PINGPONG: FA3's two scheduling steps (see the consumers' comment); both off is
@@ -474,9 +577,12 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
     setmaxnreg of those that are worker partitions, REGISTERS)."""
     gl.static_assert(CONSUMERS == 2 or CONSUMERS == 3, "two or three consumer warpgroups")
     gl.static_assert(not PINGPONG or CONSUMERS == 2, "the ping-pong's turns are for two consumers")
+    gl.static_assert(not PERSISTENT or not (OVERLAP or PINGPONG), "persistent: the plain schedule only")
     BLOCK_M: gl.constexpr = 64 * CONSUMERS
     pid = gl.program_id(0)
-    if CAUSAL:   # the query blocks with the most key tiles start first
+    if PERSISTENT:   # each partition walks the program's blocks itself (_block_of)
+        start_m = 0
+    elif CAUSAL:     # the query blocks with the most key tiles start first
         start_m = (gl.num_programs(0) - 1 - pid) * BLOCK_M
     else:
         start_m = pid * BLOCK_M
@@ -488,6 +594,13 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
     k_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    if PERSISTENT:   # Q's buffer free again: one arrival from each consumer; the next block's number
+        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_empty, count=CONSUMERS)
+        item_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    else:
+        q_empty: gl.constexpr = None
+        item_smem: gl.constexpr = None
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -513,33 +626,35 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, n_ctx, qk_sca
     # variable nor a list put together from parts compiles. So two calls, for two and three.)
     if CONSUMERS == 2:
         gl.warp_specialize([
-            (_consumer, (0, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
-                         o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
-                         CAUSAL, OVERLAP, PINGPONG, CONSUMERS)),
-            (_consumer, (1, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
-                         o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
-                         CAUSAL, OVERLAP, PINGPONG, CONSUMERS)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready,
-                         k_empty, v_empty, row_base, start_m, n_ctx, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
-                         CONSUMERS)),
+            (_consumer, (0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+                         turn_bars, item_smem, o_ptr, lse_ptr, row_base, start_m, n_heads, n_ctx, qk_scale,
+                         HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, OVERLAP, PINGPONG, CONSUMERS, PERSISTENT)),
+            (_consumer, (1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+                         turn_bars, item_smem, o_ptr, lse_ptr, row_base, start_m, n_heads, n_ctx, qk_scale,
+                         HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, OVERLAP, PINGPONG, CONSUMERS, PERSISTENT)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
+                         v_ready, k_empty, v_empty, item_smem, counter_ptr, row_base, start_m, n_heads, n_ctx,
+                         HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, CONSUMERS, PERSISTENT)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (0, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
-                         o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
-                         CAUSAL, OVERLAP, PINGPONG, CONSUMERS)),
-            (_consumer, (1, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
-                         o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
-                         CAUSAL, OVERLAP, PINGPONG, CONSUMERS)),
-            (_consumer, (2, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turn_bars,
-                         o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
-                         CAUSAL, OVERLAP, PINGPONG, CONSUMERS)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready,
-                         k_empty, v_empty, row_base, start_m, n_ctx, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
-                         CONSUMERS)),
+            (_consumer, (0, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+                         turn_bars, item_smem, o_ptr, lse_ptr, row_base, start_m, n_heads, n_ctx, qk_scale,
+                         HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, OVERLAP, PINGPONG, CONSUMERS, PERSISTENT)),
+            (_consumer, (1, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+                         turn_bars, item_smem, o_ptr, lse_ptr, row_base, start_m, n_heads, n_ctx, qk_scale,
+                         HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, OVERLAP, PINGPONG, CONSUMERS, PERSISTENT)),
+            (_consumer, (2, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+                         turn_bars, item_smem, o_ptr, lse_ptr, row_base, start_m, n_heads, n_ctx, qk_scale,
+                         HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, OVERLAP, PINGPONG, CONSUMERS, PERSISTENT)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready,
+                         v_ready, k_empty, v_empty, item_smem, counter_ptr, row_base, start_m, n_heads, n_ctx,
+                         HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, CONSUMERS, PERSISTENT)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
     mbarrier.invalidate(q_ready)
+    if PERSISTENT:
+        mbarrier.invalidate(q_empty)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(k_ready.index(i))
         mbarrier.invalidate(v_ready.index(i))
@@ -574,13 +689,27 @@ def tensor_descriptors(q, k, v, block_n):
             TensorDescriptor.from_tensor(v.view(-1, D), [block_n, D], kv_layout))
 
 
+_COUNTERS = {}   # (device, stream) -> the persistent programs' block counter (int32, 0 between launches)
+
+
+def _counter(device):
+    """The block counter of persistent launches on the current stream (launches on one stream run one
+    after another): zeroed once, and set back to 0 by the last program of each launch, so that a CUDA
+    graph may replay it."""
+    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    if key not in _COUNTERS:
+        _COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+    return _COUNTERS[key]
+
+
 def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stages=None, overlap=False,
-                    pingpong=False, consumers=2):
+                    pingpong=False, consumers=2, persistent=False):
     """softmax(q k^T * sm_scale) v for q, k, v (B, H, N, D) float16: (out, lse), lse natural-log.
     block_n, num_stages: the key tile and ring depth, tile_config(D, overlap, pingpong) unless given
     (block_n 64 or 128). overlap, pingpong: FA3's intra- and inter-warpgroup overlap (the kernel's
     OVERLAP and PINGPONG); both off is the plain schedule. consumers: 2 or 3 warpgroups of 64 query rows
-    (three: no pingpong)."""
+    (three: no pingpong). persistent: one program per SM, each walking query blocks (the plain schedule
+    only)."""
     assert q.dim() == 4 and q.shape == k.shape == v.shape, "q, k, v must all be (B, H, N, D)"
     assert q.dtype == k.dtype == v.dtype == torch.float16, "q, k, v must be float16"
     B, H, N, D = q.shape
@@ -596,18 +725,25 @@ def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stag
     assert stages >= 1, "num_stages: at least one slot in the ring"
     assert consumers in REGISTERS and not (pingpong and consumers != 2), \
         "consumers: 2 or 3 warpgroups (the ping-pong takes 2)"
+    assert not (persistent and (overlap or pingpong)), "persistent: the plain schedule only"
     consumer_regs, maxnreg = REGISTERS[consumers]
     q_desc, k_desc, v_desc = tensor_descriptors(q, k, v, block_n)
-    grid = (triton.cdiv(N, 64 * consumers), B * H)
-    gluon_attention_kernel[grid](q_desc, k_desc, v_desc, out, lse, N, sm_scale * LOG2E,
+    blocks = triton.cdiv(N, 64 * consumers)
+    if persistent:   # one program per SM (fewer if there are fewer blocks), each walking blocks
+        grid = (min(torch.cuda.get_device_properties(q.device).multi_processor_count, blocks * B * H),)
+    else:
+        grid = (blocks, B * H)
+    gluon_attention_kernel[grid](q_desc, k_desc, v_desc, out, lse, _counter(q.device), B * H, N,
+                                 sm_scale * LOG2E,
                                  HEAD_DIM=D, BLOCK_N=block_n, NUM_STAGES=stages, CAUSAL=causal,
                                  OVERLAP=overlap, PINGPONG=pingpong, CONSUMERS=consumers,
-                                 CONSUMER_REGS=consumer_regs, num_warps=4, maxnreg=maxnreg)
+                                 CONSUMER_REGS=consumer_regs, PERSISTENT=persistent, num_warps=4,
+                                 maxnreg=maxnreg)
     return out, lse
 
 
 def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None, overlap=False, pingpong=False,
-                       consumers=2):
+                       consumers=2, persistent=False):
     """Compile the kernel for sm_90 without a GPU (ptxas runs on the host): the CompiledKernel, whose
     .asm holds "ttgir", "ptx", "cubin", and whose .metadata has n_regs, n_spills and shared (bytes).
     The descriptors' types come from ones built over a small CPU tensor of the same dtype and boxes.
@@ -626,14 +762,15 @@ def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None, overlap=
     x = torch.empty((256, head_dim), dtype=torch.float16)
     q_desc, k_desc, _ = tensor_descriptors(x, x, x, block_n)
     signature = {"q_desc": mangle_type(q_desc), "k_desc": mangle_type(k_desc), "v_desc": mangle_type(k_desc),
-                 "o_ptr": "*fp16", "lse_ptr": "*fp32", "n_ctx": "i32", "qk_scale": "fp32",
+                 "o_ptr": "*fp16", "lse_ptr": "*fp32", "counter_ptr": "*i32", "n_heads": "i32",
+                 "n_ctx": "i32", "qk_scale": "fp32",
                  "HEAD_DIM": "constexpr", "BLOCK_N": "constexpr", "NUM_STAGES": "constexpr",
                  "CAUSAL": "constexpr", "OVERLAP": "constexpr", "PINGPONG": "constexpr",
-                 "CONSUMERS": "constexpr", "CONSUMER_REGS": "constexpr"}
+                 "CONSUMERS": "constexpr", "CONSUMER_REGS": "constexpr", "PERSISTENT": "constexpr"}
     consumer_regs, maxnreg = REGISTERS[consumers]
     constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": block_n, "NUM_STAGES": stages, "CAUSAL": causal,
                   "OVERLAP": overlap, "PINGPONG": pingpong, "CONSUMERS": consumers,
-                  "CONSUMER_REGS": consumer_regs}
+                  "CONSUMER_REGS": consumer_regs, "PERSISTENT": persistent}
     src = GluonASTSource(gluon_attention_kernel, signature=signature, constexprs=constexprs)
     log, dump = io.StringIO(), knobs.nvidia.dump_ptxas_log
     try:

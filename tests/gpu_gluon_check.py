@@ -5,6 +5,8 @@
     timeout 900 python tests/gpu_gluon_check.py --check       # checks only
     python tests/gpu_gluon_check.py --check --schedules pingpong,overlap   # some schedules only
     timeout 300 python tests/gpu_gluon_check.py --program-cost   # only 3., added to the GPU's record
+    timeout 900 python tests/gpu_gluon_check.py --merge --schedules persistent   # those schedules only,
+                                                  # checked and timed beside cuDNN, into the GPU's record
 
 1. Numbers: out against attention computed in float32 from the same fp16 inputs (atol 2e-2, as for
    fp16 attention elsewhere in the course), lse against torch.logsumexp of the float32 scores, over
@@ -97,14 +99,17 @@ VARIANT_CASES = [(1, 1, 1, 64, True, None), (2, 3, 333, 64, False, None), (2, 3,
 # The schedules (gluon_attention's keyword arguments), in the order they are checked: the verified plain
 # one first, then PINGPONG (the plain loop plus the turns), OVERLAP (the rotated loop), both.
 SCHEDULES = {"plain": {}, "pingpong": {"pingpong": True}, "overlap": {"overlap": True},
-             "overlap+pingpong": {"overlap": True, "pingpong": True}, "three": {"consumers": 3}}
+             "overlap+pingpong": {"overlap": True, "pingpong": True}, "three": {"consumers": 3},
+             "persistent": {"persistent": True}, "three+persistent": {"consumers": 3, "persistent": True}}
 # Their other tiles: a ring of one slot (every schedule finishes on it: tests/test_gluon_protocol.py),
 # and the other BLOCK_N or a deeper ring.
 SCHEDULE_VARIANTS = {"plain": VARIANTS,
                      "pingpong": {64: [(64, 1), (128, 2)], 128: [(64, 4), (128, 1)]},
                      "overlap": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 1)]},
                      "overlap+pingpong": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 3)]},
-                     "three": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 1)]}}
+                     "three": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 1)]},
+                     "persistent": {64: [(64, 1), (128, 2)], 128: [(64, 4), (128, 1)]},
+                     "three+persistent": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 1)]}}
 # Single-tile cases first: one query block and one key tile, for BLOCK_N 128 and for 64 (N = 64).
 SINGLE_TILE = [(1, 1, 128, 64, False, None), (1, 1, 64, 128, True, None)]
 
@@ -167,7 +172,9 @@ def graph_ms(fn):
     return graph, plain
 
 
-def bench(ga, schedules=SCHEDULES):
+def bench(ga, schedules=SCHEDULES, others=True):
+    """Rows per shape: each schedule beside cuDNN, and (others) the course's Triton kernel and the plain
+    schedule's other tiles."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from helpers.solutions import load_solution
@@ -189,12 +196,14 @@ def bench(ga, schedules=SCHEDULES):
                 impls = {"gluon": lambda: ga.gluon_attention(q, k, v, causal=causal),
                          "cudnn": cudnn,
                          "triton_lesson10": lambda: course_attention(q, k, v, causal=causal)}
+                if not others:
+                    impls = {"cudnn": cudnn}
                 for schedule in schedules:   # the other schedules with the host's tiles: gluon_pingpong, ...
                     if schedule != "plain":
                         flags = SCHEDULES[schedule]
                         impls["gluon_" + schedule.replace("+", "_")] = (
                             lambda flags=flags: ga.gluon_attention(q, k, v, causal=causal, **flags))
-                if N == 4096:   # the other tile shapes, once per head size and mask
+                if N == 4096 and others:   # the other tile shapes, once per head size and mask
                     for bn, stages in VARIANTS[D]:
                         impls[f"gluon_n{bn}_s{stages}"] = (lambda bn=bn, stages=stages: ga.gluon_attention(
                             q, k, v, causal=causal, block_n=bn, num_stages=stages))
@@ -276,12 +285,24 @@ def main():
     if "--schedules" in sys.argv:
         schedules = sys.argv[sys.argv.index("--schedules") + 1].split(",")
         assert all(s in SCHEDULES for s in schedules), f"--schedules takes some of {', '.join(SCHEDULES)}"
+    path = record_path(record["device"])
     if "--program-cost" in sys.argv:   # added to this GPU's record, the rest of it kept
-        path = record_path(record["device"])
         kept = json.loads(path.read_text()) if path.exists() else {}
         record = {**kept, "program_cost": program_cost(ga), "program_cost_stamp": record}
         write(record)
         return
+    if "--merge" in sys.argv:   # the --schedules checked and timed (beside cuDNN), added to the record
+        kept = json.loads(path.read_text())
+        schedules = [s for s in schedules if s != "plain"]
+        checks, failures, n_cases = check(ga, schedules)
+        say(f"{n_cases - failures}/{n_cases} checks passed")
+        kept["checks"] = [c for c in kept["checks"] if c["schedule"] not in schedules] + checks
+        for row, new in zip(kept["timings"], bench(ga, schedules, others=False)):
+            assert all(row[key] == new[key] for key in ("B", "H", "N", "D", "causal")), (row, new)
+            row.update({key: value for key, value in new.items() if key.startswith("gluon_")})
+        kept.setdefault("merged", []).append({**record, "schedules": schedules})
+        write(kept)
+        sys.exit(1 if failures else 0)
     started = time.time()
     record["checks"], failures, n_cases = check(ga, schedules)
     say(f"{n_cases - failures}/{n_cases} checks passed ({time.time() - started:.0f} s)")
