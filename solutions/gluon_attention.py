@@ -29,6 +29,11 @@ And a third consumer (gluon_attention's consumers=3, the kernel's CONSUMERS), FA
 D = 64: blocks of 192 query rows, three consumer warpgroups at 160 to 168 registers a thread beside
 the producer's 24, each reading K and V once for 192 rows; causal, a warpgroup reads only the key tiles its
 own rows see and releases the block's last ones unread.
+And persistent programs (gluon_attention's persistent=True, the kernel's PERSISTENT), with the plain
+schedule: one program per SM, walking query blocks; its producer warp takes each next block from a
+counter in global memory (longest causal blocks first, a few heads at a time so that their K and V stay
+in L2), tells the consumers its number through shared memory, and loads its Q once the consumers are
+done with the last one's (a barrier pair for Q), while they store the last block's output.
 Each schedule is checked and timed on Hopper GPUs (tests/gpu_gluon_check.py), compiled for sm_90
 without one (tests/test_gluon_compile.py), and its barrier protocol run through every interleaving on
 a model (tests/test_gluon_protocol.py).
@@ -113,6 +118,15 @@ def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOC
 #                           NUM_STAGES fills do not wait.
 #                           (With three consumers, CONSUMERS = 3, the empty barriers count 3.)
 #   q_ready                 count 1, used once (parity 0): every consumer's 64 rows of Q.
+# PERSISTENT: the ring's tiles are counted on from one block to the next (tile j of a block goes through
+# the ring as ring0 + j), and Q gets a barrier pair of its own, phase k for the program's k-th block:
+#   q_ready                 the producer's expect (or, after the last block, a plain arrival: no block)
+#                           completes phase k; consumers wait for parity k & 1, then read the block's
+#                           number from item_smem (written before the arrival, so visible after it).
+#   q_empty                 count CONSUMERS: each consumer arrives once its block's last S = Q K^T is done.
+#                           The producer waits for parity (k & 1) ^ 1 before writing block k's number
+#                           and loading its Q (the first wait passes: the phase before a fresh barrier's
+#                           first counts as complete).
 
 
 @gluon.jit

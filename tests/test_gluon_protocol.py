@@ -3,7 +3,8 @@ every interleaving: no GPU, no Triton. A wrong parity on a GPU gives no error me
 or a wait returns early and the numbers come out wrong only sometimes. Here each schedule (plain,
 OVERLAP, PINGPONG, both) is run with the producer, both consumers and the TMA copies' landings taking
 steps in every order, over rings of 1 to 4 slots and 1 to 6 key tiles, and the first problem is reported
-(and the plain schedule with three consumers, CONSUMERS = 3, some of which stop reading early, causal):
+(and the plain schedule with three consumers, CONSUMERS = 3, some of which stop reading early, causal;
+and persistent programs walking several blocks, PERSISTENT, with Q's barrier pair, further down):
 
 * a hang: no step possible and the work not done;
 * an early read: a consumer reading a slot (K for S = Q K^T, V for O += P V) before that tile has
@@ -274,3 +275,165 @@ def test_three_consumers_some_stopping_early():
         return [op for op in ops if not (op[0] in ("k", "v") and n_mine is not None and op[1] >= n_mine)]
     assert any(run_protocol(n_plain, n_tiles, 1, False, False, mine=mine, ops_of=frees_unread_at_once)
                for n_plain, n_tiles, mine in _three_shapes())
+
+
+# ---------------------------------------------------------------- persistent programs (PERSISTENT)
+#
+# A persistent program walks several query blocks with the plain schedule. The ring's count of tiles runs
+# on from block to block (tile j of a block is ring0 + j), and Q gets a barrier pair of its own: the
+# producer waits on q_empty (parity (k & 1) ^ 1 for block k) before loading block k's Q, the consumers
+# wait on q_ready (parity k & 1) before reading it and each arrives on q_empty once its last S of the
+# block is done. After the last block the producer waits on q_empty once more and arrives on q_ready
+# with no copy: the consumers, finding no block there, stop. (Which block comes next, taken from the
+# counter and passed through shared memory, is not modelled: only that there is one, or none.)
+
+
+def persistent_programs(blocks, consumers, edit=None):
+    """(producer ops, [consumer ops]) for blocks [(n_plain, n_tiles, mine)] in turn, mine each consumer's
+    n_mine (None: every tile). Producer: ("Q", k), ("K", r), ("V", r), ("stop", k); consumer: ("q", k),
+    ("end", k), ("free q", k), and consumer_ops' own on ring tiles r, with the block whose Q they read:
+    ("k", r, k) (None in the release loop after the epilogue, which reads no Q)."""
+    producer, programs, ring0 = [], [[] for _ in range(consumers)], 0
+    for k, (n_plain, n_tiles, mine) in enumerate(blocks):
+        producer.append(("Q", k))
+        producer += [(kind, ring0 + j) for j in range(n_tiles) for kind in ("K", "V")]
+        for c in range(consumers):
+            n_mine = n_tiles if mine[c] is None else mine[c]
+            ops = [(op[0], op[1] + ring0, k) for op in consumer_ops(n_plain, n_tiles, False, False, n_mine)]
+            released = 4 * (n_tiles - n_mine)            # the release loop after the epilogue
+            reads = ops[:len(ops) - released]
+            rest = [(op, r, None) for op, r, _ in ops[len(ops) - released:]]   # waits that read no Q
+            programs[c] += [("q", k)] + reads + [("free q", k)] + rest
+        ring0 += n_tiles
+    producer.append(("stop", len(blocks)))
+    programs = [program + [("end", len(blocks))] for program in programs]
+    return producer, [edit(p) if edit else p for p in programs]
+
+
+def run_persistent(blocks, stages, consumers, edit=None):
+    """None if every interleaving of the producer, the consumers and the copies' landings finishes;
+    else the first problem (breadth first), as run_protocol."""
+    producer, programs = persistent_programs(blocks, consumers, edit)
+    none, zero = (None,) * stages, (0,) * stages
+    # (producer pc, copies in flight, K slots, V slots, Q's buffer, k_ready, v_ready, k_empty, v_empty,
+    #  k/v_empty arrivals, q_ready, q_empty, q_empty arrivals, consumer pcs)
+    start = (0, (), none, none, None, zero, zero, zero, zero, zero, zero, 0, 0, 0, (0,) * consumers)
+    seen, frontier = {start}, [start]
+    try:
+        while frontier:
+            following = []
+            for state in frontier:
+                moves = _persistent_moves(state, producer, programs, stages)
+                if not moves and not (state[0] == len(producer) and not state[1]
+                                      and all(pc == len(p) for pc, p in zip(state[14], programs))):
+                    at = [p[pc] if pc < len(p) else "done" for pc, p in zip(state[14], programs)]
+                    where = producer[state[0]] if state[0] < len(producer) else "done"
+                    return f"hang: producer at {where}, consumers at {at}"
+                for move in moves:
+                    if move not in seen:
+                        seen.add(move)
+                        following.append(move)
+            frontier = following
+    except Broken as broken:
+        return str(broken)
+    return None
+
+
+def _persistent_moves(state, producer, programs, stages):
+    (pc, flight, k_in, v_in, q_in, k_ready, v_ready, k_empty, v_empty, k_arrived, v_arrived, q_ready, q_empty,
+     q_arrived, pcs) = state
+    moves = []
+    if pc < len(producer):
+        kind, n = producer[pc]
+        if kind in ("Q", "stop") and _passes(q_empty, (n & 1) ^ 1):
+            if kind == "Q":
+                moves.append((pc + 1, flight + (("Q", None, n),)) + state[2:])
+            else:   # no copy: q_ready's phase completes with the arrival, and there is no block
+                moves.append((pc + 1, flight, k_in, v_in, "stop") + state[5:11] + (q_ready + 1,) + state[12:])
+        elif kind in ("K", "V"):
+            slot, phase = n % stages, (n // stages) & 1
+            if _passes((k_empty, v_empty)[kind == "V"][slot], phase ^ 1):
+                for c, tiles in enumerate(_holding(programs, pcs, kind.lower())):
+                    if any(t % stages == slot for t in tiles):
+                        raise Broken(f"overwrite: the producer loads {kind} of ring tile {n} into slot "
+                                     f"{slot} while consumer {c} still reads it")
+                moves.append((pc + 1, flight + ((kind, slot, n),)) + state[2:])
+    for i, (kind, slot, n) in enumerate(flight):   # a copy lands
+        rest = flight[:i] + flight[i + 1:]
+        if kind == "Q":
+            moves.append((pc, rest, k_in, v_in, n) + state[5:11] + (q_ready + 1,) + state[12:])
+        elif kind == "K":
+            moves.append((pc, rest, _put(k_in, slot, n), v_in, q_in, _put(k_ready, slot, k_ready[slot] + 1))
+                         + state[6:])
+        else:
+            moves.append((pc, rest, k_in, _put(v_in, slot, n), q_in, k_ready,
+                          _put(v_ready, slot, v_ready[slot] + 1)) + state[7:])
+    for c, program in enumerate(programs):
+        if pcs[c] == len(program):
+            continue
+        (op, n, *block), next_pcs = program[pcs[c]], _put(pcs, c, pcs[c] + 1)
+        if op in ("q", "end"):
+            if _passes(q_ready, n & 1):
+                if q_in != (n if op == "q" else "stop"):
+                    raise Broken(f"early read: consumer {c} reads Q of block {n}, and the buffer holds "
+                                 f"{'nothing' if q_in is None else q_in}")
+                moves.append(state[:14] + (next_pcs,))
+        elif op == "free q":
+            done = q_arrived == len(programs) - 1
+            moves.append(state[:12] + (q_empty + done, 0 if done else q_arrived + 1, next_pcs))
+        elif op in ("k", "v"):
+            slot, phase = n % stages, (n // stages) & 1
+            ready, holds = (k_ready, k_in) if op == "k" else (v_ready, v_in)
+            if _passes(ready[slot], phase):
+                if holds[slot] != n:
+                    raise Broken(f"early read: consumer {c} reads {op.upper()} of ring tile {n} from slot "
+                                 f"{slot}, which holds {holds[slot]}")
+                if op == "k" and block[0] is not None and q_in != block[0]:   # S = Q K^T reads Q too
+                    raise Broken(f"overwrite: consumer {c} computes S of block {block[0]} with "
+                                 f"{'nothing' if q_in is None else 'block ' + str(q_in) + chr(39) + 's Q'} "
+                                 f"in Q's buffer")
+                moves.append(state[:14] + (next_pcs,))
+        else:                            # "free k" / "free v"
+            slot, which = n % stages, op == "free v"
+            empty, arrived = (k_empty, v_empty)[which], (k_arrived, v_arrived)[which]
+            done = arrived[slot] == len(programs) - 1
+            empty = _put(empty, slot, empty[slot] + done)
+            arrived = _put(arrived, slot, 0 if done else arrived[slot] + 1)
+            if which:
+                moves.append(state[:8] + (empty, k_arrived, arrived) + state[11:14] + (next_pcs,))
+            else:
+                moves.append(state[:7] + (empty, v_empty, arrived, v_arrived) + state[11:14] + (next_pcs,))
+    return moves
+
+
+# Block sequences a persistent program may walk: full attention (every tile, the last one maybe masked)
+# with two consumers; causal blocks of three consumers in the counter's order (longest first), whose first
+# consumers stop early (_three_shapes); a single block; and one that takes no tile of the ring twice.
+PERSISTENT_RUNS = [(2, [(2, 2, (None, None)), (1, 2, (None, None))]),
+                   (2, [(1, 1, (None, None))]),
+                   (3, [(3, 5, (4, 4, 5)), (0, 2, (1, 1, 2))]),
+                   (3, [(1, 3, (2, 3, 3)), (0, 2, (1, 1, 2)), (1, 3, (2, 3, 3))])]
+
+
+def test_persistent_programs_run_clean_on_every_ring():
+    assert _three_shapes() == [(0, 2, (1, 1, 2)), (1, 3, (2, 3, 3)), (3, 5, (4, 4, 5))]   # the blocks above
+    for consumers, blocks in PERSISTENT_RUNS:
+        for stages in range(1, 4):
+            problem = run_persistent(blocks, stages, consumers)
+            assert problem is None, f"{consumers} consumers, {stages} slots, blocks {blocks}: {problem}"
+
+
+def test_the_persistent_model_finds_broken_protocols():
+    """A consumer that frees Q's buffer before its last S lets the producer overwrite Q under it; one
+    that never frees it hangs the producer; and the ring's broken releases are still caught across
+    blocks."""
+    consumers, blocks = PERSISTENT_RUNS[0]
+
+    def frees_q_at_once(ops):
+        out = [op for op in ops if op[0] != "free q"]
+        return [op2 for op in out for op2 in ([op, ("free q", op[1])] if op[0] == "q" else [op])]
+    assert run_persistent(blocks, 2, consumers, frees_q_at_once).startswith("overwrite")
+    never_frees_q = lambda ops: [op for op in ops if op[0] != "free q"]  # noqa: E731
+    assert run_persistent(blocks, 2, consumers, never_frees_q).startswith("hang")
+    never_frees_v = lambda ops: [op for op in ops if op[0] != "free v"]  # noqa: E731
+    assert run_persistent(blocks, 2, consumers, never_frees_v).startswith("hang")
