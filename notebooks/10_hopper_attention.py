@@ -454,7 +454,9 @@ for gpu, record in gluon_runs.items():
           f"{max(c['out_max_abs_err'] for c in checks):.1e}")
     # FlashAttention-3's two steps (below), where this GPU's record has them
     steps = [(key, name) for key, name in (("gluon_overlap", "+overlap"), ("gluon_overlap_pingpong", "+both"),
-                                           ("gluon_three", "3 WG")) if key in record["timings"][0]]
+                                           ("gluon_three", "3 WG"), ("gluon_persistent", "persist"),
+                                           ("gluon_three_persistent", "3WG pers"))
+             if key in record["timings"][0]]
     columns = [("gluon", "Gluon")] + steps + [("cudnn", "cuDNN"), ("triton_lesson10", "lesson")]
     ours = columns[:1 + len(steps)]
     print(f"  {'':26}  {'TFLOP/s':^{9 * len(columns)}} | {'÷ cuDNN':^{9 * len(ours)}}")
@@ -463,7 +465,7 @@ for gpu, record in gluon_runs.items():
     for t in record["timings"]:
         shape = f"B{t['B']} H{t['H']} N{t['N']} D{t['D']} {'causal' if t['causal'] else 'full'}"
         print(f"  {shape:26}  " + "".join(f"{t[key]['tflops']:9.0f}" for key, _ in columns) + " | "
-              + "".join(f"{t[key]['tflops'] / t['cudnn']['tflops']:9.2f}" for key, _ in ours))
+              + "".join(f"{t[key]['vs_cudnn']:9.2f}" for key, _ in ours))   # ÷ cuDNN timed in the same run
 
 # %% [markdown]
 # Compare the columns: warp specialisation alone does not carry the Gluon kernel clear of the
