@@ -574,32 +574,34 @@ else:
 # would be worth, by this model. Take it as a direction, not a promise: the kernel does not do it,
 # and the causal-only costs would remain.
 #
-# A first persistent version was written and timed on an H100 while this lesson was written (it is
-# not in the course), and it shows why "persistent" alone is not the answer. One program per SM,
-# each walking a fixed list of blocks (program p takes blocks p, p + 132, ...), the producer loading
-# the next block's Q and first tiles while the consumers store the last one's output:
+# ### Persistent programs: `persistent=True`
 #
-# - with the blocks numbered heads first, the 132 programs at work at once each read a different
-#   head's K and V, which no longer fit in L2 together, and it fell behind the one-block-per-program
-#   kernel at almost every shape, far behind at some: the order in which blocks are handed out
-#   decides what L2 holds;
-# - with a few heads' blocks walked together, it passed the one-block kernel slightly at D = 64, full
-#   attention, at N = 2,048 and 4,096, and trailed it everywhere else. At D = 128 the loop's extra
-#   live values made ptxas spill the three consumers' registers. Causal it trailed at both head
-#   sizes: causal blocks differ in length, and fixed lists leave some programs more work than others,
-#   and SMs idle at the end. The one-block-per-program kernel gets that balance for free, since an SM
-#   takes the next block whenever it finishes one.
+# `gluon_attention(..., persistent=True)` (the columns `persist` and `3WG pers` of the table above,
+# each against cuDNN timed in its own run) launches one program per SM, each walking query blocks with
+# the plain schedule. Its producer warp takes each next block from a counter in global memory (one
+# atomic add), tells the consumers the block's number through shared memory, and loads that block's Q
+# once every consumer has finished its last S = Q K^T of the block before (a barrier pair for Q,
+# `q_ready` and `q_empty`), while the consumers store the previous block's output. The ring's count of
+# tiles runs on from one block to the next. The last program to take a number sets the counter back
+# to zero, so the next launch (or a CUDA graph's replay) finds it there.
 #
-# FlashAttention-3 keeps fixed lists for full attention only. Causal, it hands blocks out at run time:
-# a counter in global memory that each program increments to take its next block, longest first,
-# which keeps both the balance and the overlap. A second version took its blocks that way, timed on
-# an H100 as well (not in the course either). Its producer
-# warp increments the counter and tells the consumers the block's number through shared memory, and
-# the last program to take a number sets the counter back to zero for the next launch. Causal, with
-# three consumers, it passed the one-block kernel at D = 64 at every length timed, and came closer
-# to cuDNN at N = 4,096 without reaching it; full attention it stayed about level at D = 64 and fell
-# behind at D = 128. So the model's direction holds, and the causal-only costs it has no term for are
-# what is left at N = 4,096.
+# Two choices decide whether it pays, and two earlier versions (timed while the lesson was written,
+# not kept) show why:
+#
+# - **the order of the blocks.** Numbered heads first, the 132 programs at work at once each read a
+#   different head's K and V, which no longer fit in L2 together, and the kernel fell behind the
+#   one-block-per-program kernel almost everywhere. Here the heads go in groups of eight, and inside a
+#   group the blocks run through its heads fastest, causal ones longest first.
+# - **who hands the blocks out.** With a fixed list per program (program p takes blocks p, p + 132,
+#   ...), full attention was fine, but causal blocks differ in length, and fixed lists left some SMs
+#   idle at the end: it fell behind the one-block kernel, which gets that balance for free, since an
+#   SM takes the next block whenever it finishes one. The counter keeps that balance, as
+#   FlashAttention-3's causal scheduler does (it keeps fixed lists for full attention).
+#
+# Read the two columns against `Gluon` and `3 WG`: where the fixed part weighed most (causal, the
+# shorter sequence) persistence should gain, and at D = 128 with three consumers the loop over blocks
+# costs registers the consumers do not have (ptxas spills; tests/test_gluon_compile.py records how
+# much).
 #
 # ### The ring's barriers
 #
