@@ -2,7 +2,7 @@
 (solutions/gluon_attention.py). Not a pytest module (no test_ prefix): run it as a script,
 
     timeout 1800 python tests/gpu_gluon_check.py              # checks, then timings
-    timeout 900 python tests/gpu_gluon_check.py --check       # checks only
+    timeout 900 python tests/gpu_gluon_check.py --check       # checks only, into the GPU's record
     python tests/gpu_gluon_check.py --check --schedules pingpong,overlap   # some schedules only
     timeout 300 python tests/gpu_gluon_check.py --program-cost   # only 3., added to the GPU's record
     timeout 900 python tests/gpu_gluon_check.py --merge --schedules persistent   # those schedules only,
@@ -291,16 +291,20 @@ def main():
         record = {**kept, "program_cost": program_cost(ga), "program_cost_stamp": record}
         write(record)
         return
-    if "--merge" in sys.argv:   # the --schedules checked and timed (beside cuDNN), added to the record
+    if "--merge" in sys.argv or "--check" in sys.argv:   # into this GPU's record, the rest of it kept
         kept = json.loads(path.read_text())
-        schedules = [s for s in schedules if s != "plain"]
+        if "--merge" in sys.argv:   # the --schedules checked and timed beside cuDNN
+            schedules = [s for s in schedules if s != "plain"]
+        started = time.time()
         checks, failures, n_cases = check(ga, schedules)
-        say(f"{n_cases - failures}/{n_cases} checks passed")
+        say(f"{n_cases - failures}/{n_cases} checks passed ({time.time() - started:.0f} s)")
         kept["checks"] = [c for c in kept["checks"] if c["schedule"] not in schedules] + checks
-        for row, new in zip(kept["timings"], bench(ga, schedules, others=False)):
-            assert all(row[key] == new[key] for key in ("B", "H", "N", "D", "causal")), (row, new)
-            row.update({key: value for key, value in new.items() if key.startswith("gluon_")})
-        kept.setdefault("merged", []).append({**record, "schedules": schedules})
+        if "--merge" in sys.argv:
+            for row, new in zip(kept["timings"], bench(ga, schedules, others=False)):
+                assert all(row[key] == new[key] for key in ("B", "H", "N", "D", "causal")), (row, new)
+                row.update({key: value for key, value in new.items() if key.startswith("gluon_")})
+        kept.setdefault("merged" if "--merge" in sys.argv else "checked", []).append(
+            {**record, "schedules": schedules})
         write(kept)
         sys.exit(1 if failures else 0)
     started = time.time()
@@ -309,11 +313,11 @@ def main():
     for schedule in schedules:
         mine = [c for c in record["checks"] if c["schedule"] == schedule]
         say(f"    {schedule:17s} {sum(c['ok'] for c in mine)}/{len(mine)}")
-    if "--check" not in sys.argv:
-        if failures:
-            say("timing anyway (numbers above are wrong: the timings are of a broken kernel)")
-        record["timings"] = bench(ga, ["plain"] + [s for s in schedules if s != "plain"])
-
+    if failures:
+        say("timing anyway (numbers above are wrong: the timings are of a broken kernel)")
+    record["timings"] = bench(ga, ["plain"] + [s for s in schedules if s != "plain"])
+    if path.exists():   # --program-cost's measurement, with its own stamp, is kept
+        record.update({k: v for k, v in json.loads(path.read_text()).items() if k.startswith("program_cost")})
     write(record)
     sys.exit(1 if failures else 0)
 
