@@ -58,7 +58,6 @@ LN2 = gl.constexpr(0.6931471805599453)   # ln(2): log(x) == log2(x) * LN2
 # one this Triton has, picked here at import.
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 
-HEAD_GROUP = gl.constexpr(8)   # PERSISTENT: heads whose blocks are walked together (_block_of)
 PRODUCER_REGS = gl.constexpr(24)   # setmaxnreg for the producer's warpgroup: the least a thread may have
 # Per number of consumer warpgroups (64 query rows each): (setmaxnreg for the consumers that are worker
 # partitions, the launch's maxnreg). Two: 12 warps (4 + 4 + 1, rounded up to whole warpgroups) * 32 *
@@ -130,18 +129,25 @@ def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOC
 
 
 @gluon.jit
-def _block_of(item, n_heads, n_ctx, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
+def _block_of(item, group_heads, n_heads, n_ctx, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
     """PERSISTENT: work item -> (start_m, row_base) of its query block. The heads go in groups of
-    HEAD_GROUP; inside a group the items run through its heads fastest, causal with the blocks of the
-    most key tiles first. The programs at work at once then share a few heads' K and V in L2."""
+    group_heads, just enough to give every program a block (_group_heads); inside a group the
+    items run through its heads fastest, causal with the blocks of the most key tiles first. The
+    programs at work at once then share as few heads' K and V as they can, which stay in L2."""
     n_blocks = (n_ctx + BLOCK_M - 1) // BLOCK_M
-    group = item // (HEAD_GROUP * n_blocks)
-    heads = gl.minimum(HEAD_GROUP, n_heads - group * HEAD_GROUP)   # the last group may be smaller
-    rest = item - group * HEAD_GROUP * n_blocks
+    group = item // (group_heads * n_blocks)
+    heads = gl.minimum(group_heads, n_heads - group * group_heads)   # the last group may be smaller
+    rest = item - group * group_heads * n_blocks
     block = rest // heads
     if CAUSAL:
         block = n_blocks - 1 - block
-    return block * BLOCK_M, (group * HEAD_GROUP + rest % heads) * n_ctx
+    return block * BLOCK_M, (group * group_heads + rest % heads) * n_ctx
+
+
+@gluon.jit
+def _group_heads(n_ctx, BLOCK_M: gl.constexpr):
+    """PERSISTENT: the fewest heads whose query blocks give every program one: cdiv(programs, blocks)."""
+    return gl.cdiv(gl.num_programs(0), gl.cdiv(n_ctx, BLOCK_M))
 
 
 @gluon.jit
@@ -154,11 +160,12 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     ring's count of tiles runs on from one block to the next."""
     if PERSISTENT:
         n_items = n_heads * gl.cdiv(n_ctx, 64 * CONSUMERS)
+        group_heads = _group_heads(n_ctx, 64 * CONSUMERS)
         ring0 = 0   # tiles through the ring before this block
         count = 0   # blocks before this one: Q's phases
         item = gl.program_id(0)
         while item < n_items:
-            start_m, row_base = _block_of(item, n_heads, n_ctx, CAUSAL, 64 * CONSUMERS)
+            start_m, row_base = _block_of(item, group_heads, n_heads, n_ctx, CAUSAL, 64 * CONSUMERS)
             # Q's buffer (and item_smem) are free once every consumer has read Q for the last S of the
             # block before (the first block's wait passes: a fresh barrier's phase "before the first")
             mbarrier.wait(q_empty, (count & 1) ^ 1)
@@ -478,12 +485,13 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_empty, k_read
     or, PERSISTENT, of each block the producer tells it of, until one past the last."""
     if PERSISTENT:
         n_items = n_heads * gl.cdiv(n_ctx, 64 * CONSUMERS)
+        group_heads = _group_heads(n_ctx, 64 * CONSUMERS)
         ring0 = 0   # tiles through the ring before this block
         count = 0   # blocks before this one: Q's phases
         mbarrier.wait(q_ready, 0)
         item = _told(item_smem)
         while item < n_items:
-            start_m, row_base = _block_of(item, n_heads, n_ctx, CAUSAL, 64 * CONSUMERS)
+            start_m, row_base = _block_of(item, group_heads, n_heads, n_ctx, CAUSAL, 64 * CONSUMERS)
             ring0 += _consume_block(WG, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
                                     v_empty, turn_bars, o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale,
                                     ring0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, OVERLAP, PINGPONG,
