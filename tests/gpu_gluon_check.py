@@ -303,8 +303,9 @@ def main():
             for row, new in zip(kept["timings"], bench(ga, schedules, others=False)):
                 assert all(row[key] == new[key] for key in ("B", "H", "N", "D", "causal")), (row, new)
                 row.update({key: value for key, value in new.items() if key.startswith("gluon_")})
-        kept.setdefault("merged" if "--merge" in sys.argv else "checked", []).append(
-            {**record, "schedules": schedules})
+        stamps = "merged" if "--merge" in sys.argv else "checked"   # the last stamp for these schedules
+        kept[stamps] = [s for s in kept.get(stamps, []) if s["schedules"] != schedules]
+        kept[stamps].append({**record, "schedules": schedules})
         write(kept)
         sys.exit(1 if failures else 0)
     started = time.time()
