@@ -31,9 +31,10 @@ the producer's 24, each reading K and V once for 192 rows; causal, a warpgroup r
 own rows see and releases the block's last ones unread.
 And persistent programs (gluon_attention's persistent=True, the kernel's PERSISTENT), with the plain
 schedule: one program per SM, walking query blocks; its producer warp takes each next block from a
-counter in global memory (longest causal blocks first, a few heads at a time so that their K and V stay
-in L2), tells the consumers its number through shared memory, and loads its Q once the consumers are
-done with the last one's (a barrier pair for Q), while they store the last block's output.
+counter in global memory (longest causal blocks first, as few heads at a time as give every program
+a block, so that their K and V stay in L2), tells the consumers its number through shared memory, and
+loads its Q once the consumers are done with the last one's (a barrier pair for Q), while they store
+the last block's output.
 Each schedule is checked and timed on Hopper GPUs (tests/gpu_gluon_check.py), compiled for sm_90
 without one (tests/test_gluon_compile.py), and its barrier protocol run through every interleaving on
 a model (tests/test_gluon_protocol.py).
@@ -592,8 +593,10 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, counter_ptr, 
                            HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                            CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
                            CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PERSISTENT: gl.constexpr):
-    """Grid (cdiv(N, 64 * CONSUMERS), B*H). q/k/v_desc: host TMA descriptors over the (B*H*N, D) view,
-    boxes of 64 rows (Q) and BLOCK_N rows (K, V). o_ptr (B*H*N, D) fp16 and lse_ptr (B*H*N,) fp32
+    """Grid (cdiv(N, 64 * CONSUMERS), B*H), a program a block; or, PERSISTENT, (programs,), each walking
+    blocks taken from the counter at counter_ptr (zero before the launch, and again after it).
+    q/k/v_desc: host TMA descriptors over the (B*H*N, D) view, boxes of 64 rows (Q) and BLOCK_N rows
+    (K, V). o_ptr (B*H*N, D) fp16 and lse_ptr (B*H*N,) fp32
     contiguous. OVERLAP, PINGPONG: FA3's two scheduling steps (see the consumers' comment); both off is
     the plain schedule. CONSUMERS: 2 or 3 consumer warpgroups of 64 query rows (CONSUMER_REGS: the
     setmaxnreg of those that are worker partitions, REGISTERS)."""

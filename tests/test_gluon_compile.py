@@ -164,7 +164,7 @@ def test_compiles_for_hopper(gluon_attention, tmp_path, schedule, head_dim, caus
     # warpgroup reads only its own rows' tiles (176 bytes of stores with Triton 3.9); timed on an
     # H100 that kernel was still faster than the one without at N = 2048 and 4096, so it stays. Three
     # persistent consumers spill at D = 128 too: the loop over blocks keeps more values alive, and that
-    # schedule is slower there than the one-block kernel; lesson 10 uses it at D = 64.)
+    # schedule is slower there than the one-block kernel, as lesson 10's table shows.)
     assert report["serialized"] == [], report["text"]
     assert "ld.local" not in ptx and "st.local" not in ptx
 

@@ -312,6 +312,27 @@ def test_gluon_records_cover_every_schedule():
             assert all("vs_cudnn" in row[name] for name in timed), (gpu, sorted(row))
 
 
+def test_persistent_columns_say_what_lesson_10_reads_in_them():
+    """Lesson 10's reading of the persistent schedules, on every recorded GPU (each column over the
+    one-block kernel it extends, both against cuDNN in their own runs): with the plain schedule,
+    persistence pays at every causal shape, most at D64 N4096, and costs a little at every full one;
+    with three consumers it is about even at D = 64 and at best even at D = 128; and at D64 causal
+    N4096 no Gluon schedule reaches cuDNN."""
+    for gpu, record in lesson10.gluon_recorded().items():
+        gains = {}
+        for t in record["timings"]:
+            shape = (t["D"], t["N"], t["causal"])
+            gains[shape] = [t[persistent]["vs_cudnn"] / t[one]["vs_cudnn"] for persistent, one in
+                            (("gluon_persistent", "gluon"), ("gluon_three_persistent", "gluon_three"))]
+            if shape == (64, 4096, True):
+                assert all(v["vs_cudnn"] < 1 for k, v in t.items() if k.startswith("gluon")), (gpu, t)
+        causal = {shape: plain for shape, (plain, _) in gains.items() if shape[2]}
+        assert min(causal.values()) > 1 and max(causal, key=causal.get) == (64, 4096, True), (gpu, gains)
+        assert all(0.9 < plain < 1 for shape, (plain, _) in gains.items() if not shape[2]), (gpu, gains)
+        assert all(0.97 < three < 1.04 for shape, (_, three) in gains.items() if shape[0] == 64), (gpu, gains)
+        assert all(three <= 1.01 for shape, (_, three) in gains.items() if shape[0] == 128), (gpu, gains)
+
+
 def test_every_gluon_record_has_the_program_cost_lesson_10_fits():
     """Each recorded GPU ran --program-cost: at both head sizes, 8 blocks a SM (as the lesson's waves
     assume), N growing, both kernels timed; and the fit's lines are the lesson's reading of them (the
