@@ -1272,6 +1272,10 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 #   next K land during the softmax, and no schedule then needs more than one slot to finish.
 # - A third consumer warpgroup (192 query rows a block, 160 to 168 registers a consumer) needs no
 #   turns to keep the tensor cores fed, and loads each K and V tile once for more rows.
+# - A program costs a fixed part besides its key tiles, and causal blocks walk fewer tiles, so there
+#   it weighs more. Persistent programs fed by a counter gain at causal shapes when the programs at
+#   work at once share few heads' K and V. On full attention they cost a little, and with three
+#   consumers at D = 128 the loop over blocks makes ptxas spill.
 # - Adding dQ's shares with float32 atomics drops two of seven matrix multiplies per tile, yet on
 #   Hopper the one-kernel backward does not beat two kernels, and dQ is not bit-for-bit reproducible.
 #   cuDNN makes as many atomic adds and spills more: its lead is warpgroups that overlap their work.
