@@ -88,17 +88,30 @@ def run_protocol(n_plain, n_tiles, stages, overlap, pingpong, edit=None, mine=(N
     none = (None,) * stages
     zero = (0,) * stages
     start = (0, (), none, none, zero, zero, zero, zero, zero, zero, (0, 0), (0, 0), (0,) * len(programs))
+
+    def finished(state):
+        return (state[0] == 2 * n_tiles and not state[1]
+                and all(pc == len(p) for pc, p in zip(state[12], programs)))
+
+    def hang(state):
+        return (f"hang: producer at load {state[0]}, consumers at steps {state[12]} "
+                f"({[p[pc] if pc < len(p) else 'done' for pc, p in zip(state[12], programs)]})")
+
+    return explore(start, lambda state: _moves(state, programs, n_tiles, stages), finished, hang)
+
+
+def explore(start, moves, finished, hang):
+    """Every state reachable from start, breadth first: None if each one that has no move is finished;
+    else hang(state) of the first that is not, or the message of the first Broken a move raised."""
     seen, frontier = {start}, [start]
     try:
         while frontier:
             following = []
             for state in frontier:
-                moves = _moves(state, programs, n_tiles, stages)
-                if not moves and not (state[0] == 2 * n_tiles and not state[1]
-                                      and all(pc == len(p) for pc, p in zip(state[12], programs))):
-                    return f"hang: producer at load {state[0]}, consumers at steps {state[12]} " \
-                           f"({[p[pc] if pc < len(p) else 'done' for pc, p in zip(state[12], programs)]})"
-                for move in moves:
+                after = moves(state)
+                if not after and not finished(state):
+                    return hang(state)
+                for move in after:
                     if move not in seen:
                         seen.add(move)
                         following.append(move)
@@ -318,25 +331,17 @@ def run_persistent(blocks, stages, consumers, edit=None):
     # (producer pc, copies in flight, K slots, V slots, Q's buffer, k_ready, v_ready, k_empty, v_empty,
     #  k/v_empty arrivals, q_ready, q_empty, q_empty arrivals, consumer pcs)
     start = (0, (), none, none, None, zero, zero, zero, zero, zero, zero, 0, 0, 0, (0,) * consumers)
-    seen, frontier = {start}, [start]
-    try:
-        while frontier:
-            following = []
-            for state in frontier:
-                moves = _persistent_moves(state, producer, programs, stages)
-                if not moves and not (state[0] == len(producer) and not state[1]
-                                      and all(pc == len(p) for pc, p in zip(state[14], programs))):
-                    at = [p[pc] if pc < len(p) else "done" for pc, p in zip(state[14], programs)]
-                    where = producer[state[0]] if state[0] < len(producer) else "done"
-                    return f"hang: producer at {where}, consumers at {at}"
-                for move in moves:
-                    if move not in seen:
-                        seen.add(move)
-                        following.append(move)
-            frontier = following
-    except Broken as broken:
-        return str(broken)
-    return None
+
+    def finished(state):
+        return (state[0] == len(producer) and not state[1]
+                and all(pc == len(p) for pc, p in zip(state[14], programs)))
+
+    def hang(state):
+        at = [p[pc] if pc < len(p) else "done" for pc, p in zip(state[14], programs)]
+        where = producer[state[0]] if state[0] < len(producer) else "done"
+        return f"hang: producer at {where}, consumers at {at}"
+
+    return explore(start, lambda state: _persistent_moves(state, producer, programs, stages), finished, hang)
 
 
 def _persistent_moves(state, producer, programs, stages):
