@@ -447,25 +447,47 @@ if build:
 gluon_runs = course.gluon_recorded()
 if not gluon_runs:
     print("Not recorded yet: `python tests/gpu_gluon_check.py` on a Hopper GPU records it.")
+# the plain schedule, then FlashAttention-3's steps (below), where a GPU's record has them
+GLUON_COLUMNS = [("gluon", "Gluon"), ("gluon_overlap", "+overlap"), ("gluon_overlap_pingpong", "+both"),
+             ("gluon_three", "3 WG"), ("gluon_persistent", "persist"), ("gluon_three_persistent", "3WG pers"),
+             ("triton_lesson10", "lesson")]
+
+
+def shape_name(t):
+    return f"B{t['B']} H{t['H']} N{t['N']} D{t['D']} {'causal' if t['causal'] else 'full'}"
+
+
 for gpu, record in gluon_runs.items():
     checks = record["checks"]
     print(f"{gpu} ({record['date']}, torch {record['torch']}, triton {record['triton']}): "
           f"{sum(c['ok'] for c in checks)} of {len(checks)} checks passed, largest |out - reference| "
           f"{max(c['out_max_abs_err'] for c in checks):.1e}")
-    # FlashAttention-3's two steps (below), where this GPU's record has them
-    steps = [(key, name) for key, name in (("gluon_overlap", "+overlap"), ("gluon_overlap_pingpong", "+both"),
-                                           ("gluon_three", "3 WG"), ("gluon_persistent", "persist"),
-                                           ("gluon_three_persistent", "3WG pers"))
-             if key in record["timings"][0]]
-    columns = [("gluon", "Gluon")] + steps + [("cudnn", "cuDNN"), ("triton_lesson10", "lesson")]
-    ours = columns[:1 + len(steps)]
-    print(f"  {'':26}  {'TFLOP/s':^{9 * len(columns)}} | {'÷ cuDNN':^{9 * len(ours)}}")
-    print(f"  {'shape':26}  " + "".join(f"{name:>9}" for _, name in columns) + " | "
-          + "".join(f"{name:>9}" for _, name in ours))
+    columns = [(key, name) for key, name in GLUON_COLUMNS if key in record["timings"][0]]
+    print(f"  {'':26}{'cuDNN':>8}  | {'÷ cuDNN, each timed in its own run':^{9 * len(columns)}}")
+    print(f"  {'shape':26}{'TFLOP/s':>8}  | " + "".join(f"{name:>9}" for _, name in columns))
     for t in record["timings"]:
-        shape = f"B{t['B']} H{t['H']} N{t['N']} D{t['D']} {'causal' if t['causal'] else 'full'}"
-        print(f"  {shape:26}  " + "".join(f"{t[key]['tflops']:9.0f}" for key, _ in columns) + " | "
-              + "".join(f"{t[key]['vs_cudnn']:9.2f}" for key, _ in ours))   # ÷ cuDNN timed in the same run
+        print(f"  {shape_name(t):26}{t['cudnn']['tflops']:8.0f}  | "
+              + "".join(f"{t[key]['vs_cudnn']:9.2f}" for key, _ in columns))
+
+if gluon_runs:
+    gpu = "NVIDIA H200" if "NVIDIA H200" in gluon_runs else next(iter(gluon_runs))
+    timings = gluon_runs[gpu]["timings"]
+    columns = [(key, name) for key, name in GLUON_COLUMNS if key in timings[0]]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+    for ax, D in zip(axes, (64, 128)):
+        rows = [t for t in timings if t["D"] == D]
+        width = 0.8 / len(columns)
+        for i, (key, name) in enumerate(columns):
+            ax.bar([r + (i - len(columns) / 2 + 0.5) * width for r in range(len(rows))],
+                   [t[key]["vs_cudnn"] for t in rows], width, label=name)
+        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+        ax.set_xticks(range(len(rows)), [f"N{t['N']}\n{'causal' if t['causal'] else 'full'}" for t in rows])
+        ax.set_ylim(0.75, 1.15)
+        ax.set_title(f"D = {D}, on {gpu}", fontsize=10)
+    axes[0].set_ylabel("cuDNN's time ÷ this one's")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=len(columns), fontsize=8)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    plt.show()
 
 # %% [markdown]
 # Compare the columns: warp specialisation alone does not carry the Gluon kernel clear of the
@@ -616,10 +638,9 @@ for gpu, record in gluon_runs.items():
     print(f"{gpu}: the persistent kernel's speed over the one-block kernel's (above 1: persistence pays)")
     print(f"  {'shape':26}{'plain':>8}{'3 WG':>8}")
     for t in record["timings"]:
-        shape = f"B{t['B']} H{t['H']} N{t['N']} D{t['D']} {'causal' if t['causal'] else 'full'}"
         pairs = (("gluon_persistent", "gluon"), ("gluon_three_persistent", "gluon_three"))
         gains = [t[persistent]["vs_cudnn"] / t[one]["vs_cudnn"] for persistent, one in pairs]
-        print(f"  {shape:26}" + "".join(f"{gain:8.2f}" for gain in gains))
+        print(f"  {shape_name(t):26}" + "".join(f"{gain:8.2f}" for gain in gains))
 
 # %% [markdown]
 # Both GPUs tell the same story:
