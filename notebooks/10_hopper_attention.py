@@ -648,7 +648,7 @@ for gpu, record in gluon_runs.items():
 # - **Plain schedule, causal.** Persistence pays at every causal shape, most at D = 64 and N = 4096.
 #   That is where the fixed part weighed most against the tiles, and where the one-block kernel was
 #   furthest behind cuDNN. It does not take the kernel past cuDNN at that shape, and no schedule here
-#   does. The model above said why: the fixed part is not the whole causal gap.
+#   does: see below the list.
 # - **Plain schedule, full attention.** It costs a little at every shape. Every block of full
 #   attention walks the same number of tiles, so there is less fixed part to hide and no imbalance to
 #   fix. Where the time goes is still open. A profile of one shape (D = 64, N = 4096, with groups of
@@ -662,7 +662,10 @@ for gpu, record in gluon_runs.items():
 # Then hold the three-consumer column against the model's promise. The `model, cuDNN fixed` column of
 # the previous section put three consumers, with a block's start hidden as well as cuDNN hides it,
 # clearly ahead of cuDNN at the causal mean length. The persistent version gains only a little over the
-# one-block one, so it hides far less of the fixed part than cuDNN's programs do. One part it cannot
+# one-block one, so it hides far less of the fixed part than cuDNN's programs do. (The previous
+# section's fit, run once with the persistent kernel on an H100 while this was written and not kept in
+# the record, agrees: its fixed part is a little under the one-block kernel's and still well above
+# cuDNN's; at D = 128 its cost per tile rises too, as spilling would predict.) One part it cannot
 # hide as written: the consumers normalise and store each block's output themselves before they start
 # the next block, and the tensor cores wait meanwhile. FlashAttention-3's epilogue instead puts the
 # output in shared memory and lets a TMA store carry it out while the warpgroups go on. That store and
