@@ -249,29 +249,50 @@ attention_groups = ["hopper_attention_fwd_d128", "hopper_attention_fwd_causal_d1
 attention_rows = {group: timed(course, group) for group in attention_groups}
 
 # %% [markdown]
-# The tables in one view: per shape, the lesson's kernel's speed over each other's (TFLOP/s over
-# TFLOP/s, so above 1 means the lesson's kernel is faster; `ratios` is in `helpers.bench`), then the
-# first column along the sequence length, marked where it does not rise:
+# The tables in one view: the lesson's kernel's speed over each other's along the sequence length
+# (TFLOP/s over TFLOP/s, so above 1 means the lesson's kernel is faster), drawn for one GPU; then the
+# first panel's numbers for every GPU, marked where they do not rise with N:
 
 # %%
-for group, by_gpu in attention_rows.items():
-    print(group)
-    ratios(by_gpu, "lesson 10", ["cudnn", "flashattention-2", "lesson 06"])
-for group, by_gpu in attention_rows.items():      # the first column again, along N
+def over(rows, mine, theirs):
+    """[(N, TFLOP/s of `mine` over those of `theirs`)] along a group's shapes (labelled "B.. N..")."""
+    mine, theirs = impl_named(rows, mine), impl_named(rows, theirs)
+    speed = {(r["label"], r["impl"]): r["tflops"] for r in rows}
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    return [(int(label.split()[1][1:]), speed[(label, mine)] / speed[(label, theirs)]) for label in labels]
+
+
+gpus = {gpu for by_gpu in attention_rows.values() for gpu in by_gpu}
+if gpus:
+    gpu = "NVIDIA H200" if "NVIDIA H200" in gpus else sorted(gpus)[0]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    for ax, (theirs, name) in zip(axes, (("cudnn", "cuDNN"), ("flashattention-2", "FlashAttention-2"),
+                                         ("lesson 06", "lesson 06's kernel"))):
+        for group, by_gpu in attention_rows.items():
+            if gpu in by_gpu:
+                points = over(by_gpu[gpu], "lesson 10", theirs)
+                ax.plot([n for n, _ in points], [x for _, x in points], "o-",
+                        label=group.removeprefix("hopper_attention_"))
+        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([n for n, _ in points], [f"{n // 1024}k" for n, _ in points])
+        ax.set_xlabel("sequence length N")
+        ax.set_title(f"over {name}", fontsize=10)
+    axes[0].set_ylabel(f"lesson 10's speed ÷ theirs\n(on {gpu})")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    plt.show()
+for group, by_gpu in attention_rows.items():      # the first panel, every GPU
     for gpu, rows in by_gpu.items():
-        mine, theirs = impl_named(rows, "lesson 10"), impl_named(rows, "cudnn")
-        speed = {(r["label"], r["impl"]): r["tflops"] for r in rows}
-        labels = list(dict.fromkeys(r["label"] for r in rows))
-        trend = [speed[(label, mine)] / speed[(label, theirs)] for label in labels]
-        steady = all(b >= a for a, b in zip(trend, trend[1:]))
-        print(f"{gpu[:12]:12} {group.removeprefix('hopper_attention_'):14} over cuDNN: "
-              + "  ".join(f"{label.split()[1]} {x:.2f}" for label, x in zip(labels, trend))
-              + ("" if steady else "   <- not rising with N"))
+        trend = over(rows, "lesson 10", "cudnn")
+        steady = all(b >= a for (_, a), (_, b) in zip(trend, trend[1:]))
+        print(f"{gpu[:12]:12} {group.removeprefix('hopper_attention_'):15} over cuDNN: "
+              + "  ".join(f"N{n} {x:.2f}" for n, x in trend) + ("" if steady else "   <- not rising with N"))
 
 # %% [markdown]
-# The first column is the one that matters here: the lesson's kernel over cuDNN. The second compares
+# The first panel is the one that matters here: the lesson's kernel over cuDNN. The second compares
 # with FlashAttention-2, written for the A100: on Hopper it still issues the A100's matrix
-# instructions, so any kernel that reaches `wgmma` has an edge over it. The third is what tensor
+# instructions, so any kernel that reaches `wgmma` has an edge over it. The third panel is what tensor
 # descriptors, the wider search and the graph-timed choice bought over lesson 06's kernel: some
 # percent, not a factor. Lesson 06's pointer loads were never the main cost on Hopper (the compiler
 # already pipelines them and feeds `wgmma` from shared memory); much of the time goes to the softmax
@@ -279,7 +300,7 @@ for group, by_gpu in attention_rows.items():      # the first column again, alon
 #
 # Short sequences give each program few key tiles, so its prologue and epilogue weigh more, and one
 # would expect the gap to cuDNN to close as N grows (the last lines above). It does not always:
-# some rows dip (marked). A longer sequence changes more than the share of each program spent outside
+# some lines dip (marked). A longer sequence changes more than the share of each program spent outside
 # its loop: the grid, the tile the autotuner picks, how the last wave of programs fills the GPU. The
 # prologue explains part of the gap at the shortest sequences; the gap that stays at every length is
 # the arrangement of the work, which FlashAttention-3 changes.
