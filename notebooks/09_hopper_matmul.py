@@ -539,11 +539,12 @@ for gpu, record in hopper.items():
     course.print_autotune_runs(record["autotune_stability"])
 
 # %% [markdown]
-# Read each shape's lines together: how many different configurations three processes chose with
-# each kind of timing, and the range of speeds that followed. A choice that changes between processes
-# with the same code is noise, not tuning; it costs little only where the choices are about equally
-# fast. The last line ("L2 flushed") is how the lesson's autotuner times, and how `make bench` times
-# the lesson's matmuls: the autotuner ranks candidates by the measurement the lesson reports.
+# Read each shape's three lines together: the configuration each of three processes chose with each
+# kind of timing (one letter, one configuration, listed beneath), and the range of speeds that
+# followed. A choice that changes between processes with the same code is noise, not tuning; it
+# costs little only where the choices are about equally fast. The third line of each shape ("L2
+# flushed") is how the lesson's autotuner times, and how `make bench` times the lesson's matmuls: the
+# autotuner ranks candidates by the measurement the lesson reports.
 #
 # Where all three processes chose the same configuration, the speeds still differ from process to
 # process: the GPU's clock follows its temperature and power draw, a spread as large as the gaps the

@@ -492,20 +492,27 @@ def tiles_in_order(fn, a, b, *args, arg="c_desc.base"):
 
 
 def print_autotune_runs(rows):
-    """One GPU's autotune_stability record: per shape and way of timing the candidates, how many
-    different configurations three fresh processes chose, the speeds they reached, and each choice."""
+    """One GPU's autotune_stability record, a line per shape and way of timing the candidates: the
+    configuration each fresh process chose (a letter each, the letters' configurations beneath) and
+    the range of speeds they reached, cuBLAS's beside them."""
+    letters = {}
+    for r in rows:
+        letters.setdefault(r["config"], chr(ord("a") + len(letters)))
+    timings = list(dict.fromkeys(r["timing"] for r in rows))
+    width = max(len(timing) for timing in timings)
+    print(f"  {'shape':>7}  {'candidates timed':{width}}  {'chosen':8}  {'TFLOP/s':>9}  {'cuBLAS':>9}")
     for shape in dict.fromkeys(r["shape"] for r in rows):
-        for timing in dict.fromkeys(r["timing"] for r in rows):
+        for timing in timings:
             runs = sorted((r for r in rows if r["shape"] == shape and r["timing"] == timing),
                           key=lambda r: r["process"])
             if not runs:
                 continue
             tflops, cublas = [r["tflops"] for r in runs], [r["cublas_tflops"] for r in runs]
-            print(f"  {shape}, candidates {timing}: {len({r['config'] for r in runs})} different choice(s) "
-                  f"in {len(runs)} processes; {min(tflops):.0f} to {max(tflops):.0f} TFLOP/s "
-                  f"(cuBLAS {min(cublas):.0f} to {max(cublas):.0f})")
-            for r in runs:
-                print(f"      process {r['process']}: {r['config']}")
+            chosen = " ".join(letters[r["config"]] for r in runs)
+            print(f"  {shape:>7}  {timing:{width}}  {chosen:8}  {min(tflops):4.0f}-{max(tflops):<4.0f}"
+                  f"  {min(cublas):4.0f}-{max(cublas):<4.0f}")
+    for config, letter in letters.items():
+        print(f"  {letter}: {config}")
 
 
 def print_launch_against_flush(record):
