@@ -436,20 +436,22 @@ def block_records():
     return found
 
 
+BLOCK_IMPLS = {"course kernels (lesson 11)": "course", "eager + SDPA": "eager",
+               "torch.compile(eager + SDPA)": "compile"}
 for gpu, record in block_records().items():
     print(f"{gpu} ({record['date']}, torch {record['torch']}, triton {record['triton']})")
-    print(f"{'shape':>10} {'implementation':>30} {'peak MiB':>9} {'kernels':>8}")
-    for row in record["rows"]:
-        print(f"{row['label']:>10} {row['impl']:>30} {row['peak_mib']:9.1f} {row['kernels']:8}")
+    row_of = {(row["label"], row["impl"]): row for row in record["rows"]}
+    print(f"  {'':9}{'peak MiB':^27}{'kernels':^27}  course's peak")
+    print(f"  {'shape':9}" + "".join(f"{name:>9}" for name in BLOCK_IMPLS.values()) * 2 + "  ÷ compile's")
+    for label in dict.fromkeys(row["label"] for row in record["rows"]):
+        rows = [row_of.get((label, impl)) for impl in BLOCK_IMPLS]
+        if None in rows:
+            continue
+        share = rows[0]["peak_mib"] / rows[2]["peak_mib"]   # the course's peak over torch.compile's
+        print(f"  {label:9}" + "".join(f"{row['peak_mib']:9.1f}" for row in rows)
+              + "".join(f"{row['kernels']:9}" for row in rows) + f"{share:14.2f}")
 if not block_records():
     print("no peak-memory and launch figures recorded yet (`make bench` on a GPU writes them)")
-for gpu, record in block_records().items():
-    peak = {(row["label"], row["impl"]): row["peak_mib"] for row in record["rows"]}
-    for label in dict.fromkeys(row["label"] for row in record["rows"]):
-        ours = peak.get((label, "course kernels (lesson 11)"))
-        theirs = peak.get((label, "torch.compile(eager + SDPA)"))
-        if ours is not None and theirs is not None:
-            print(f"{gpu} {label}: the course's peak is {ours / theirs:.2f} x torch.compile's")
 
 # %% [markdown]
 # Where does each forward spend its time? The same recording keeps, per implementation, its longest
