@@ -14,9 +14,10 @@
    heads and batches (a head reading its neighbour's rows would show), causal and full, D = 64 and
    128, a non-default sm_scale. Each case also runs twice and must give the same bits (no atomics: a
    difference means a race in the shared-memory ring). All of that for each schedule: plain (the
-   default), then PINGPONG, OVERLAP and both (gluon_attention's pingpong= and overlap=), and three
-   consumer warpgroups (consumers=3), each also on other tiles and on a ring of one slot (where a wrong
-   release of a slot would hang).
+   default), then PINGPONG, OVERLAP and both (gluon_attention's pingpong= and overlap=), three
+   consumer warpgroups (consumers=3), and persistent programs with two and three consumers
+   (persistent=True), each also on other tiles and on a ring of one slot (where a wrong release of a
+   slot would hang).
 2. Speed: TFLOP/s (4*B*H*N*N*D flops, half for causal) timed as CUDA-graph replays with
    triton.testing, each schedule beside cuDNN's SDPA and the course's Triton `attention` (lesson 10),
    at B4 N4096 and B1 N16384, D 64 and 128 (H = 2048 / D), causal and full.
@@ -25,7 +26,7 @@
 
 A wrong barrier phase hangs the GPU rather than failing: every case prints before it starts (flushed),
 so the last line printed names the case that hung. Run it under `timeout`. The schedules are checked
-in the order plain, pingpong, overlap, overlap+pingpong, three, each from its simplest case up (one query
+in SCHEDULES' order (plain first, the persistent ones last), each from its simplest case up (one query
 block and one key tile first); after a hang, --schedules runs the others.
 Results go to helpers/recorded/10_hopper_attention_gluon/<gpu>.json, where lesson 10 reads them (and to
 $OUT/gluon_attention_gpu.json when OUT is set).
