@@ -686,11 +686,19 @@ for gpu, record in gluon_runs.items():
 # one-block one, so it hides far less of the fixed part than cuDNN's programs do. (The previous
 # section's fit, run once with the persistent kernel on an H100 while this was written and not kept in
 # the record, agrees: its fixed part is a little under the one-block kernel's and still well above
-# cuDNN's; at D = 128 its cost per tile rises too, as spilling would predict.) One part it cannot
-# hide as written: the consumers normalise and store each block's output themselves before they start
-# the next block, and the tensor cores wait meanwhile. FlashAttention-3's epilogue instead puts the
-# output in shared memory and lets a TMA store carry it out while the warpgroups go on. That store and
-# the causal-only costs are the next things to try at D = 64, causal; this lesson stops here.
+# cuDNN's; at D = 128 its cost per tile rises too, as spilling would predict.) Two things in the kernel
+# as written keep a block's start exposed, and which costs more is not measured here:
+#
+# - **Q has one buffer.** The next block's Q is loaded only once every consumer has finished this
+#   block's last S = Q Kᵀ. Unless the last P V and the epilogue take longer than that load, the
+#   consumers wait for it.
+# - **The consumers change blocks together.** They wait for the same Q, so they normalise and store
+#   their rows at about the same time, then each starts the next block with a tile of scores and a
+#   softmax before its first P V. Over that stretch the tensor cores have little to do. Hiding it
+#   needs two blocks in flight in one program (a second Q buffer, or warpgroups a block apart), and
+#   shared memory to hold them.
+#
+# Those and the causal-only costs are where to look next at D = 64, causal; this lesson stops here.
 #
 # The lesson's answer to "persistent or not" is the measured one. It depends on the schedule, the head
 # size and the mask, so a library that wants the best of each picks per shape, as cuDNN's heuristics
