@@ -26,13 +26,17 @@
 # - the block rule a causal loop needs, and how `tl.static_assert` enforces it;
 # - what FlashAttention-3 and cuDNN do on Hopper that a plain Triton kernel does not, read from their
 #   profiles: warpgroups taking turns, registers moved between them, one program per SM;
+# - that arrangement written in Gluon: a producer warp and consumer warpgroups meeting at mbarriers
+#   over a ring of shared-memory slots, FlashAttention-3's two scheduling steps, a third consumer,
+#   what a program costs besides its key tiles, and persistent programs fed by a counter;
 # - the attention backward in one kernel, dQ added up by atomics, what the atomics cost, and why they
 #   make dQ differ in its last bits from run to run;
 # - the long-row softmax: the two-read ceiling, an estimate of the L2 cache's share, and one
 #   exponential per element.
 #
 # Exercises: causal attention on the projection's layout (descriptors per program, the block rule),
-# the backward's step with dQ added by atomics, and the long-row softmax.
+# the ring's barriers (the slot and parities a Gluon producer and its consumers wait on), the
+# backward's step with dQ added by atomics, and the long-row softmax.
 
 # %% [markdown]
 # ## Setting up
