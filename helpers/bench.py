@@ -146,10 +146,14 @@ def device_file(device):
     return RECORDED / (slug(device) + ".json")
 
 
+def preferred_first(devices):
+    """GPU names in the order the lessons show them: PREFERRED's first, then the others by name."""
+    return sorted(devices, key=lambda d: (PREFERRED.index(d) if d in PREFERRED else len(PREFERRED), d))
+
+
 def recorded_devices():
     """The GPUs with recorded figures, the preferred one first."""
-    names = [json.loads(p.read_text())["device"] for p in sorted(RECORDED.glob("*.json"))]
-    return sorted(names, key=lambda d: (PREFERRED.index(d) if d in PREFERRED else len(PREFERRED), d))
+    return preferred_first(json.loads(p.read_text())["device"] for p in sorted(RECORDED.glob("*.json")))
 
 
 def recorded(device=None):

@@ -46,7 +46,7 @@ import sys
 
 import torch
 
-from helpers.bench import PREFERRED, slug  # the same GPUs first, the same names
+from helpers.bench import preferred_first, slug  # the same GPUs first, the same names
 from helpers.compiled import compiler_quiet
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -220,8 +220,7 @@ def cpu_ops(trace):
 
 def recorded_devices():
     """GPUs with recorded profiles, the preferred one first."""
-    names = [json.loads(p.read_text())["device"] for p in sorted(RECORDED.glob("*/stamp.json"))]
-    return sorted(names, key=lambda d: (PREFERRED.index(d) if d in PREFERRED else len(PREFERRED), d))
+    return preferred_first(json.loads(p.read_text())["device"] for p in sorted(RECORDED.glob("*/stamp.json")))
 
 
 def recorded_profile(name, device=None):

@@ -43,7 +43,8 @@
 
 # %%
 from helpers import DEVICE, ON_GPU, check, describe, interpreter, pick
-from helpers.bench import impl_named, ratios, recorded_devices, recorded_rows, timed, verdicts
+from helpers.bench import (impl_named, preferred_first, ratios, recorded_devices, recorded_rows, timed,
+                           verdicts)
 from helpers.cards import flashcards, self_check
 from helpers.roofline import CHIPS, chip_for
 from helpers.solutions import load_solution, show
@@ -268,7 +269,7 @@ def over(rows, mine, theirs):
 
 gpus = {gpu for by_gpu in attention_rows.values() for gpu in by_gpu}
 if gpus:
-    gpu = "NVIDIA H200" if "NVIDIA H200" in gpus else sorted(gpus)[0]
+    gpu = preferred_first(gpus)[0]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
     for ax, (theirs, name) in zip(axes, (("cudnn", "cuDNN"), ("flashattention-2", "FlashAttention-2"),
                                          ("lesson 06", "lesson 06's kernel"))):
@@ -495,7 +496,7 @@ for gpu, record in gluon_runs.items():
               + "".join(f"{t[key]['vs_cudnn']:9.2f}" for key, _ in columns))
 
 if gluon_runs:
-    gpu = "NVIDIA H200" if "NVIDIA H200" in gluon_runs else next(iter(gluon_runs))
+    gpu = preferred_first(gluon_runs)[0]
     timings = gluon_runs[gpu]["timings"]
     columns = [(key, name) for key, name in GLUON_COLUMNS if key in timings[0]]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
@@ -569,7 +570,7 @@ fits = course.program_cost_fits(gluon_runs)
 if not fits:
     print("Not recorded yet: `python tests/gpu_gluon_check.py --program-cost` on a Hopper GPU records it.")
 else:
-    gpu = "NVIDIA H200" if "NVIDIA H200" in fits else next(iter(fits))
+    gpu = preferred_first(fits)[0]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     for ax, D in zip(axes, (64, 128)):
         for impl, name in (("gluon_three", "Gluon, 3 WG"), ("cudnn", "cuDNN")):
