@@ -292,35 +292,35 @@ def main():
         record = {**kept, "program_cost": program_cost(ga), "program_cost_stamp": record}
         write(record)
         return
-    if "--merge" in sys.argv or "--check" in sys.argv:   # into this GPU's record, the rest of it kept
+    merge, check_only = "--merge" in sys.argv, "--check" in sys.argv
+    if merge:   # the --schedules checked and timed beside cuDNN, into this GPU's record
+        schedules = [s for s in schedules if s != "plain"]
+    started = time.time()
+    checks, failures, n_cases = check(ga, schedules)
+    say(f"{n_cases - failures}/{n_cases} checks passed ({time.time() - started:.0f} s)")
+    for schedule in schedules:
+        mine = [c for c in checks if c["schedule"] == schedule]
+        say(f"    {schedule:17s} {sum(c['ok'] for c in mine)}/{len(mine)}")
+    if merge or check_only:   # into this GPU's record, the rest of it kept
         kept = json.loads(path.read_text())
-        if "--merge" in sys.argv:   # the --schedules checked and timed beside cuDNN
-            schedules = [s for s in schedules if s != "plain"]
-        started = time.time()
-        checks, failures, n_cases = check(ga, schedules)
-        say(f"{n_cases - failures}/{n_cases} checks passed ({time.time() - started:.0f} s)")
         kept["checks"] = [c for c in kept["checks"] if c["schedule"] not in schedules] + checks
-        if "--merge" in sys.argv:
+        if merge:
             for row, new in zip(kept["timings"], bench(ga, schedules, others=False)):
                 assert all(row[key] == new[key] for key in ("B", "H", "N", "D", "causal")), (row, new)
                 row.update({key: value for key, value in new.items() if key.startswith("gluon_")})
-        stamps = "merged" if "--merge" in sys.argv else "checked"   # the last stamp for these schedules
+        stamps = "merged" if merge else "checked"   # the last stamp for these schedules
         kept[stamps] = [s for s in kept.get(stamps, []) if s["schedules"] != schedules]
         kept[stamps].append({**record, "schedules": schedules})
         write(kept)
-        sys.exit(1 if failures else 0)
-    started = time.time()
-    record["checks"], failures, n_cases = check(ga, schedules)
-    say(f"{n_cases - failures}/{n_cases} checks passed ({time.time() - started:.0f} s)")
-    for schedule in schedules:
-        mine = [c for c in record["checks"] if c["schedule"] == schedule]
-        say(f"    {schedule:17s} {sum(c['ok'] for c in mine)}/{len(mine)}")
-    if failures:
-        say("timing anyway (numbers above are wrong: the timings are of a broken kernel)")
-    record["timings"] = bench(ga, ["plain"] + [s for s in schedules if s != "plain"])
-    if path.exists():   # --program-cost's measurement, with its own stamp, is kept
-        record.update({k: v for k, v in json.loads(path.read_text()).items() if k.startswith("program_cost")})
-    write(record)
+    else:
+        if failures:
+            say("timing anyway (numbers above are wrong: the timings are of a broken kernel)")
+        record["checks"] = checks
+        record["timings"] = bench(ga, ["plain"] + [s for s in schedules if s != "plain"])
+        if path.exists():   # --program-cost's measurement, with its own stamp, is kept
+            old = json.loads(path.read_text())
+            record.update({key: value for key, value in old.items() if key.startswith("program_cost")})
+        write(record)
     sys.exit(1 if failures else 0)
 
 
