@@ -33,8 +33,8 @@ And persistent programs (gluon_attention's persistent=True, the kernel's PERSIST
 schedule: one program per SM, walking query blocks; its producer warp takes each next block from a
 counter in global memory (longest causal blocks first, as few heads at a time as give every program
 a block, so that their K and V stay in L2), tells the consumers its number through shared memory, and
-loads its Q once the consumers are done with the last one's (a barrier pair for Q), while they store
-the last block's output.
+loads its Q into the other of two Q buffers (one for three consumers at D = 128), each with a barrier
+pair, so that the next block's Q lands while this block runs.
 Each schedule is checked and timed on Hopper GPUs (tests/gpu_gluon_check.py), compiled for sm_90
 without one (tests/test_gluon_compile.py), and its barrier protocol run through every interleaving on
 a model (tests/test_gluon_protocol.py).
@@ -119,14 +119,18 @@ def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOC
 #                           (With three consumers, CONSUMERS = 3, the empty barriers count 3.)
 #   q_ready                 count 1, used once (parity 0): every consumer's 64 rows of Q.
 # PERSISTENT: the ring's tiles are counted on from one block to the next (tile j of a block goes through
-# the ring as ring0 + j), and Q gets a barrier pair of its own, phase k for the program's k-th block:
-#   q_ready                 the producer's expect (or, after the last block, a plain arrival: no block)
-#                           completes phase k; consumers wait for parity k & 1, then read the block's
-#                           number from item_smem (written before the arrival, so visible after it).
-#   q_empty                 count CONSUMERS: each consumer arrives once its block's last S = Q K^T is done.
-#                           The producer waits for parity (k & 1) ^ 1 before writing block k's number
-#                           and loading its Q (the first wait passes: the phase before a fresh barrier's
-#                           first counts as complete).
+# the ring as ring0 + j), and Q has Q_BUFFERS buffers (two; one for three consumers at D = 128), each
+# with a barrier pair of its own. The program's k-th block uses buffer b = k % Q_BUFFERS, for the
+# u-th time, u = k // Q_BUFFERS:
+#   q_ready[b]              the producer's expect (or, after the last block, a plain arrival: no block)
+#                           completes phase u; consumers wait for parity u & 1, then read the block's
+#                           number from item_smem[b] (written before the arrival, so visible after it).
+#   q_empty[b]              count CONSUMERS: each consumer arrives once its block's last S = Q K^T is
+#                           done. The producer waits for parity (u & 1) ^ 1 before writing block k's
+#                           number and loading its Q (the first wait on each buffer passes: the phase
+#                           before a fresh barrier's first counts as complete). With two buffers the
+#                           next block's Q is loaded as soon as the producer gets to it, not only once
+#                           this block's last S is done.
 
 
 @gluon.jit
@@ -162,19 +166,22 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     if PERSISTENT:
         n_items = n_heads * gl.cdiv(n_ctx, 64 * CONSUMERS)
         group_heads = _group_heads(n_ctx, 64 * CONSUMERS)
+        Q_BUFFERS: gl.constexpr = q_smem.shape[0] // CONSUMERS
         ring0 = 0   # tiles through the ring before this block
         count = 0   # blocks before this one: Q's phases
         item = gl.program_id(0)
         while item < n_items:
             start_m, row_base = _block_of(item, group_heads, n_heads, n_ctx, CAUSAL, 64 * CONSUMERS)
-            # Q's buffer (and item_smem) are free once every consumer has read Q for the last S of the
-            # block before (the first block's wait passes: a fresh barrier's phase "before the first")
-            mbarrier.wait(q_empty, (count & 1) ^ 1)
-            _tell(item_smem, item)   # seen by the consumers once q_ready's phase completes
+            # Block count's Q goes to buffer b = count % Q_BUFFERS, free (with its item_smem) once every
+            # consumer has read Q for the last S of the block Q_BUFFERS before (the first wait on each
+            # buffer passes: a fresh barrier's phase "before the first")
+            b = count % Q_BUFFERS
+            mbarrier.wait(q_empty.index(b), ((count // Q_BUFFERS) & 1) ^ 1)
+            _tell(item_smem.index(b), item)   # seen by the consumers once q_ready[b]'s phase completes
             count += 1
-            ring0 += _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready,
-                                    k_empty, v_empty, row_base, start_m, n_ctx, ring0, HEAD_DIM, BLOCK_N,
-                                    NUM_STAGES, CAUSAL, CONSUMERS)
+            ring0 += _produce_block(q_desc, k_desc, v_desc, q_smem, b * CONSUMERS, k_smem, v_smem,
+                                    q_ready.index(b), k_ready, v_ready, k_empty, v_empty, row_base, start_m,
+                                    n_ctx, ring0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, CONSUMERS)
             # The next block: one counter for all programs. Every program takes exactly one number past
             # the last block, so the numbers taken are 0 .. n_items - 1 in all, and the program that takes
             # the last sets the counter back to 0 for the next launch.
@@ -182,12 +189,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             if taken == n_items - 1:
                 gl.store(counter_ptr, 0)
             item = gl.num_programs(0) + taken
-        mbarrier.wait(q_empty, (count & 1) ^ 1)
-        _tell(item_smem, item)                 # a block past the last: the consumers stop
-        mbarrier.arrive(q_ready, count=1)      # a phase with no bytes
+        b = count % Q_BUFFERS
+        mbarrier.wait(q_empty.index(b), ((count // Q_BUFFERS) & 1) ^ 1)
+        _tell(item_smem.index(b), item)                 # a block past the last: the consumers stop
+        mbarrier.arrive(q_ready.index(b), count=1)      # a phase with no bytes
     else:
-        _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty,
-                       v_empty, row_base, start_m, n_ctx, 0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, CONSUMERS)
+        _produce_block(q_desc, k_desc, v_desc, q_smem, 0, k_smem, v_smem, q_ready.index(0), k_ready, v_ready,
+                       k_empty, v_empty, row_base, start_m, n_ctx, 0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
+                       CONSUMERS)
 
 
 @gluon.jit
@@ -203,16 +212,18 @@ def _told(item_smem):
 
 
 @gluon.jit
-def _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty,
-                   v_empty, row_base, start_m, n_ctx, ring0, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr):
-    """One query block's loads; its key tile j goes through the ring as tile ring0 + j. Q, K, V are seen
-    as one (B*H*N, D) matrix: this head's rows start at row_base. Returns the block's key tiles."""
+def _produce_block(q_desc, k_desc, v_desc, q_smem, q_first, k_smem, v_smem, q_ready, k_ready, v_ready,
+                   k_empty, v_empty, row_base, start_m, n_ctx, ring0, HEAD_DIM: gl.constexpr,
+                   BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                   CONSUMERS: gl.constexpr):
+    """One query block's loads: its Q into q_smem[q_first ...] behind q_ready, its key tile j through the
+    ring as tile ring0 + j. Q, K, V are seen as one (B*H*N, D) matrix: this head's rows start at
+    row_base. Returns the block's key tiles."""
     # Q: a box of 64 rows per consumer. Rows past N belong to the next head (or read as zeros past the
     # tensor's end); their results are never stored.
     mbarrier.expect(q_ready, CONSUMERS * 64 * HEAD_DIM * 2)
     for i in gl.static_range(CONSUMERS):
-        tma_load(q_desc, [row_base + start_m + 64 * i, 0], q_ready, q_smem.index(i))
+        tma_load(q_desc, [row_base + start_m + 64 * i, 0], q_ready, q_smem.index(q_first + i))
 
     n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, 64 * CONSUMERS, BLOCK_N)
     tile_bytes: gl.constexpr = BLOCK_N * HEAD_DIM * 2
@@ -487,33 +498,36 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_empty, k_read
     if PERSISTENT:
         n_items = n_heads * gl.cdiv(n_ctx, 64 * CONSUMERS)
         group_heads = _group_heads(n_ctx, 64 * CONSUMERS)
+        Q_BUFFERS: gl.constexpr = q_smem.shape[0] // CONSUMERS
         ring0 = 0   # tiles through the ring before this block
         count = 0   # blocks before this one: Q's phases
-        mbarrier.wait(q_ready, 0)
-        item = _told(item_smem)
+        mbarrier.wait(q_ready.index(0), 0)
+        item = _told(item_smem.index(0))
         while item < n_items:
             start_m, row_base = _block_of(item, group_heads, n_heads, n_ctx, CAUSAL, 64 * CONSUMERS)
-            ring0 += _consume_block(WG, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-                                    v_empty, turn_bars, o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale,
-                                    ring0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, OVERLAP, PINGPONG,
-                                    CONSUMERS, PERSISTENT)
+            b = count % Q_BUFFERS   # this block's Q buffer
+            ring0 += _consume_block(WG, q_smem.index(b * CONSUMERS + WG), k_smem, v_smem, q_empty.index(b),
+                                    k_ready, v_ready, k_empty, v_empty, turn_bars, o_ptr, lse_ptr, row_base,
+                                    start_m, n_ctx, qk_scale, ring0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
+                                    OVERLAP, PINGPONG, CONSUMERS, PERSISTENT)
             count += 1
-            mbarrier.wait(q_ready, count & 1)
-            item = _told(item_smem)
+            mbarrier.wait(q_ready.index(count % Q_BUFFERS), (count // Q_BUFFERS) & 1)
+            item = _told(item_smem.index(count % Q_BUFFERS))
     else:
-        mbarrier.wait(q_ready, 0)
-        _consume_block(WG, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+        mbarrier.wait(q_ready.index(0), 0)
+        _consume_block(WG, q_smem.index(WG), k_smem, v_smem, q_empty, k_ready, v_ready, k_empty, v_empty,
                        turn_bars, o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, 0, HEAD_DIM, BLOCK_N,
                        NUM_STAGES, CAUSAL, OVERLAP, PINGPONG, CONSUMERS, PERSISTENT)
 
 
 @gluon.jit
-def _consume_block(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
+def _consume_block(WG: gl.constexpr, q, k_smem, v_smem, q_empty, k_ready, v_ready, k_empty,
                    v_empty, turn_bars, o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, ring0,
                    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                    CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
                    CONSUMERS: gl.constexpr, PERSISTENT: gl.constexpr):
-    """One query block's rows start_m + 64*WG .. + 63, its Q landed: its key tile j is tile ring0 + j
+    """One query block's rows start_m + 64*WG .. + 63, their Q (q) landed, q_empty the barrier that frees
+    its buffer (PERSISTENT): its key tile j is tile ring0 + j
     through the ring. Returns the block's key tiles."""
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -526,7 +540,6 @@ def _consume_block(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_empty, k
     l_i = gl.zeros([64], gl.float32, ROW_S)
     acc = gl.zeros([64, HEAD_DIM], gl.float32, O_LAYOUT)
 
-    q = q_smem.index(WG)
     n_plain, n_tiles = _key_tiles(start_m, n_ctx, CAUSAL, 64 * CONSUMERS, BLOCK_N)
     # Causal, these rows see no key past row0 + 63, and in a block of three warpgroups the block's last
     # tile can hold only later keys. The plain schedule reads up to its own last tile (n_mine) and
@@ -615,14 +628,18 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, counter_ptr, 
 
     # Shared memory: Q (CONSUMERS x 64 x D), the K and V rings (NUM_STAGES x BLOCK_N x D each), the
     # barriers. The descriptors' NVMMA layouts (128-byte swizzle) are what both TMA and wgmma read.
-    q_smem = gl.allocate_shared_memory(gl.float16, [CONSUMERS, 64, HEAD_DIM], q_desc.layout)
+    # Persistent, two Q buffers, so that the next block's Q lands while this block runs; they fit beside
+    # the ring but for three consumers at D = 128, which keep one.
+    Q_BUFFERS: gl.constexpr = 2 if PERSISTENT and CONSUMERS * HEAD_DIM <= 256 else 1
+    q_smem = gl.allocate_shared_memory(gl.float16, [Q_BUFFERS * CONSUMERS, 64, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    if PERSISTENT:   # Q's buffer free again: one arrival from each consumer; the next block's number
-        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_empty, count=CONSUMERS)
-        item_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    q_ready = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    if PERSISTENT:   # a Q buffer free again: one arrival from each consumer; each buffer's block's number
+        q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(Q_BUFFERS):
+            mbarrier.init(q_empty.index(i), count=CONSUMERS)
+        item_smem = gl.allocate_shared_memory(gl.int32, [Q_BUFFERS, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     else:
         q_empty: gl.constexpr = None
         item_smem: gl.constexpr = None
@@ -630,7 +647,8 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, counter_ptr, 
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_ready, count=1)
+    for i in gl.static_range(Q_BUFFERS):
+        mbarrier.init(q_ready.index(i), count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -677,9 +695,10 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, counter_ptr, 
                          HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, CONSUMERS, PERSISTENT)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
-    mbarrier.invalidate(q_ready)
-    if PERSISTENT:
-        mbarrier.invalidate(q_empty)
+    for i in gl.static_range(Q_BUFFERS):
+        mbarrier.invalidate(q_ready.index(i))
+        if PERSISTENT:
+            mbarrier.invalidate(q_empty.index(i))
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(k_ready.index(i))
         mbarrier.invalidate(v_ready.index(i))

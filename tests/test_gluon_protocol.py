@@ -293,12 +293,16 @@ def test_three_consumers_some_stopping_early():
 # ---------------------------------------------------------------- persistent programs (PERSISTENT)
 #
 # A persistent program walks several query blocks with the plain schedule. The ring's count of tiles runs
-# on from block to block (tile j of a block is ring0 + j), and Q gets a barrier pair of its own: the
-# producer waits on q_empty (parity (k & 1) ^ 1 for block k) before loading block k's Q, the consumers
-# wait on q_ready (parity k & 1) before reading it and each arrives on q_empty once its last S of the
-# block is done. After the last block the producer waits on q_empty once more and arrives on q_ready
-# with no copy: the consumers, finding no block there, stop. (Which block comes next, taken from the
+# on from block to block (tile j of a block is ring0 + j), and each Q buffer gets a barrier pair of its
+# own. Block k uses buffer b = k % q_buffers for the u-th time (u = k // q_buffers): the producer waits
+# on q_empty[b] (parity (u & 1) ^ 1) before loading block k's Q, the consumers wait on q_ready[b]
+# (parity u & 1) before reading it and each arrives on q_empty[b] once its last S of the block is done.
+# After the last block the producer waits once more and arrives on q_ready with no copy: the
+# consumers, finding no block there, stop. (Which block comes next, taken from the
 # counter and passed through shared memory, is not modelled: only that there is one, or none.)
+
+
+Q_BUFFERS = 2   # the kernel's: block k's Q in buffer k % 2, so the next block's Q can land early
 
 
 def persistent_programs(blocks, consumers, edit=None):
@@ -323,14 +327,16 @@ def persistent_programs(blocks, consumers, edit=None):
     return producer, [edit(p) if edit else p for p in programs]
 
 
-def run_persistent(blocks, stages, consumers, edit=None):
+def run_persistent(blocks, stages, consumers, edit=None, q_buffers=Q_BUFFERS):
     """None if every interleaving of the producer, the consumers and the copies' landings finishes;
-    else the first problem (breadth first), as run_protocol."""
+    else the first problem (breadth first), as run_protocol. Block k's Q goes to buffer k % q_buffers."""
     producer, programs = persistent_programs(blocks, consumers, edit)
     none, zero = (None,) * stages, (0,) * stages
-    # (producer pc, copies in flight, K slots, V slots, Q's buffer, k_ready, v_ready, k_empty, v_empty,
-    #  k/v_empty arrivals, q_ready, q_empty, q_empty arrivals, consumer pcs)
-    start = (0, (), none, none, None, zero, zero, zero, zero, zero, zero, 0, 0, 0, (0,) * consumers)
+    # (producer pc, copies in flight, K slots, V slots, Q's buffers, k_ready, v_ready, k_empty, v_empty,
+    #  k/v_empty arrivals, q_ready, q_empty, q_empty arrivals (each per Q buffer), consumer pcs)
+    q_none, q_zero = (None,) * q_buffers, (0,) * q_buffers
+    start = (0, (), none, none, q_none, zero, zero, zero, zero, zero, zero, q_zero, q_zero, q_zero,
+             (0,) * consumers)
 
     def finished(state):
         return (state[0] == len(producer) and not state[1]
@@ -341,20 +347,23 @@ def run_persistent(blocks, stages, consumers, edit=None):
         where = producer[state[0]] if state[0] < len(producer) else "done"
         return f"hang: producer at {where}, consumers at {at}"
 
-    return explore(start, lambda state: _persistent_moves(state, producer, programs, stages), finished, hang)
+    return explore(start, lambda state: _persistent_moves(state, producer, programs, stages, q_buffers),
+                   finished, hang)
 
 
-def _persistent_moves(state, producer, programs, stages):
+def _persistent_moves(state, producer, programs, stages, q_buffers):
     (pc, flight, k_in, v_in, q_in, k_ready, v_ready, k_empty, v_empty, k_arrived, v_arrived, q_ready, q_empty,
      q_arrived, pcs) = state
     moves = []
     if pc < len(producer):
         kind, n = producer[pc]
-        if kind in ("Q", "stop") and _passes(q_empty, (n & 1) ^ 1):
+        b, use = n % q_buffers, n // q_buffers   # block n's Q buffer, and which use of it
+        if kind in ("Q", "stop") and _passes(q_empty[b], (use & 1) ^ 1):
             if kind == "Q":
-                moves.append((pc + 1, flight + (("Q", None, n),)) + state[2:])
+                moves.append((pc + 1, flight + (("Q", b, n),)) + state[2:])
             else:   # no copy: q_ready's phase completes with the arrival, and there is no block
-                moves.append((pc + 1, flight, k_in, v_in, "stop") + state[5:11] + (q_ready + 1,) + state[12:])
+                moves.append((pc + 1, flight, k_in, v_in, _put(q_in, b, "stop")) + state[5:11]
+                             + (_put(q_ready, b, q_ready[b] + 1),) + state[12:])
         elif kind in ("K", "V"):
             slot, phase = n % stages, (n // stages) & 1
             if _passes((k_empty, v_empty)[kind == "V"][slot], phase ^ 1):
@@ -366,7 +375,8 @@ def _persistent_moves(state, producer, programs, stages):
     for i, (kind, slot, n) in enumerate(flight):   # a copy lands
         rest = flight[:i] + flight[i + 1:]
         if kind == "Q":
-            moves.append((pc, rest, k_in, v_in, n) + state[5:11] + (q_ready + 1,) + state[12:])
+            moves.append((pc, rest, k_in, v_in, _put(q_in, slot, n)) + state[5:11]
+                         + (_put(q_ready, slot, q_ready[slot] + 1),) + state[12:])
         elif kind == "K":
             moves.append((pc, rest, _put(k_in, slot, n), v_in, q_in, _put(k_ready, slot, k_ready[slot] + 1))
                          + state[6:])
@@ -378,14 +388,17 @@ def _persistent_moves(state, producer, programs, stages):
             continue
         (op, n, *block), next_pcs = program[pcs[c]], _put(pcs, c, pcs[c] + 1)
         if op in ("q", "end"):
-            if _passes(q_ready, n & 1):
-                if q_in != (n if op == "q" else "stop"):
-                    raise Broken(f"early read: consumer {c} reads Q of block {n}, and the buffer holds "
-                                 f"{'nothing' if q_in is None else q_in}")
+            b = n % q_buffers
+            if _passes(q_ready[b], (n // q_buffers) & 1):
+                if q_in[b] != (n if op == "q" else "stop"):
+                    raise Broken(f"early read: consumer {c} reads Q of block {n}, and buffer {b} holds "
+                                 f"{'nothing' if q_in[b] is None else q_in[b]}")
                 moves.append(state[:14] + (next_pcs,))
         elif op == "free q":
-            done = q_arrived == len(programs) - 1
-            moves.append(state[:12] + (q_empty + done, 0 if done else q_arrived + 1, next_pcs))
+            b = n % q_buffers
+            done = q_arrived[b] == len(programs) - 1
+            moves.append(state[:12] + (_put(q_empty, b, q_empty[b] + done),
+                                       _put(q_arrived, b, 0 if done else q_arrived[b] + 1), next_pcs))
         elif op in ("k", "v"):
             slot, phase = n % stages, (n // stages) & 1
             ready, holds = (k_ready, k_in) if op == "k" else (v_ready, v_in)
@@ -393,10 +406,11 @@ def _persistent_moves(state, producer, programs, stages):
                 if holds[slot] != n:
                     raise Broken(f"early read: consumer {c} reads {op.upper()} of ring tile {n} from slot "
                                  f"{slot}, which holds {holds[slot]}")
-                if op == "k" and block[0] is not None and q_in != block[0]:   # S = Q K^T reads Q too
+                held = q_in[block[0] % q_buffers] if block[0] is not None else None
+                if op == "k" and block[0] is not None and held != block[0]:   # S = Q K^T reads Q too
                     raise Broken(f"overwrite: consumer {c} computes S of block {block[0]} with "
-                                 f"{'nothing' if q_in is None else 'block ' + str(q_in) + chr(39) + 's Q'} "
-                                 f"in Q's buffer")
+                                 f"{'nothing' if held is None else 'block ' + str(held) + chr(39) + 's Q'} "
+                                 f"in its Q buffer")
                 moves.append(state[:14] + (next_pcs,))
         else:                            # "free k" / "free v"
             slot, which = n % stages, op == "free v"
@@ -421,18 +435,21 @@ PERSISTENT_RUNS = [(2, [(2, 2, (None, None)), (1, 2, (None, None))]),
 
 
 def test_persistent_programs_run_clean_on_every_ring():
+    """Clean on rings of 1 to 3 slots, with the kernel's two Q buffers and with one."""
     assert _three_shapes() == [(0, 2, (1, 1, 2)), (1, 3, (2, 3, 3)), (3, 5, (4, 4, 5))]   # the blocks above
     for consumers, blocks in PERSISTENT_RUNS:
         for stages in range(1, 4):
-            problem = run_persistent(blocks, stages, consumers)
-            assert problem is None, f"{consumers} consumers, {stages} slots, blocks {blocks}: {problem}"
+            for q_buffers in (Q_BUFFERS, 1):
+                problem = run_persistent(blocks, stages, consumers, q_buffers=q_buffers)
+                assert problem is None, (f"{consumers} consumers, {stages} slots, {q_buffers} Q buffers, "
+                                         f"blocks {blocks}: {problem}")
 
 
 def test_the_persistent_model_finds_broken_protocols():
     """A consumer that frees Q's buffer before its last S lets the producer overwrite Q under it; one
     that never frees it hangs the producer; and the ring's broken releases are still caught across
     blocks."""
-    consumers, blocks = PERSISTENT_RUNS[0]
+    consumers, blocks = 2, [(1, 1, (None, None))] * (Q_BUFFERS + 1)   # a Q buffer used twice
 
     def frees_q_at_once(ops):
         out = [op for op in ops if op[0] != "free q"]
