@@ -505,11 +505,16 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_empty, k_read
         item = _told(item_smem.index(0))
         while item < n_items:
             start_m, row_base = _block_of(item, group_heads, n_heads, n_ctx, CAUSAL, 64 * CONSUMERS)
-            b = count % Q_BUFFERS   # this block's Q buffer
-            ring0 += _consume_block(WG, q_smem.index(b * CONSUMERS + WG), k_smem, v_smem, q_empty.index(b),
-                                    k_ready, v_ready, k_empty, v_empty, turn_bars, o_ptr, lse_ptr, row_base,
-                                    start_m, n_ctx, qk_scale, ring0, HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL,
-                                    OVERLAP, PINGPONG, CONSUMERS, PERSISTENT)
+            # This block's Q buffer, b = count % Q_BUFFERS, named by a constant in each copy of the block's
+            # code: with Q indexed by the run-time b, causal attention read shared memory out of bounds on
+            # an H100 (Triton 3.6; full attention did not), and with a constant it passes every check.
+            for b in gl.static_range(Q_BUFFERS):
+                if count % Q_BUFFERS == b:
+                    ring0 += _consume_block(WG, q_smem.index(b * CONSUMERS + WG), k_smem, v_smem,
+                                            q_empty.index(b), k_ready, v_ready, k_empty, v_empty, turn_bars,
+                                            o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, ring0, HEAD_DIM,
+                                            BLOCK_N, NUM_STAGES, CAUSAL, OVERLAP, PINGPONG, CONSUMERS,
+                                            PERSISTENT)
             count += 1
             mbarrier.wait(q_ready.index(count % Q_BUFFERS), (count // Q_BUFFERS) & 1)
             item = _told(item_smem.index(count % Q_BUFFERS))
