@@ -33,8 +33,8 @@ And persistent programs (gluon_attention's persistent=True, the kernel's PERSIST
 schedule: one program per SM, walking query blocks; its producer warp takes each next block from a
 counter in global memory (longest causal blocks first, as few heads at a time as give every program
 a block, so that their K and V stay in L2), tells the consumers its number through shared memory, and
-loads its Q into the other of two Q buffers (one for three consumers at D = 128), each with a barrier
-pair, so that the next block's Q lands while this block runs.
+loads its Q behind a barrier pair for Q. With q_buffers=2 (the kernel's Q_BUFFERS) Q has two buffers,
+each with its own barrier pair, so that the next block's Q can land while this block runs.
 Each schedule is checked and timed on Hopper GPUs (tests/gpu_gluon_check.py), compiled for sm_90
 without one (tests/test_gluon_compile.py), and its barrier protocol run through every interleaving on
 a model (tests/test_gluon_protocol.py).
@@ -119,8 +119,8 @@ def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOC
 #                           (With three consumers, CONSUMERS = 3, the empty barriers count 3.)
 #   q_ready                 count 1, used once (parity 0): every consumer's 64 rows of Q.
 # PERSISTENT: the ring's tiles are counted on from one block to the next (tile j of a block goes through
-# the ring as ring0 + j), and Q has Q_BUFFERS buffers (two; one for three consumers at D = 128), each
-# with a barrier pair of its own. The program's k-th block uses buffer b = k % Q_BUFFERS, for the
+# the ring as ring0 + j), and Q has Q_BUFFERS buffers (1, or 2 by choice), each with a barrier pair
+# of its own. The program's k-th block uses buffer b = k % Q_BUFFERS, for the
 # u-th time, u = k // Q_BUFFERS:
 #   q_ready[b]              the producer's expect (or, after the last block, a plain arrival: no block)
 #                           completes phase u; consumers wait for parity u & 1, then read the block's
@@ -506,8 +506,9 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_empty, k_read
         while item < n_items:
             start_m, row_base = _block_of(item, group_heads, n_heads, n_ctx, CAUSAL, 64 * CONSUMERS)
             # This block's Q buffer, b = count % Q_BUFFERS, named by a constant in each copy of the block's
-            # code: with Q indexed by the run-time b, causal attention read shared memory out of bounds on
-            # an H100 (Triton 3.6; full attention did not), and with a constant it passes every check.
+            # code (one copy per buffer). With Q indexed by the run-time b, causal attention read shared
+            # memory out of bounds on an H100 (Triton 3.6; compute-sanitizer: a wgmma's 2 KB read of Q at
+            # an address past the allocation; full attention passed); with a constant, every check passes.
             for b in gl.static_range(Q_BUFFERS):
                 if count % Q_BUFFERS == b:
                     ring0 += _consume_block(WG, q_smem.index(b * CONSUMERS + WG), k_smem, v_smem,
@@ -610,17 +611,20 @@ def _consume_block(WG: gl.constexpr, q, k_smem, v_smem, q_empty, k_ready, v_read
 def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, counter_ptr, n_heads, n_ctx, qk_scale,
                            HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                            CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
-                           CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PERSISTENT: gl.constexpr):
+                           CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, PERSISTENT: gl.constexpr,
+                           Q_BUFFERS: gl.constexpr):
     """Grid (cdiv(N, 64 * CONSUMERS), B*H), a program a block; or, PERSISTENT, (programs,), each walking
     blocks taken from the counter at counter_ptr (zero before the launch, and again after it).
     q/k/v_desc: host TMA descriptors over the (B*H*N, D) view, boxes of 64 rows (Q) and BLOCK_N rows
     (K, V). o_ptr (B*H*N, D) fp16 and lse_ptr (B*H*N,) fp32
     contiguous. OVERLAP, PINGPONG: FA3's two scheduling steps (see the consumers' comment); both off is
     the plain schedule. CONSUMERS: 2 or 3 consumer warpgroups of 64 query rows (CONSUMER_REGS: the
-    setmaxnreg of those that are worker partitions, REGISTERS)."""
+    setmaxnreg of those that are worker partitions, REGISTERS). Q_BUFFERS: Q's buffers, 1, or 2 where
+    PERSISTENT."""
     gl.static_assert(CONSUMERS == 2 or CONSUMERS == 3, "two or three consumer warpgroups")
     gl.static_assert(not PINGPONG or CONSUMERS == 2, "the ping-pong's turns are for two consumers")
     gl.static_assert(not PERSISTENT or not (OVERLAP or PINGPONG), "persistent: the plain schedule only")
+    gl.static_assert(Q_BUFFERS == 1 or (Q_BUFFERS == 2 and PERSISTENT), "two Q buffers: persistent only")
     BLOCK_M: gl.constexpr = 64 * CONSUMERS
     pid = gl.program_id(0)
     if PERSISTENT:   # each partition walks the program's blocks itself (_block_of)
@@ -631,11 +635,9 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, counter_ptr, 
         start_m = pid * BLOCK_M
     row_base = gl.program_id(1) * n_ctx
 
-    # Shared memory: Q (CONSUMERS x 64 x D), the K and V rings (NUM_STAGES x BLOCK_N x D each), the
-    # barriers. The descriptors' NVMMA layouts (128-byte swizzle) are what both TMA and wgmma read.
-    # Persistent, two Q buffers, so that the next block's Q lands while this block runs; they fit beside
-    # the ring but for three consumers at D = 128, which keep one.
-    Q_BUFFERS: gl.constexpr = 2 if PERSISTENT and CONSUMERS * HEAD_DIM <= 256 else 1
+    # Shared memory: Q (Q_BUFFERS x CONSUMERS x 64 x D), the K and V rings (NUM_STAGES x BLOCK_N x D
+    # each), the barriers. The descriptors' NVMMA layouts (128-byte swizzle) are what both TMA and wgmma
+    # read.
     q_smem = gl.allocate_shared_memory(gl.float16, [Q_BUFFERS * CONSUMERS, 64, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
@@ -752,13 +754,14 @@ def _counter(device):
 
 
 def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stages=None, overlap=False,
-                    pingpong=False, consumers=2, persistent=False):
+                    pingpong=False, consumers=2, persistent=False, q_buffers=1):
     """softmax(q k^T * sm_scale) v for q, k, v (B, H, N, D) float16: (out, lse), lse natural-log.
     block_n, num_stages: the key tile and ring depth, tile_config(D, overlap, pingpong) unless given
     (block_n 64 or 128). overlap, pingpong: FA3's intra- and inter-warpgroup overlap (the kernel's
     OVERLAP and PINGPONG); both off is the plain schedule. consumers: 2 or 3 warpgroups of 64 query rows
     (three: no pingpong). persistent: one program per SM, each walking query blocks (the plain schedule
-    only)."""
+    only). q_buffers: 2 gives persistent programs a second Q buffer (not beside three consumers at
+    D = 128: it does not fit in shared memory beside their ring)."""
     assert q.dim() == 4 and q.shape == k.shape == v.shape, "q, k, v must all be (B, H, N, D)"
     assert q.dtype == k.dtype == v.dtype == torch.float16, "q, k, v must be float16"
     B, H, N, D = q.shape
@@ -775,6 +778,9 @@ def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stag
     assert consumers in REGISTERS and not (pingpong and consumers != 2), \
         "consumers: 2 or 3 warpgroups (the ping-pong takes 2)"
     assert not (persistent and (overlap or pingpong)), "persistent: the plain schedule only"
+    assert q_buffers == 1 or (q_buffers == 2 and persistent), "q_buffers: 1, or 2 with persistent=True"
+    assert not (q_buffers == 2 and consumers == 3 and D == 128), \
+        "q_buffers=2 with three consumers at D = 128: shared memory holds one Q buffer beside their ring"
     consumer_regs, maxnreg = REGISTERS[consumers]
     q_desc, k_desc, v_desc = tensor_descriptors(q, k, v, block_n)
     blocks = triton.cdiv(N, 64 * consumers)
@@ -786,13 +792,14 @@ def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stag
                                  sm_scale * LOG2E,
                                  HEAD_DIM=D, BLOCK_N=block_n, NUM_STAGES=stages, CAUSAL=causal,
                                  OVERLAP=overlap, PINGPONG=pingpong, CONSUMERS=consumers,
-                                 CONSUMER_REGS=consumer_regs, PERSISTENT=persistent, num_warps=4,
+                                 CONSUMER_REGS=consumer_regs, PERSISTENT=persistent, Q_BUFFERS=q_buffers,
+                                 num_warps=4,
                                  maxnreg=maxnreg)
     return out, lse
 
 
 def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None, overlap=False, pingpong=False,
-                       consumers=2, persistent=False):
+                       consumers=2, persistent=False, q_buffers=1):
     """Compile the kernel for sm_90 without a GPU (ptxas runs on the host): the CompiledKernel, whose
     .asm holds "ttgir", "ptx", "cubin", and whose .metadata has n_regs, n_spills and shared (bytes).
     The descriptors' types come from ones built over a small CPU tensor of the same dtype and boxes.
@@ -815,11 +822,12 @@ def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None, overlap=
                  "n_ctx": "i32", "qk_scale": "fp32",
                  "HEAD_DIM": "constexpr", "BLOCK_N": "constexpr", "NUM_STAGES": "constexpr",
                  "CAUSAL": "constexpr", "OVERLAP": "constexpr", "PINGPONG": "constexpr",
-                 "CONSUMERS": "constexpr", "CONSUMER_REGS": "constexpr", "PERSISTENT": "constexpr"}
+                 "CONSUMERS": "constexpr", "CONSUMER_REGS": "constexpr", "PERSISTENT": "constexpr",
+                 "Q_BUFFERS": "constexpr"}
     consumer_regs, maxnreg = REGISTERS[consumers]
     constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": block_n, "NUM_STAGES": stages, "CAUSAL": causal,
                   "OVERLAP": overlap, "PINGPONG": pingpong, "CONSUMERS": consumers,
-                  "CONSUMER_REGS": consumer_regs, "PERSISTENT": persistent}
+                  "CONSUMER_REGS": consumer_regs, "PERSISTENT": persistent, "Q_BUFFERS": q_buffers}
     src = GluonASTSource(gluon_attention_kernel, signature=signature, constexprs=constexprs)
     log, dump = io.StringIO(), knobs.nvidia.dump_ptxas_log
     try:

@@ -15,9 +15,9 @@
    128, a non-default sm_scale. Each case also runs twice and must give the same bits (no atomics: a
    difference means a race in the shared-memory ring). All of that for each schedule: plain (the
    default), then PINGPONG, OVERLAP and both (gluon_attention's pingpong= and overlap=), three
-   consumer warpgroups (consumers=3), and persistent programs with two and three consumers
-   (persistent=True), each also on other tiles and on a ring of one slot (where a wrong release of a
-   slot would hang).
+   consumer warpgroups (consumers=3), persistent programs with two and three consumers
+   (persistent=True), and with two consumers and two Q buffers (q_buffers=2), each also on other
+   tiles and on a ring of one slot (where a wrong release of a slot would hang).
 2. Speed: TFLOP/s (4*B*H*N*N*D flops, half for causal) timed as CUDA-graph replays with
    triton.testing, each schedule beside cuDNN's SDPA and the course's Triton `attention` (lesson 10),
    at B4 N4096 and B1 N16384, D 64 and 128 (H = 2048 / D), causal and full.
@@ -101,7 +101,8 @@ VARIANT_CASES = [(1, 1, 1, 64, True, None), (2, 3, 333, 64, False, None), (2, 3,
 # one first, then PINGPONG (the plain loop plus the turns), OVERLAP (the rotated loop), both.
 SCHEDULES = {"plain": {}, "pingpong": {"pingpong": True}, "overlap": {"overlap": True},
              "overlap+pingpong": {"overlap": True, "pingpong": True}, "three": {"consumers": 3},
-             "persistent": {"persistent": True}, "three+persistent": {"consumers": 3, "persistent": True}}
+             "persistent": {"persistent": True}, "three+persistent": {"consumers": 3, "persistent": True},
+             "persistent+2q": {"persistent": True, "q_buffers": 2}}
 # Their other tiles: a ring of one slot (every schedule finishes on it: tests/test_gluon_protocol.py),
 # and the other BLOCK_N or a deeper ring.
 SCHEDULE_VARIANTS = {"plain": VARIANTS,
@@ -110,7 +111,8 @@ SCHEDULE_VARIANTS = {"plain": VARIANTS,
                      "overlap+pingpong": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 3)]},
                      "three": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 1)]},
                      "persistent": {64: [(64, 1), (128, 2)], 128: [(64, 4), (128, 1)]},
-                     "three+persistent": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 1)]}}
+                     "three+persistent": {64: [(64, 1), (128, 2)], 128: [(64, 2), (128, 1)]},
+                     "persistent+2q": {64: [(64, 1), (128, 2)], 128: [(64, 4), (128, 1)]}}
 # Single-tile cases first: one query block and one key tile, for BLOCK_N 128 and for 64 (N = 64).
 SINGLE_TILE = [(1, 1, 128, 64, False, None), (1, 1, 64, 128, True, None)]
 
@@ -209,7 +211,7 @@ def bench(ga, schedules=SCHEDULES, others=True):
                         impls[f"gluon_n{bn}_s{stages}"] = (lambda bn=bn, stages=stages: ga.gluon_attention(
                             q, k, v, causal=causal, block_n=bn, num_stages=stages))
                     for schedule in schedules if D == 128 else ():   # a third slot, where it fits
-                        if schedule not in ("plain", "three"):   # (three consumers' Q leaves no room)
+                        if schedule not in ("plain", "three", "persistent+2q"):   # (more Q leaves no room)
                             flags = SCHEDULES[schedule]
                             impls[f"gluon_{schedule.replace('+', '_')}_n128_s3"] = (
                                 lambda flags=flags: ga.gluon_attention(q, k, v, causal=causal, block_n=128,

@@ -86,21 +86,20 @@ def compile_apart(tmp_path, head_dim, causal, **tiles):
     return json.loads(out.read_text())
 
 
-# (overlap, pingpong, consumers)
-# (overlap, pingpong, consumers, persistent)
-SCHEDULES = {"plain": (False, False, 2, False), "overlap": (True, False, 2, False),
-             "pingpong": (False, True, 2, False), "overlap+pingpong": (True, True, 2, False),
-             "three": (False, False, 3, False), "persistent": (False, False, 2, True),
-             "three+persistent": (False, False, 3, True)}
+# (overlap, pingpong, consumers, persistent, q_buffers)
+SCHEDULES = {"plain": (False, False, 2, False, 1), "overlap": (True, False, 2, False, 1),
+             "pingpong": (False, True, 2, False, 1), "overlap+pingpong": (True, True, 2, False, 1),
+             "three": (False, False, 3, False, 1), "persistent": (False, False, 2, True, 1),
+             "three+persistent": (False, False, 3, True, 1), "persistent+2q": (False, False, 2, True, 2)}
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_compiles_for_hopper(gluon_attention, tmp_path, schedule, head_dim, causal):
-    overlap, pingpong, consumers, persistent = SCHEDULES[schedule]
+    overlap, pingpong, consumers, persistent, q_buffers = SCHEDULES[schedule]
     built = compile_apart(tmp_path, head_dim, causal, overlap=overlap, pingpong=pingpong, consumers=consumers,
-                          persistent=persistent)
+                          persistent=persistent, q_buffers=q_buffers)
     ptx = built["ptx"]
     block_n, stages = gluon_attention.tile_config(head_dim, overlap, pingpong)
 
@@ -109,7 +108,8 @@ def test_compiles_for_hopper(gluon_attention, tmp_path, schedule, head_dim, caus
     # the unmasked tiles and one for the masked, each issuing an S and a PV, then the last PV.
     qk, pv = head_dim // 16, block_n // 16
     per_consumer = 3 * (qk + pv) if overlap else 2 * (qk + pv)
-    assert ptx.count("wgmma.mma_async") == consumers * per_consumer
+    # With two Q buffers a consumer's block code is there twice, once per buffer (the kernel says why)
+    assert ptx.count("wgmma.mma_async") == q_buffers * consumers * per_consumer
     assert "wgmma.wait_group" in ptx
     # OVERLAP waits for S(j) with the PV of tile j-1 still running: wait_group 1; the plain schedule never
     assert ("wgmma.wait_group.sync.aligned 1;" in ptx) == overlap
@@ -121,7 +121,8 @@ def test_compiles_for_hopper(gluon_attention, tmp_path, schedule, head_dim, caus
     # persistent: the block's number the producer writes, and the counter's value passed on from the
     # thread that took it (3 stores with Triton 3.6, 2 with 3.9)
     setup = 2 * (consumers - 1) + 3 * persistent
-    assert ptx.count("st.shared") <= setup + (consumers * 64 * head_dim * 2 // (128 * 16) if staged else 0)
+    staging = q_buffers * consumers * 64 * head_dim * 2 // (128 * 16) if staged else 0   # per block code
+    assert ptx.count("st.shared") <= setup + staging
     assert "stmatrix" not in ptx
 
     # TMA: Q's boxes (one per consumer), then K and V, each into an mbarrier with a byte count
@@ -129,9 +130,7 @@ def test_compiles_for_hopper(gluon_attention, tmp_path, schedule, head_dim, caus
     assert "mbarrier.arrive.expect_tx" in ptx
     assert "mbarrier.try_wait.parity" in ptx
     # barriers: q_ready, then k_ready, v_ready, k_empty, v_empty per slot; PINGPONG's turn[0], turn[1];
-    # persistent, a q_ready and a q_empty (the buffer free for a later block) per Q buffer: two, but one
-    # for three consumers at D = 128 (two do not fit in shared memory beside the ring)
-    q_buffers = 2 if persistent and consumers * head_dim <= 256 else 1
+    # persistent, a q_ready and a q_empty (the buffer free for a later block) per Q buffer
     assert ptx.count("mbarrier.init") == q_buffers * (1 + persistent) + 4 * stages + 2 * pingpong
     # arrivals, per consumer: each place that computes an S releases its K (k_empty), each that
     # finishes a PV its V (v_empty): 2 + 2 in the plain loops, 3 + 3 with OVERLAP. PINGPONG hands the
@@ -140,8 +139,8 @@ def test_compiles_for_hopper(gluon_attention, tmp_path, schedule, head_dim, caus
     hand_overs = 4 if overlap else 3
     # Persistent: each consumer's arrival on q_empty once its block's last S is done, and the producer's
     # arrival on q_ready that tells the consumers to stop.
-    more = (ptx.count("mbarrier.arrive.shared") - consumers * (releases + pingpong * hand_overs)
-            - persistent * (consumers + 1))
+    more = (ptx.count("mbarrier.arrive.shared")
+            - q_buffers * consumers * (releases + pingpong * hand_overs + persistent) - persistent) // q_buffers
     # The plain schedule, causal, releases the tiles past its own rows unread (K and V) after its
     # epilogue: 2 more in each consumer but the last, whose rows end where the block's do (the compiler
     # finds that it has no such tiles, and may drop the loop).
@@ -178,10 +177,10 @@ def test_compiles_for_hopper(gluon_attention, tmp_path, schedule, head_dim, caus
 def test_host_tiles(gluon_attention):
     """The host's tiles fit a Hopper CTA's shared memory (the compiled kernels above say how much)."""
     for head_dim in (64, 128):
-        for overlap, pingpong, consumers, _ in SCHEDULES.values():
+        for overlap, pingpong, consumers, _, q_buffers in SCHEDULES.values():
             block_n, stages = gluon_attention.tile_config(head_dim, overlap, pingpong)
             assert 128 % block_n == 0 and stages >= 1
-            assert (consumers * 64 * head_dim * 2 + 2 * stages * block_n * head_dim * 2
+            assert (q_buffers * consumers * 64 * head_dim * 2 + 2 * stages * block_n * head_dim * 2
                     <= HOPPER_SMEM_PER_CTA)
 
 
@@ -212,3 +211,16 @@ def test_persistent_takes_the_plain_schedule_only(gluon_attention):
     for wrong in ({"overlap": True}, {"pingpong": True}):
         with pytest.raises(AssertionError, match="persistent: the plain schedule only"):
             gluon_attention.gluon_attention(q, q, q, persistent=True, **wrong)
+
+
+def test_two_q_buffers_the_host_refuses(gluon_attention):
+    """A second Q buffer is for persistent programs, and not beside three consumers' ring at D = 128."""
+    import torch
+    q = torch.zeros(1, 1, 128, 64, dtype=torch.float16)
+    with pytest.raises(AssertionError, match="q_buffers: 1, or 2 with persistent=True"):
+        gluon_attention.gluon_attention(q, q, q, q_buffers=2)
+    with pytest.raises(AssertionError, match="q_buffers: 1, or 2 with persistent=True"):
+        gluon_attention.gluon_attention(q, q, q, persistent=True, q_buffers=3)
+    q128 = torch.zeros(1, 1, 128, 128, dtype=torch.float16)
+    with pytest.raises(AssertionError, match="shared memory holds one Q buffer"):
+        gluon_attention.gluon_attention(q128, q128, q128, persistent=True, consumers=3, q_buffers=2)

@@ -302,7 +302,7 @@ def test_three_consumers_some_stopping_early():
 # counter and passed through shared memory, is not modelled: only that there is one, or none.)
 
 
-Q_BUFFERS = 2   # the kernel's: block k's Q in buffer k % 2, so the next block's Q can land early
+Q_BUFFERS = 2   # the kernel with q_buffers=2: block k's Q in buffer k % 2, the next block's Q can land early
 
 
 def persistent_programs(blocks, consumers, edit=None):
