@@ -513,9 +513,9 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_empty, k_read
                 if count % Q_BUFFERS == b:
                     ring0 += _consume_block(WG, q_smem.index(b * CONSUMERS + WG), k_smem, v_smem,
                                             q_empty.index(b), k_ready, v_ready, k_empty, v_empty, turn_bars,
-                                            o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, ring0, HEAD_DIM,
-                                            BLOCK_N, NUM_STAGES, CAUSAL, OVERLAP, PINGPONG, CONSUMERS,
-                                            PERSISTENT)
+                                            o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, ring0,
+                                            HEAD_DIM, BLOCK_N, NUM_STAGES, CAUSAL, OVERLAP, PINGPONG,
+                                            CONSUMERS, PERSISTENT)
             count += 1
             mbarrier.wait(q_ready.index(count % Q_BUFFERS), (count // Q_BUFFERS) & 1)
             item = _told(item_smem.index(count % Q_BUFFERS))

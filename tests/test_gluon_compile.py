@@ -139,8 +139,9 @@ def test_compiles_for_hopper(gluon_attention, tmp_path, schedule, head_dim, caus
     hand_overs = 4 if overlap else 3
     # Persistent: each consumer's arrival on q_empty once its block's last S is done, and the producer's
     # arrival on q_ready that tells the consumers to stop.
-    more = (ptx.count("mbarrier.arrive.shared")
-            - q_buffers * consumers * (releases + pingpong * hand_overs + persistent) - persistent) // q_buffers
+    # (With two Q buffers, all of a consumer's arrivals are there once per buffer.)
+    per_copy = consumers * (releases + pingpong * hand_overs + persistent)
+    more = (ptx.count("mbarrier.arrive.shared") - q_buffers * per_copy - persistent) // q_buffers
     # The plain schedule, causal, releases the tiles past its own rows unread (K and V) after its
     # epilogue: 2 more in each consumer but the last, whose rows end where the block's do (the compiler
     # finds that it has no such tiles, and may drop the loop).

@@ -333,6 +333,23 @@ def test_persistent_columns_say_what_lesson_10_reads_in_them():
         assert all(three <= 1.01 for shape, (_, three) in gains.items() if shape[0] == 128), (gpu, gains)
 
 
+def test_second_q_buffer_reads_as_lesson_10_says():
+    """Lesson 10's reading of `pers 2Q` (two Q buffers over one, timed in the same run), on every recorded
+    GPU: a gain at every full-attention shape that brings the plain persistent schedule level with the
+    one-block kernel; about even at D128 causal; a loss at D64 causal, most at N16384."""
+    for gpu, record in lesson10.gluon_recorded().items():
+        over_one, over_block = {}, {}
+        for t in record["timings"]:
+            shape = (t["D"], t["N"], t["causal"])
+            over_one[shape] = t["gluon_persistent_2q"]["vs_cudnn"] / t["gluon_persistent"]["vs_cudnn"]
+            over_block[shape] = t["gluon_persistent_2q"]["vs_cudnn"] / t["gluon"]["vs_cudnn"]
+        full = [shape for shape in over_one if not shape[2]]
+        assert all(1.01 <= over_one[shape] <= 1.06 for shape in full), (gpu, over_one)
+        assert all(0.98 <= over_block[shape] <= 1.03 for shape in full), (gpu, over_block)
+        assert all(0.97 <= over_one[(128, n, True)] <= 1.02 for n in (4096, 16384)), (gpu, over_one)
+        assert over_one[(64, 16384, True)] < over_one[(64, 4096, True)] < 1, (gpu, over_one)
+
+
 def test_every_gluon_record_has_the_program_cost_lesson_10_fits():
     """Each recorded GPU ran --program-cost: at both head sizes, 8 blocks a SM (as the lesson's waves
     assume), N growing, both kernels timed; and the fit's lines are the lesson's reading of them (the
