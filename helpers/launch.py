@@ -11,7 +11,8 @@ prints the record that takes one launch apart, and lesson 09 the matmul's launch
 values it ran with; each later call at that key hands the arguments straight to the compiled
 kernel's launch function (what `compiled[grid](*args)` calls, less its own lookups): each tensor as
 its address, and no profiler's hooks unless one is listening. This is what Inductor's generated code
-does with its Triton kernels.
+does with its Triton kernels. With Triton 3.6 it goes one step further down, to the C launcher that
+launch function calls (_direct_launch).
 
 The key is what decides the compiled variant and the autotuner's choice: each integer's value, and
 each tensor's dtype, device and whether its start is 16-byte aligned (a tensor's shape and strides
@@ -31,8 +32,9 @@ Under the interpreter (no GPU) every call goes through `kernel[grid](...)`: noth
 import inspect
 
 import torch
+import triton
 from triton import knobs
-from triton.runtime import driver
+from triton.runtime import _allocation, driver
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from helpers import interpreter
@@ -105,6 +107,31 @@ def _check_arguments(name, args, constexprs):
         raise TypeError(f"{name}: a prepared launch takes its tensors by position, not by name")
 
 
+def _direct_launch(compiled):
+    """compiled.run(*grid, stream, function, metadata, None, None, None, *args) without its own Python,
+    for a Triton whose launch function this knows (3.6, the one the course's GPUs run): a function of
+    (grid x, y, z, stream, *args) that hands the arguments straight to the C launcher, with the scratch
+    memory the kernel needs (if any) from the allocator, as compiled.run would. compiled.run defines
+    two helper functions and asks for both kinds of scratch memory at every call; here that is worked
+    out once. None for another Triton (its launch function takes its arguments in another order):
+    compiled.run is called then."""
+    run = compiled.run
+    if not triton.__version__.startswith("3.6.") or run.profile_scratch_size:
+        return None
+    launch, function, metadata = run.launch, compiled.function, compiled.packed_metadata
+    cooperative, pdl = run.launch_cooperative_grid, run.launch_pdl
+    if not run.global_scratch_size:
+        def direct(x, y, z, stream, *args):
+            launch(x, y, z, stream, function, cooperative, pdl, None, None, metadata, None, None, None, *args)
+        return direct
+    per_program, alignment = run.global_scratch_size * run.num_ctas, run.global_scratch_align
+
+    def direct_with_scratch(x, y, z, stream, *args):
+        scratch = _allocation._allocator.get()(x * y * z * per_program, alignment, stream)
+        launch(x, y, z, stream, function, cooperative, pdl, scratch, None, metadata, None, None, None, *args)
+    return direct_with_scratch
+
+
 class Launcher:
     """launcher = Launcher(kernel); launcher(grid, *args, **constexprs) launches kernel[grid](*args,
     **constexprs), from the second call at the same key on through its compiled form directly.
@@ -140,25 +167,29 @@ class Launcher:
             self.kernel[grid](*args, **constexprs)    # compiles, autotunes, launches: the slow way, once
             self.prepared[key] = self._prepare(grid, args, constexprs)
             return None
-        compiled, trailing, _ = prepared
+        compiled, trailing, _, direct = prepared
         if callable(grid):
             grid = grid(trailing)
         grid = _three(grid)
         stream = self.current_stream(self.current_device())
         enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        # compiled[grid](*args) without its per-call lookups
         if enter_hook.calls or exit_hook.calls:   # a profiler is listening (proton, lesson 08)
             metadata = compiled.launch_metadata(grid, stream, *args, *trailing.values())
-        else:                                     # nothing to call before and after the launch
-            metadata = enter_hook = exit_hook = None
-        # compiled[grid](*args) without its per-call lookups
-        compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, metadata, enter_hook,
-                     exit_hook, *addresses, *trailing.values())
+            compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, metadata, enter_hook,
+                         exit_hook, *addresses, *trailing.values())
+        elif direct is not None:                  # nothing to call before and after the launch
+            direct(*grid, stream, *addresses, *trailing.values())
+        else:
+            compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                         *addresses, *trailing.values())
         interpreter.count_launch()   # the course's meters count every launch, this path's too
         return None
 
     def _prepare(self, grid, args, constexprs):
         """(the compiled kernel the first call ran, {name: value} of the parameters after `args`, the
-        autotuner's configurations: a grader that swaps in others is launching another kernel)."""
+        autotuner's configurations: a grader that swaps in others is launching another kernel, and its
+        direct launch function or None: _direct_launch)."""
         config = getattr(self.kernel, "best_config", None)
         assert config is None or config.pre_hook in (None, self.boxes), \
             (f"{self.jit.__name__}: its configuration has a pre-hook, which a prepared launch would skip "
@@ -181,4 +212,4 @@ class Launcher:
         compiled = self.jit.warmup(*args, grid=grid, **constexprs, **options)   # the one the first call ran
         compiled = compiled.result() if hasattr(compiled, "result") else compiled   # (asynchronous compiles)
         compiled._init_handles()                    # loads it, and sets compiled.run and .function
-        return compiled, trailing, getattr(self.kernel, "configs", None)
+        return compiled, trailing, getattr(self.kernel, "configs", None), _direct_launch(compiled)

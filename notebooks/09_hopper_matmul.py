@@ -706,8 +706,11 @@ for gpu in recorded_devices():
 # - **cuBLAS** does its equivalent in C++, behind one dispatch.
 #
 # What is left in a prepared call is Python all the same: `matmul`'s checks, C's allocation, the key,
-# the grid, and Triton's launch function (Python that hands the descriptors' scratch memory and the
-# arguments to its C launcher, which packs them for the driver). Small things count at this scale:
+# the grid, and the hand-over to Triton's C launcher, which packs the arguments for the driver. (With
+# Triton 3.6, the recorded one, the prepared launch calls that C launcher itself, with the
+# descriptors' scratch memory from the allocator. Triton's own launch function does the same through
+# Python that defines two helper functions and asks for two kinds of scratch memory at every call,
+# which a prepared launch has worked out once.) Small things count at this scale:
 # the grid divides with `helpers.launch.cdiv`, not `triton.cdiv`, whose every call from Python goes
 # through the wrapper that lets kernels call it too (lesson 11 times both), and the scratch memory is
 # handed over as an address, which the launcher takes as it is (a tensor, it would ask the driver

@@ -287,3 +287,16 @@ def test_any_other_pre_hook_is_refused():
                              key=["n"])(doubled_through_a_descriptor.fn)
     with pytest.raises(AssertionError, match="pre-hook"):
         doubled(Launcher(hooked, boxes=_set_box), torch.randn(100, device=DEVICE))
+
+
+@gpu_only
+def test_with_triton_3_6_a_prepared_launch_calls_the_c_launcher_itself():
+    """helpers.launch._direct_launch knows Triton 3.6's launch function (the course's GPUs run 3.6): a
+    prepared key there launches without it, and the values are the kernel's. Any other Triton, or a
+    profiler listening, goes through compiled.run."""
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(1000, device=DEVICE) for _ in range(2))
+    launch(launcher, x, y)
+    (direct,) = [prepared[3] for prepared in launcher.prepared.values()]
+    assert (direct is not None) == triton.__version__.startswith("3.6.")
+    torch.testing.assert_close(launch(launcher, x, y, alpha=0.5), 0.5 * x + y)
