@@ -1,8 +1,9 @@
 """The Gluon FlashAttention-3-style forward (solutions/gluon_attention.py) compiled for Hopper, sm_90,
 on the host: no GPU is needed, only Triton's NVIDIA backend and its ptxas. What it checks is the kernel's
 structure, not its numbers (those need a GPU: tests/gpu_gluon_check.py), for each schedule (plain,
-OVERLAP, PINGPONG, both, and the plain one with three consumers) at D 64 and 128, causal and full, with
-the tiles the host picks for it:
+OVERLAP, PINGPONG, both, the plain one with three consumers, and persistent programs with two or three
+consumers and with two consumers and two Q buffers) at D 64 and 128, causal and full, with the tiles the
+host picks for it:
 
 * the PTX has asynchronous wgmma, TMA copies, mbarrier waits and arrivals, and setmaxnreg with the
   partitions' register budgets (24 for the producer, 240 for a consumer of two, 160 of three); with
