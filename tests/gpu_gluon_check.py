@@ -7,6 +7,9 @@
     timeout 300 python tests/gpu_gluon_check.py --program-cost   # only 3., added to the GPU's record
     timeout 900 python tests/gpu_gluon_check.py --merge --schedules persistent   # those schedules only,
                                                   # checked and timed beside cuDNN, into the GPU's record
+    compute-sanitizer --error-exitcode 1 python tests/gpu_gluon_check.py --small --schedules persistent+2q
+                    # the cases up to N = 333 only, recorded nowhere: under compute-sanitizer, which
+                    # reports an access out of bounds even where the values come out right
 
 1. Numbers: out against attention computed in float32 from the same fp16 inputs (atol 2e-2, as for
    fp16 attention elsewhere in the course), lse against torch.logsumexp of the float32 scores, over
@@ -133,10 +136,13 @@ def all_cases(schedules=SCHEDULES):
     return cases
 
 
-def check(ga, schedules=SCHEDULES):
+SMALL_N = 333   # --small: the cases up to this length (every single-tile case, and the ring's variants)
+
+
+def check(ga, schedules=SCHEDULES, small=False):
     results = []
     failures = 0
-    cases = all_cases(schedules)
+    cases = [case for case in all_cases(schedules) if not small or case[3] <= SMALL_N]
     for schedule, B, H, N, D, causal, sm_scale, block_n, num_stages in cases:
         name = f"B{B} H{H} N{N} D{D} {'causal' if causal else 'full'}"
         name += f" scale {sm_scale}" if sm_scale else ""
@@ -294,15 +300,17 @@ def main():
         record = {**kept, "program_cost": program_cost(ga), "program_cost_stamp": record}
         write(record)
         return
-    merge, check_only = "--merge" in sys.argv, "--check" in sys.argv
+    merge, check_only, small = "--merge" in sys.argv, "--check" in sys.argv, "--small" in sys.argv
     if merge:   # the --schedules checked and timed beside cuDNN, into this GPU's record
         schedules = [s for s in schedules if s != "plain"]
     started = time.time()
-    checks, failures, n_cases = check(ga, schedules)
+    checks, failures, n_cases = check(ga, schedules, small)
     say(f"{n_cases - failures}/{n_cases} checks passed ({time.time() - started:.0f} s)")
     for schedule in schedules:
         mine = [c for c in checks if c["schedule"] == schedule]
         say(f"    {schedule:17s} {sum(c['ok'] for c in mine)}/{len(mine)}")
+    if small:   # recorded nowhere
+        sys.exit(1 if failures else 0)
     if merge or check_only:   # into this GPU's record, the rest of it kept
         kept = json.loads(path.read_text())
         kept["checks"] = [c for c in kept["checks"] if c["schedule"] not in schedules] + checks
