@@ -709,8 +709,9 @@ for gpu, record in gluon_runs.items():
 #   One difference to start from: each consumer's code for a block is compiled twice, once per
 #   buffer, because picking the buffer at run time broke the kernel. With Q indexed by a run-time
 #   buffer number, Triton 3.6 compiled causal attention into a wgmma that read shared memory past the
-#   allocation (compute-sanitizer on an H100 found it; full attention passed). With the buffer named
-#   by a constant in each copy, every check passes.
+#   allocation (full attention passed). compute-sanitizer on an H100 found it, and
+#   `tests/gpu_gluon_check.py --small` now runs the small cases under it. With the buffer named by a
+#   constant in each copy, every check passes, and the sanitizer finds nothing.
 # - **The consumers change blocks together.** They wait for the same Q, so they normalise and store
 #   their rows at about the same time, then each starts the next block with a tile of scores and a
 #   softmax before its first P V. Over that stretch the tensor cores have little to do. A second Q
