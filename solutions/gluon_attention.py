@@ -120,8 +120,8 @@ def _key_tiles(start_m, n_ctx, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOC
 #   q_ready                 count 1, used once (parity 0): every consumer's 64 rows of Q.
 # PERSISTENT: the ring's tiles are counted on from one block to the next (tile j of a block goes through
 # the ring as ring0 + j), and Q has Q_BUFFERS buffers (1, or 2 by choice), each with a barrier pair
-# of its own. The program's k-th block uses buffer b = k % Q_BUFFERS, for the
-# u-th time, u = k // Q_BUFFERS:
+# of its own. The program's k-th block uses buffer b = k % Q_BUFFERS, for the u-th time,
+# u = k // Q_BUFFERS:
 #   q_ready[b]              the producer's expect (or, after the last block, a plain arrival: no block)
 #                           completes phase u; consumers wait for parity u & 1, then read the block's
 #                           number from item_smem[b] (written before the arrival, so visible after it).
@@ -533,8 +533,8 @@ def _consume_block(WG: gl.constexpr, q, k_smem, v_smem, q_empty, k_ready, v_read
                    CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
                    CONSUMERS: gl.constexpr, PERSISTENT: gl.constexpr):
     """One query block's rows start_m + 64*WG .. + 63, their Q (q) landed, q_empty the barrier that frees
-    its buffer (PERSISTENT): its key tile j is tile ring0 + j
-    through the ring. Returns the block's key tiles."""
+    its buffer (PERSISTENT): its key tile j is tile ring0 + j through the ring. Returns the block's key
+    tiles."""
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -616,11 +616,10 @@ def gluon_attention_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, counter_ptr, 
     """Grid (cdiv(N, 64 * CONSUMERS), B*H), a program a block; or, PERSISTENT, (programs,), each walking
     blocks taken from the counter at counter_ptr (zero before the launch, and again after it).
     q/k/v_desc: host TMA descriptors over the (B*H*N, D) view, boxes of 64 rows (Q) and BLOCK_N rows
-    (K, V). o_ptr (B*H*N, D) fp16 and lse_ptr (B*H*N,) fp32
-    contiguous. OVERLAP, PINGPONG: FA3's two scheduling steps (see the consumers' comment); both off is
-    the plain schedule. CONSUMERS: 2 or 3 consumer warpgroups of 64 query rows (CONSUMER_REGS: the
-    setmaxnreg of those that are worker partitions, REGISTERS). Q_BUFFERS: Q's buffers, 1, or 2 where
-    PERSISTENT."""
+    (K, V). o_ptr (B*H*N, D) fp16 and lse_ptr (B*H*N,) fp32 contiguous. OVERLAP, PINGPONG: FA3's two
+    scheduling steps (see the consumers' comment); both off is the plain schedule. CONSUMERS: 2 or 3
+    consumer warpgroups of 64 query rows (CONSUMER_REGS: the setmaxnreg of those that are worker
+    partitions, REGISTERS). Q_BUFFERS: Q's buffers, 1, or 2 where PERSISTENT."""
     gl.static_assert(CONSUMERS == 2 or CONSUMERS == 3, "two or three consumer warpgroups")
     gl.static_assert(not PINGPONG or CONSUMERS == 2, "the ping-pong's turns are for two consumers")
     gl.static_assert(not PERSISTENT or not (OVERLAP or PINGPONG), "persistent: the plain schedule only")
@@ -793,8 +792,7 @@ def gluon_attention(q, k, v, causal=False, sm_scale=None, block_n=None, num_stag
                                  HEAD_DIM=D, BLOCK_N=block_n, NUM_STAGES=stages, CAUSAL=causal,
                                  OVERLAP=overlap, PINGPONG=pingpong, CONSUMERS=consumers,
                                  CONSUMER_REGS=consumer_regs, PERSISTENT=persistent, Q_BUFFERS=q_buffers,
-                                 num_warps=4,
-                                 maxnreg=maxnreg)
+                                 num_warps=4, maxnreg=maxnreg)
     return out, lse
 
 
