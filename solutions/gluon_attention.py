@@ -509,8 +509,10 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_ready, q_empty, k_read
             # code (one copy per buffer). With Q indexed by the run-time b, causal attention read shared
             # memory out of bounds on an H100 (Triton 3.6; compute-sanitizer: a wgmma's 2 KB read of Q at
             # an address past the allocation; full attention passed); with a constant, every check passes.
+            # With one buffer the condition is a constant True (`or` stops at a constant): no branch, and
+            # the same code as before Q had a second buffer (a run-time `if` cost warpgroup barriers).
             for b in gl.static_range(Q_BUFFERS):
-                if count % Q_BUFFERS == b:
+                if Q_BUFFERS == 1 or count % Q_BUFFERS == b:
                     ring0 += _consume_block(WG, q_smem.index(b * CONSUMERS + WG), k_smem, v_smem,
                                             q_empty.index(b), k_ready, v_ready, k_empty, v_empty, turn_bars,
                                             o_ptr, lse_ptr, row_base, start_m, n_ctx, qk_scale, ring0,
