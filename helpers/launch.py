@@ -112,7 +112,7 @@ def _direct_launch(compiled):
     for a Triton whose launch function this knows (3.6, the one the course's GPUs run): a function of
     (grid x, y, z, stream, *args) that hands the arguments straight to the C launcher, with the scratch
     memory the kernel needs (if any) from the allocator, as compiled.run would. compiled.run defines
-    two helper functions and asks for both kinds of scratch memory at every call; here that is worked
+    a helper function and calls it for both kinds of scratch memory at every call; here that is worked
     out once. None for another Triton (its launch function takes its arguments in another order):
     compiled.run is called then."""
     run = compiled.run

@@ -31,7 +31,7 @@
 #   stores dropped), and how to build one on the host or inside the kernel;
 # - persistent programs and a tile scheduler, and why they pay;
 # - what the autotuner's timing of a candidate is made of (an L2 flush, then a launch from Python),
-#   why its choice for a short kernel can change between runs, and how to make it stable;
+#   why its choice for a short kernel can change between runs, and how to make it steadier;
 # - epilogues on a fast mainloop: a row scale and a residual add, and lesson 05's RMSNorm + linear on
 #   top of them, against cuBLAS and `torch.compile`.
 #
@@ -446,7 +446,7 @@ check("persistent_matmul", persistent_matmul)
 # cold, because the two loops are separate. The fast matmul below adds that, and more. First, a
 # detour that every measurement in this lesson depends on.
 #
-# ## Autotuning that does not flip
+# ## Autotuning that flips less
 #
 # The fast matmul has a search space: tile shapes, warps, stages, `FLATTEN` and warp
 # specialisation, chosen per shape by `@triton.autotune`. By default the autotuner times each
@@ -542,7 +542,9 @@ for gpu, record in hopper.items():
 # Read each shape's three lines together: the configuration each of three processes chose with each
 # kind of timing (one letter, one configuration, listed beneath), and the range of speeds that
 # followed. A choice that changes between processes with the same code is noise, not tuning; it
-# costs little only where the choices are about equally fast. The third line of each shape ("L2
+# costs little only where the choices are about equally fast. Graph replays narrow the noise but do
+# not remove it: where two configurations are within the clock's spread of each other, even the
+# third line can change its pick. The third line of each shape ("L2
 # flushed") is how the lesson's autotuner times, and how `make bench` times the lesson's matmuls: the
 # autotuner ranks candidates by the measurement the lesson reports.
 #
@@ -694,8 +696,8 @@ for gpu in recorded_devices():
 # - **a launcher prepared once** (`helpers.launch.Launcher`) does that binding and lookup once per
 #   key: the arguments' dtypes, devices, alignments and integer values, the things that decide the
 #   compiled variant and the autotuner's choice. Every later call at that key hands its arguments
-#   straight to the compiled kernel's launch function, each tensor as its address. Lesson 04's kernel
-#   is launched that way in the third row;
+#   straight to the compiled kernel's launcher (with Triton 3.6, its C launcher: below), each tensor
+#   as its address. Lesson 04's kernel is launched that way in the third row;
 # - **lesson 09's matmul** is launched that way too. Host descriptors would still cost every call
 #   (each built and validated in Python, then encoded by the launch; a prepared launch can take them,
 #   as lesson 10's attention shows), so its programs build their descriptors themselves. That costs
@@ -709,13 +711,13 @@ for gpu in recorded_devices():
 # the grid, and the hand-over to Triton's C launcher, which packs the arguments for the driver. (With
 # Triton 3.6, the recorded one, the prepared launch calls that C launcher itself, with the
 # descriptors' scratch memory from the allocator. Triton's own launch function does the same through
-# Python that defines two helper functions and asks for two kinds of scratch memory at every call,
-# which a prepared launch has worked out once.) Small things count at this scale:
-# the grid divides with `helpers.launch.cdiv`, not `triton.cdiv`, whose every call from Python goes
-# through the wrapper that lets kernels call it too (lesson 11 times both), and the scratch memory is
-# handed over as an address, which the launcher takes as it is (a tensor, it would ask the driver
-# about). Once the kernel outlasts all that (the larger sizes), launched and graphed meet and only the
-# kernel matters. Below that, what else removes the bill:
+# Python that defines a helper function and calls it for two kinds of scratch memory at every call,
+# which a prepared launch has worked out once.) Small things count at this scale: the grid divides
+# with `helpers.launch.cdiv`, not `triton.cdiv`, whose every call from Python goes through the
+# wrapper that lets kernels call it too (lesson 11 times both), and the scratch memory is handed over
+# as an address, which the C launcher takes as it is (given a tensor, it would call its `data_ptr()`
+# and ask the driver about the pointer). Once the kernel outlasts all that (the larger sizes),
+# launched and graphed meet and only the kernel matters. Below that, what else removes the bill:
 #
 # - **CUDA graphs**, where the same shapes come back step after step: no Python at all per launch
 #   (lesson 11's `CapturedStep`);

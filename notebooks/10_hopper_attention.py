@@ -9,12 +9,13 @@
 # %% [markdown]
 # # 10 · Hopper attention: FlashAttention through tensor descriptors, its backward, long rows
 #
-# Lesson 09 took lesson 04's matmul to cuBLAS's speed on a Hopper GPU with tensor descriptors (TMA),
-# persistent programs and a tuned pipeline. This lesson does the same for lesson 06's FlashAttention,
-# and measures how far the same tools get against cuDNN's fused attention. Attention is harder: a tile
-# needs two matrix multiplies with a softmax between them, and the exponentials run on units much
-# slower than the tensor cores. Then the backward, in one kernel, and last a softmax alone, over rows
-# too long for one program: how close a two-pass kernel can get to the least traffic a softmax needs.
+# Lesson 09 took lesson 04's matmul to about cuBLAS's speed at large sizes on a Hopper GPU with
+# tensor descriptors (TMA), persistent programs and a tuned pipeline. This lesson does the same for
+# lesson 06's FlashAttention, and measures how far the same tools get against cuDNN's fused
+# attention. Attention is harder: a tile needs two matrix multiplies with a softmax between them, and
+# the exponentials run on units much slower than the tensor cores. Then the backward, in one kernel,
+# and last a softmax alone, over rows too long for one program: how close a two-pass kernel can get
+# to the least traffic a softmax needs.
 #
 # As in lesson 09, the speed, the compiled code and the profiles come from recordings made on an H100
 # and an H200 (each labelled with its GPU, date and versions); without a GPU the interpreter still
@@ -76,29 +77,37 @@ dtype = pick(cpu=torch.float32, gpu=torch.float16)
 #   mask. A pre-hook sets the boxes per configuration: the autotuner calls it before it runs that
 #   configuration.
 # - **A wider search, timed as graph replays**: 64 or 128 query rows per program, 64 or 128 keys per
-#   tile, 4 or 8 warps, 2 to 4 stages, and warp specialisation (a producer warp for the K and V
-#   copies) where this Triton compiles it.
+#   tile, 4 or 8 warps, 2 to 4 stages, and the request for warp specialisation
+#   (`warp_specialize=True` on the key loop: a producer warp for the K and V copies) where this
+#   Triton compiles it.
 # - **Cheaper arithmetic per score**: the scale folded into the exponential's argument
 #   (`s * qk_scale - m`, one fused multiply-add per score), and no mask at all on the interior tiles.
 #
 # Before timing, a pruning function tries to compile each warp-specialised configuration for the
-# head size and mask at hand, and drops those that fail. What compiled, as `make bench` recorded it:
+# head size and mask at hand, and drops those that fail. What compiled, and whether the compiled
+# code really splits its warps, as `make bench` recorded it:
 
 # %%
+def case(row):
+    return f"D={row['head_dim']} {'causal' if row['causal'] else 'full'}"
+
+
 for gpu, record in hopper.items():
     print(f"{gpu} (triton {record['triton']}): warp-specialised configurations of attention_kernel")
     for config in dict.fromkeys(row["config"] for row in record["warp_specialize"]):
         rows = [row for row in record["warp_specialize"] if row["config"] == config]
-        built = [f"D={r['head_dim']} {'causal' if r['causal'] else 'full'}" for r in rows if r["compiles"]]
+        built = [case(r) for r in rows if r["compiles"]]
+        split = [case(r) for r in rows if r.get("specialised")]   # ttg.warp_specialize in the compiled code
         failed = {r["error"] for r in rows if not r["compiles"]}
         print(f"  {config:40} compiles for: {', '.join(built) or 'none'}"
-              + (f"; fails: {'; '.join(failed)}" if failed else ""))
+              + (f"; fails: {'; '.join(failed)}" if failed else "")
+              + (f"; its warps split for: {', '.join(split) or 'none'}" if built else ""))
 
 # %% [markdown]
-# A configuration that fails costs nothing at run time: it never reaches the timing. Compiling is all
-# this survey shows. Whether the compiled code really splits its warps into a producer and consumers
-# is a separate question (lesson 09 looks for `ttg.warp_specialize` in the compiled code), and whether
-# the autotuner then picks such a configuration is a third. The kernel:
+# A configuration that fails costs nothing at run time: it never reaches the timing. Compiling is
+# not splitting: the survey also looked for `ttg.warp_specialize` in each compiled kernel, as lesson
+# 09 does, and where the list says none, the request compiled into ordinary code whose warps all do
+# everything. An autotuner's pick marked `warp_specialize=True` then runs that code. The kernel:
 
 # %%
 show(course._attend)
@@ -347,9 +356,9 @@ for group, by_gpu in attention_rows.items():      # the first panel, every GPU
 #
 # `make bench` also runs the lesson's kernels and their rivals under Nsight Compute (lesson 08's
 # `ncu`, with `course.ncu_targets()` as its list) and records a few figures. The forward, causal,
-# D = 128, N = 2,048, where the lesson's kernel trails cuDNN most: time, launch (programs, threads,
-# registers per thread), the share of the SM's active cycles the tensor cores were busy, requests to
-# spilled registers, and bytes through L2:
+# D = 128, N = 2,048, one of the shapes where the lesson's kernel trails cuDNN: time, launch
+# (programs, threads, registers per thread), the share of the SM's active cycles the tensor cores
+# were busy, requests to spilled registers, and bytes through L2:
 
 # %%
 def profiled(targets, columns):
@@ -601,6 +610,13 @@ else:
                   f"{cudnn['tile_us']:7.2f}  |{cudnn['at_full'] / ours['at_full']:7.2f}"
                   f"{cudnn['at_causal'] / ours['at_causal']:7.2f}{cudnn['at_causal'] / persistent:14.2f}  |"
                   f"{by_impl['recorded_full']:9.2f}{by_impl['recorded_causal']:9.2f}")
+        crossing = {}
+        for D, by_impl in by_d.items():
+            ours, cudnn = by_impl["gluon_three"], by_impl["cudnn"]
+            lead = cudnn["tile_us"] - ours["tile_us"]    # what the Gluon kernel gains per tile
+            crossing[D] = (ours["fixed_us"] - cudnn["fixed_us"]) / lead if lead > 0 else float("inf")
+        print("  the fitted lines cross at "
+              + ", ".join(f"{x:.1f} tiles (D{D})" for D, x in crossing.items()))
 
 # %% [markdown]
 # Read the two numbers of each line. Per tile (192 query rows against 128 keys, for both), the Gluon
@@ -608,8 +624,8 @@ else:
 # starts cold: it loads its Q block and waits for its first K tile, and the tensor cores have nothing
 # of it to do meanwhile. cuDNN launches one program per SM (the profile above), which walks block
 # after block, so one block's start can overlap with the previous block's work: its intercept is well
-# under the Gluon kernel's. The two lines cross after a few tiles, and the longer a block's walk, the
-# more the per-tile lead counts.
+# under the Gluon kernel's. The two lines cross where the last line of each GPU says, and the longer a
+# block's walk past that, the more the per-tile lead counts.
 #
 # Then the right-hand columns. The model is fitted on full attention, and at 32 tiles it agrees with
 # the recorded full-attention ratio to within a few hundredths. At the causal blocks' mean length its
@@ -689,8 +705,9 @@ for gpu, record in gluon_runs.items():
 #
 # Then hold the three-consumer column against the model's promise. The `model, cuDNN fixed` column of
 # the previous section put three consumers, with a block's start hidden as well as cuDNN hides it,
-# clearly ahead of cuDNN at the causal mean length. The persistent version gains only a little over the
-# one-block one, so it hides far less of the fixed part than cuDNN's programs do. (The previous
+# clearly ahead of cuDNN at the causal mean length. The persistent version gains a hundredth or two
+# over the one-block one at D = 64 and none at D = 128, so it hides far less of the fixed part than
+# cuDNN's programs do. (The previous
 # section's fit, run once with the persistent kernel on an H100 while this was written and not kept in
 # the record, agrees: its fixed part is a little under the one-block kernel's and still well above
 # cuDNN's; at D = 128 its cost per tile rises too, as spilling would predict.) Two things in the kernel
@@ -852,8 +869,8 @@ def attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc,
     lse_ptr += head.to(tl.int64) * n_ctx
     delta_ptr += head.to(tl.int64) * n_ctx
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = k_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # keys past the end read 0 (masked
-    v = v_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # in "ends": their scores are not 0)
+    k = k_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # keys past the end read 0: a score
+    v = v_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # of 0, masked in "ends" (exp2(-lse2))
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     n_full = (n_ctx // BLOCK_M) * BLOCK_M    # query blocks below this have every row,
@@ -959,12 +976,16 @@ for D, measured in backward_rows.items():
 
 # %% [markdown]
 # Below 1 in the last column (or "faster at 0 of" in a verdict line), lesson 06's two kernels win.
-# Two fewer matrix multiplies per tile, and yet the one-kernel backward is not ahead: behind at
-# D = 128 at every shape recorded, at D = 64 ahead only at the longer sequences, nowhere near the two
-# sevenths the count promises. One step's arithmetic, with the tiles the autotuner usually picks (64
-# query rows, 128 keys, D = 128):
+# Two fewer matrix multiplies per tile, and yet the one-kernel backward is not clearly ahead: behind
+# at D = 128 at every shape recorded, at D = 64 ahead only on long sequences (the verdict lines say
+# which), nowhere near the two sevenths the count promises. One step's arithmetic at D = 128, 64
+# query rows past a program's 128 keys (the ratio of bytes added to bytes loaded is the same for any
+# number of rows; the autotuner's picks, as `make bench` recorded them, come first):
 
 # %%
+for gpu, record in hopper.items():
+    for c in (c for c in record.get("autotuned", []) if c["kernel"] == "attention_backward_kernel"):
+        print(f"{gpu}: the autotuner chose {c['config']} for (N, D) = {', '.join(c['key'][:2])}")
 BLOCK_M, BLOCK_N, D = 64, 128, 128
 flops_per_step = 5 * 2 * BLOCK_M * BLOCK_N * D
 loads = 2 * BLOCK_M * D * 2                      # the Q and dO tiles, float16
@@ -983,7 +1004,7 @@ for gpu, rows in training_rows["hopper_attention_fwd_bwd_causal_d128"].items():
 # Every step's atomic adds are as many bytes as its loads, and each one is a read, an add and a write
 # inside L2, where many programs' adds to the same rows queue up. The two-kernel version spends two
 # extra matrix multiplies and writes each dQ tile once. On Hopper, whose tensor cores are fast
-# compared with its L2, the trade hardly pays: only a little, at D = 64, on the longer sequences.
+# compared with its L2, the trade hardly pays: only a little, at D = 64, on long sequences.
 #
 # Against cuDNN the question is different, and the profiler answers it. The backward alone, causal,
 # B = 4, N = 4,096, D = 128, beside cuDNN's backward kernel on the same tensors; `L2 adds M` is the
@@ -1346,11 +1367,12 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 # - A third consumer warpgroup (192 query rows a block, 160 to 168 registers a consumer) needs no
 #   turns to keep the tensor cores fed, and loads each K and V tile once for more rows.
 # - A program costs a fixed part besides its key tiles, and causal blocks walk fewer tiles, so there
-#   it weighs more. Persistent programs fed by a counter gain at causal shapes when the programs at
-#   work at once share few heads' K and V. On full attention they cost a little, and with three
-#   consumers at D = 128 the loop over blocks makes ptxas spill.
+#   it weighs more. Persistent programs fed by a counter (the plain schedule) gain at causal shapes
+#   when the programs at work at once share few heads' K and V. On full attention they cost a little,
+#   and with three consumers at D = 128 the loop over blocks makes ptxas spill.
 # - Adding dQ's shares with float32 atomics drops two of seven matrix multiplies per tile, yet on
-#   Hopper the one-kernel backward does not beat two kernels, and dQ is not bit-for-bit reproducible.
+#   Hopper the one-kernel backward is behind two kernels at D = 128 and ahead only a little, at
+#   D = 64 on long sequences; and dQ is not bit-for-bit reproducible.
 #   cuDNN makes as many atomic adds and spills more: its lead is warpgroups that overlap their work.
 # - A two-pass softmax moves three bytes for every two it needs: about two thirds of the copy ceiling,
 #   plus what L2 still holds of each row (estimated from the resident programs, optimistically).

@@ -17,7 +17,7 @@
 #
 # **You will learn:**
 # - how a decoder block decomposes into fused kernels, and how many launches and bytes each fusion saves;
-# - why a fusion is worth its bytes only on a mainloop that keeps up with cuBLAS (lesson 09's);
+# - how much of a fused block's lead comes from a mainloop that keeps up with cuBLAS (lesson 09's);
 # - RoPE on Q and K in one kernel, read through the projection's strides;
 # - SwiGLU as one matmul with the SiLU product in its epilogue, and the residual add as an epilogue;
 # - to read a benchmark of a whole block: time, peak memory, kernels launched;
@@ -496,7 +496,7 @@ for gpu in recorded_devices():
     print(f"    from {min(ratios.values()):.2f} to {max(ratios.values()):.2f}")
 
 # %% [markdown]
-# The fusions are worth their bytes only on a mainloop that close. What if the block ran on lesson
+# How much of the block's lead comes from a mainloop that close? What if the block ran on lesson
 # 04's instead? The record answers without a run: lesson 04's time for the same four projections at
 # T = 2048 (with W in its faster layout, where lesson 09 timed two), plus the course's other kernels
 # at B1 N2048 (their times in the profile above), against the forwards recorded at B1 N2048. The
@@ -522,6 +522,18 @@ for gpu, record in block_records().items():
         if impl in forwards:
             verdict = "beats" if estimate < forwards[impl] else "loses to"
             print(f"    {verdict} {impl}: {forwards[impl]:.0f} µs ({forwards[impl] / estimate:.2f} x)")
+    compiled_us, course_us = (forwards.get(impl) for impl in ("torch.compile(eager + SDPA)",
+                                                             "course kernels (lesson 11)"))
+    if compiled_us and course_us:
+        print(f"    the block itself, on lesson 09's mainloop: {course_us:.0f} µs, torch.compile's time / "
+              f"its time {compiled_us / course_us:.2f} x")
+
+# %% [markdown]
+# Hold the two ratios against torch.compile together: the block on lesson 09's mainloop, and the
+# estimate on lesson 04's. The same fusions, the same other kernels; the difference is the mainloop
+# alone. Where the estimate's margin is within its own few percent, the fusions on lesson 04's loop
+# would leave the block level with torch.compile, and the lead is the mainloop's. Against eager the
+# fusions carry more, since eager also pays every element-wise kernel's round trip and launch.
 
 # %% [markdown]
 # How to read these tables together:
@@ -620,10 +632,12 @@ for gpu, rows in graphed.items():
               f"{us:.1f} µs")
 
 # %% [markdown]
-# Read the last column against eager's, and against lesson 01's plain launch. One of the course's
-# launches adds about as much as one of eager's kernels, or several times as much (the ratio under
-# each shape): fusing about sixty kernels into eight cut the launch bill less than the count
-# suggests. Why does a Triton launch from Python cost more?
+# Read the last column against eager's, and against lesson 01's plain launch. The ratio under each
+# shape compares one of the course's launches with one of eager's. Above 1, fusing about sixty
+# kernels into eight cut the launch bill by less than the count suggests. Below 1, the course's few
+# launches hid behind its kernels: launches cost a step only where the CPU issues them more slowly
+# than the GPU runs them, and how far that holds changes with the shape and with the host. Why can a
+# Triton launch from Python cost more than an eager one?
 # `kernel[grid](...)` runs Python at every launch before anything reaches the GPU:
 #
 # - **argument binding**: the arguments are matched to the kernel's signature, and each is examined
@@ -634,7 +648,9 @@ for gpu, rows in graphed.items():
 # - **descriptor scratch**: a kernel that builds tensor descriptors in its programs
 #   (`tl.make_tensor_descriptor`, as the course's matmuls do) needs global memory to write them
 #   into, and Triton calls the allocator given to `triton.set_allocator` for it at every launch (the
-#   course's hands back one buffer per stream, allocated once: lesson 09's solutions);
+#   course's checks for a graph capture, then hands back the address of one buffer per stream, made
+#   on the stream's first launch: lesson 09's solutions; the record times it against an allocator of
+#   one line that hands back a buffer made beforehand, "scratch allocated once");
 # - the launcher's own Python: the course's checks of shapes, strides and alignment, the output's
 #   allocation, the grid. Even `triton.cdiv` counts there: it is a `constexpr_function` (callable
 #   inside kernels too), and a call from Python goes through Triton's wrapper for that. The course's
@@ -698,14 +714,16 @@ for gpu, rows in decode.items():
 
 # %% [markdown]
 # Compare the lines of `torch.compile`: from Python it pays its own host time (its guards and its
-# generated code's launches; the CPU's time in one call is printed beside), which the graph does not
-# have. Once the launches are gone, what remains is the kernels, and at 16 tokens every projection is bound
-# by reading its weights (hundreds of MB per step), not by FLOPs: what counts is how many SMs read
-# weights at once, and how many bytes each keeps in flight. That is why `linear`'s search (lesson 09)
-# holds tiles of 16 rows with 256-wide K steps: at 16 tokens a tile of 64 rows is three quarters zeros,
-# and makes fewer, larger tiles, so fewer SMs share the reading. cuBLAS has kernels written for few
-# rows too, and Inductor calls them. How far is each graphed step from the floor: reading the weights
-# and activations once, at the datasheet's bandwidth?
+# generated code's launches), which the graph does not have. The CPU's time printed beside is of one
+# call on its own, with the GPU idle; called back to back, part of it hides behind the kernels, and
+# what it costs the step is the difference between the two columns. Once the launches are gone, what
+# remains is the kernels, and at 16 tokens every projection is bound by reading its weights (hundreds
+# of MB per step), not by FLOPs: what counts is how many SMs read weights at once, and how many bytes
+# each keeps in flight. That is why `linear`'s search (lesson 09) holds tiles of 16 rows with 256-wide
+# K steps: at 16 tokens a tile of 64 rows is three quarters zeros, and makes fewer, larger tiles, so
+# fewer SMs share the reading. cuBLAS has kernels written for few rows too, and Inductor calls them.
+# How far is each graphed step from the floor: reading the weights and activations once, at the
+# datasheet's bandwidth?
 
 # %%
 for gpu, rows in graphed.items():
@@ -742,7 +760,9 @@ for what, share in list(course.NO_BUBBLES.items())[1:]:
 # cell prints the recorded ratio (eager's time over the course kernel's, per shape) where a
 # benchmark exists, and "not measured" where none does. Each row reads the design the block uses:
 # for RMSNorm, lesson 09's 1/rms pass with the row scale in the matmul's epilogue (not lesson 05's
-# first design, which normalises inside the mainloop):
+# first design, which normalises inside the mainloop); for attention, lesson 06's FlashAttention, the
+# kernel timed against the scores materialised (the block runs lesson 10's `causal_attention`, the
+# same algorithm through tensor descriptors):
 
 # %%
 # (the source's fusion, the group that measures it, the course's kernel, its unfused baseline)
@@ -809,11 +829,11 @@ for target, group, ours, baseline in FUSION_TARGETS:
 #   lesson 09's verdict); lesson 04's loop is the clear version, not the fast one.
 # - `torch.compile` finds the element-wise and reduction fusions by itself and, in its default mode,
 #   calls cuBLAS for the matmuls; compare against it, not only against eager.
-# - Small steps are launch-bound, and a Triton launch from Python costs as much as an eager kernel's
-#   or more (argument binding, the autotuner's lookup, descriptor scratch): fewer launches help only
-#   partly, a launcher prepared once cuts each launch's Python but not all of it. CUDA graphs remove
-#   the CPU's launches, PDL shortens the gaps between kernels, and what is left at decoding sizes,
-#   the share of the step above the weight-reading floor, is what a megakernel wins.
+# - Small steps are launch-bound, and a Triton launch from Python can cost as much as an eager
+#   kernel's or more (argument binding, the autotuner's lookup, descriptor scratch): fewer launches
+#   help only partly, a launcher prepared once cuts each launch's Python but not all of it. CUDA
+#   graphs remove the CPU's launches, PDL shortens the gaps between kernels, and what is left at
+#   decoding sizes, the share of the step above the weight-reading floor, is what a megakernel wins.
 # - Read a benchmark as verdicts computed from its rows, per GPU, and explain each one by its
 #   mechanism: launches, bytes, and the speed of the mainloop.
 

@@ -518,8 +518,8 @@ def attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc,
     lse_ptr += head.to(tl.int64) * n_ctx
     delta_ptr += head.to(tl.int64) * n_ctx
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = k_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # keys past the end read 0 (masked
-    v = v_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # below: their scores are not 0)
+    k = k_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # keys past the end read 0: a score
+    v = v_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)   # of 0, masked in "ends" (exp2(-lse2))
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     n_full = (n_ctx // BLOCK_M) * BLOCK_M    # query blocks below this have every row,
