@@ -332,6 +332,16 @@ def record_ncu(folder):
     print(record.get("error") or f"ncu: {len(record['kernels'])} kernels profiled", flush=True)
 
 
+def ncu_command(lesson, kernels=(), python=sys.executable, report="ncu_report"):
+    """The Nsight Compute command line `make profile` runs for a lesson: its targets' launches
+    (`python -m helpers.profile --ncu-run LESSON`), only the kernels whose names match `kernels` where
+    any are given, the sections and metrics the lessons read, into report.ncu-rep."""
+    only = f"-k regex:{'|'.join(kernels)} " if kernels else ""
+    sections = " ".join(f"--section {s}" for s in NCU_SECTIONS)
+    return (f"ncu --profile-from-start off --clock-control none {only}{sections} "
+            f"--metrics {','.join(NCU_EXTRA)} -o {report} -f {python} -m helpers.profile --ncu-run {lesson}")
+
+
 def ncu_profile(lesson, folder):
     """Nsight Compute over `python -m helpers.profile --ncu-run LESSON` (the targets of that lesson's
     `ncu_targets()`), run in folder: (record, the details page as CSV text). The record holds the
@@ -344,13 +354,8 @@ def ncu_profile(lesson, folder):
     if shutil.which("ncu") is None:
         return {**stamp(), "error": "ncu (Nsight Compute) is not on the PATH"}, ""
     targets = load_solution(lesson).ncu_targets()
-    patterns = [t["kernel"] for t in targets.values() if "kernel" in t]
-    only = f"-k regex:{'|'.join(patterns)} " if patterns else ""    # the targets' kernels, no others
     report = folder / "ncu_report"
-    sections = " ".join(f"--section {s}" for s in NCU_SECTIONS)
-    command = (f"ncu --profile-from-start off --clock-control none {only}{sections} "
-               f"--metrics {','.join(NCU_EXTRA)} -o {report.name} -f "
-               f"{sys.executable} -m helpers.profile --ncu-run {lesson}")
+    command = ncu_command(lesson, [t["kernel"] for t in targets.values() if "kernel" in t])
     print("$", command, flush=True)
     run = subprocess.run(command.split(), cwd=folder, capture_output=True, text=True, env=_env())
     rep = folder / (report.name + ".ncu-rep")

@@ -39,8 +39,8 @@ from helpers.bench import ROOT
 from helpers.block import SMALL, BlockConfig, block_input, block_weights, decoder_block
 from helpers.cards import flashcards, self_check
 from helpers.exercises.lesson08 import chip_key
-from helpers.profile import (cpu_ops, gpu_events, launch_waits, memory_peak, ncu_kernels, profile_step,
-                             recorded_devices, recorded_profile, save_trace, short_name)
+from helpers.profile import (cpu_ops, gpu_events, launch_waits, memory_peak, ncu_command, ncu_kernels,
+                             profile_step, recorded_devices, recorded_profile, save_trace, short_name)
 from helpers.roofline import CHIPS, Point, plot
 from helpers.solutions import load_solution
 
@@ -56,7 +56,7 @@ import triton
 
 print(describe())
 GPUS = recorded_devices()
-GPU = GPUS[0]                       # the GPU this lesson's prose reads; the tables print every one
+GPU = GPUS[0]                       # the GPU the traces' cells show; the ncu tables print every one
 BUILD = ROOT / "build"              # not tracked by git: traces you make go here
 BUILD.mkdir(exist_ok=True)
 
@@ -224,9 +224,10 @@ if passed("kernel_table"):
 # Read the naive table from the top. Much of the time is not matmul at all: the softmax, the
 # `masked_fill` of the causal mask and the copy before it (it returns a clone of its input), and the
 # casts (`direct_copy`, `float16_copy`), the big ones being the `.float()` and `.to(q.dtype)` around
-# the softmax (N × N values per head; the norms' casts move N × d). All read or write the heads'
-# N × N scores: lesson 06's problem, seen from the profiler. In the `sdpa` table those rows are gone,
-# replaced by one fused kernel (cuDNN's FlashAttention), and the matmuls (`nvjet_...`) lead.
+# the softmax (N × N values per head; the norms' and RoPE's casts move N × d). All but those small
+# casts read or write the heads' N × N scores: lesson 06's problem, seen from the profiler. In the
+# `sdpa` table the N × N kernels are gone (the casts left are the norms' and RoPE's), replaced by one
+# fused kernel (cuDNN's FlashAttention), and the matmuls (`nvjet_...`) lead.
 #
 # ## When the GPU waits for Python
 #
@@ -258,8 +259,9 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# In the `sdpa` step the GPU row is nearly solid: the CPU launched faster than the GPU worked. In the
-# `small` step the GPU row is a comb of thin kernels with gaps: the GPU waits for Python.
+# In the `sdpa` step the GPU row is mostly solid: the CPU launched faster than the GPU worked, but
+# for a few gaps (exercise 2 measures their share). In the `small` step the GPU row is a comb of thin
+# kernels with gaps: the GPU waits for Python.
 #
 # ## Exercise 2 · How long does the GPU wait?
 #
@@ -465,12 +467,16 @@ for block in mine["live"][:4]:
 # takes the time it does. It replays the kernel many times, reading a different set of hardware
 # counters each time, restoring memory and (by default) flushing the caches between replays. The
 # result is hundreds of metrics, grouped into *sections*. `make profile` ran it over a few of the
-# course's kernels, one launch each, with this command:
+# course's kernels, one launch each, with the command the record keeps; today's `make profile` runs
+# the second one printed (it names the lesson whose kernels to run, and asks for the L2's atomic
+# counts too, which lesson 10 reads):
 
 # %%
 ncu = recorded_profile("ncu.json")
 print(f"recorded on {said(ncu)}, {ncu['ncu']}")
 print(ncu["command"])
+print("today:")
+print(ncu_command("08", python="python"))
 
 # %% [markdown]
 # What the flags do:
@@ -479,9 +485,9 @@ print(ncu["command"])
 # - `--clock-control none`: keep the GPU's clocks; by default ncu locks them to the base clock,
 #   steadier but slower than what `do_bench` sees;
 # - `--section ...`: the groups of metrics to collect (speed of light, memory, occupancy, launch
-#   statistics, warp states, compute); `--metrics`: a few more by name (the DRAM bytes);
-# - `-o ncu_report`: write a report file, which `ncu --import ncu_report.ncu-rep --page details`
-#   prints as text (the recordings keep that text as `ncu_details.csv`) and `ncu-ui` opens in a GUI.
+#   statistics, warp states, compute); `--metrics`: a few more by name (the DRAM bytes and the L2's);
+# - `-o ncu_report`: write a report file, which `ncu --import ncu_report.ncu-rep --csv --page details`
+#   prints as CSV (the recordings keep it as `ncu_details.csv`) and `ncu-ui` opens in a GUI.
 #   `--set full` would collect every section, among them a roofline chart and the sampling behind
 #   the GUI's Source page, which puts the stalls on the instructions that caused them.
 #
@@ -546,10 +552,12 @@ for device in GPUS:
 # How to read them:
 #
 # - **Speed of light (SOL).** `dram%` is DRAM throughput as a percentage of its peak, `sm%` the
-#   busiest SM unit's. ncu's rule, used here: the larger names the bound if it reaches **60% of
-#   peak** (memory if DRAM% is the larger or equal, else compute); below 60% on both, the kernel is
-#   **latency-bound**: it waits (on memory, on too few warps, on synchronisation) without saturating
-#   anything. A memory-bound kernel near the top of its DRAM% is done, unless it can move fewer bytes.
+#   busiest SM unit's. ncu's threshold, applied here to those two: the larger names the bound if it
+#   reaches **60% of peak** (memory if DRAM% is the larger or equal, else compute); below 60% on
+#   both, the kernel is **latency-bound**: it waits (on memory, on too few warps, on synchronisation)
+#   without saturating anything. (ncu's own rule reads its "Memory Throughput", the busiest of the
+#   memory units, L1 and L2 included, where this table reads DRAM's.) A memory-bound kernel near the
+#   top of its DRAM% is done, unless it can move fewer bytes.
 # - **Tensor%** is the share of the SM's *active* cycles in which the tensor cores were busy, not a
 #   share of the kernel's time: an SM with no work has no active cycles, so a kernel that leaves most
 #   SMs idle can still show a high tensor% (times `SM act%`, about a share of the elapsed time).
@@ -872,8 +880,9 @@ for shape in SHAPES:
 # %% [markdown]
 # The rows in flight do not fit in L2, and the share bounds what survives of each row, the same at
 # both shapes. If each program keeps about the same bytes of its row, the fraction of the second read
-# saved falls as the row grows: four times longer, about a quarter. The "measured" lines agree: about
-# the same bytes saved per row, a smaller fraction for the longer rows. The saving is well below the
+# saved falls as the row grows: four times longer, about a quarter. The "measured" lines agree in
+# direction: bytes saved per row of a similar size (within about a fifth on the recorded GPUs), and a
+# much smaller fraction for the longer rows. The saving is well below the
 # bound (L2 also holds pass 2's output and other programs' tiles, and does not evict in a perfect
 # "least recently used" order): the bound explains the direction and the trend, not the figure.
 #

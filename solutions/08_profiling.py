@@ -128,8 +128,9 @@ def proton_scopes(folder):
 
 
 def kernel_table(kernels):
-    """Group kernel events by name: [{name, calls, total_us, share}], most total time first (equal
-    totals: by name), share = the name's time over the time of all kernels."""
+    """Group the GPU's events (kernels, copies, memsets) by name: [{name, calls, total_us, share}],
+    most total time first (equal totals: by name), share = the name's time over the time of all the
+    events."""
     rows = {}
     for k in kernels:
         row = rows.setdefault(k["name"], {"name": k["name"], "calls": 0, "total_us": 0.0})
@@ -142,8 +143,8 @@ def kernel_table(kernels):
 
 
 def gpu_idle_share(kernels):
-    """The share of the span from the first kernel's start to the last kernel's end during which
-    no kernel runs. Kernels may overlap (several streams) and come in any order."""
+    """The share of the span from the first event's start to the last event's end during which no
+    kernel, copy or memset runs. Events may overlap (several streams) and come in any order."""
     intervals = sorted((k["start_us"], k["start_us"] + k["dur_us"]) for k in kernels)
     first = intervals[0][0]
     last = max(end for _, end in intervals)

@@ -224,3 +224,15 @@ def test_without_ncu_the_profile_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(profile, "stamp", dict)           # no GPU here to name
     record, details = profile.ncu_profile("08", tmp_path)
     assert record["error"] == "ncu (Nsight Compute) is not on the PATH" and details == ""
+
+
+def test_the_ncu_command_names_its_lesson_sections_and_metrics():
+    """What lesson 08 prints as today's command is what ncu_profile runs: the lesson's targets, every
+    section and metric the lessons read, only the named kernels where patterns are given."""
+    command = profile.ncu_command("10", ["attention_kernel", "cudnn"], python="python")
+    assert command.startswith("ncu --profile-from-start off --clock-control none ")
+    assert command.endswith(" -o ncu_report -f python -m helpers.profile --ncu-run 10")
+    assert "-k regex:attention_kernel|cudnn " in command
+    assert all(f"--section {s}" in command for s in profile.NCU_SECTIONS)
+    assert f"--metrics {','.join(profile.NCU_EXTRA)} " in command
+    assert "-k " not in profile.ncu_command("08")
