@@ -838,8 +838,9 @@ check("ring_waits", ring_waits)
 #
 # The check compares dQ, dK and dV with autograd's through PyTorch's attention in float64, full and
 # causal, with random scales and lengths that span several key blocks, so that every row of dQ gets
-# shares from several programs. Then it watches one run: one launch must write all three gradients,
-# and every write into dQ must be an atomic add.
+# shares from several programs. Then it watches two runs, full and causal, at a length no block
+# divides (so every `MASK` runs): one launch must write all three gradients, and every write into dQ
+# must be an atomic add.
 
 # %% tags=["exercise"]
 @triton.jit

@@ -28,7 +28,8 @@ every load and store (on a GPU too, on small inputs):
    right of the diagonal skipped), no N x N tensor, V's loads in V's own storage (no copy), and the
    block rule: run with 16 query rows and
    tiles of 32 keys, the kernel must refuse to compile (`tl.static_assert`) or still be right;
-3. one launch writes dQ, dK and dV, and every write into dQ is an atomic add;
+3. one launch writes dQ, dK and dV, and every write into dQ is an atomic add (full and causal, at a
+   length no block divides: every MASK branch runs);
 4. x read exactly twice, one exponential per element in each pass (the interpreter's exp is
    counted), the first pass visiting the tiles from the first to the last and the second from the
    last to the first, in those orders.
@@ -100,13 +101,14 @@ def causal_attention_reference(q, k, v):
 def projection_views(B, H, N, D, dtype, layout="projection"):
     """q, k, v as (B, H, N, D) tensors of one of two layouts:
     "projection": column slices of one (B, N, 3·H·D) matmul output, rows 3·H·D values apart;
-    "mixed": q contiguous, k stored (B, N, H, D) and seen through a transpose, v with rows padded to
-    D + 8 values: three different sets of strides."""
+    "mixed": q contiguous, k the first N positions of a (B, N + 3, H, D) buffer (a longer cache) seen
+    through a transpose, v with rows padded to D + 8 values: three different sets of strides, the batch
+    strides included."""
     if layout == "projection":
         qkv = torch.randn(B, N, 3 * H * D, device=DEVICE).to(dtype)
         return [qkv[..., i * H * D:(i + 1) * H * D].view(B, N, H, D).transpose(1, 2) for i in range(3)]
     q = torch.randn(B, H, N, D, device=DEVICE).to(dtype)
-    k = torch.randn(B, N, H, D, device=DEVICE).to(dtype).transpose(1, 2)
+    k = torch.randn(B, N + 3, H, D, device=DEVICE).to(dtype)[:, :N].transpose(1, 2)
     v = torch.randn(B, H, N, D + 8, device=DEVICE).to(dtype)[..., :D]
     return [q, k, v]
 
@@ -180,15 +182,15 @@ def int64_hint(what, index):
 
 
 def _causal_int64_case():
-    """q's three sequences SPREAD values apart (b = 2 starts past 2**31); k, v ordinary. None where the
-    GPU has no room for q's span and the check's copy of it."""
-    if not room_for(2 * SPAN_BYTES):
+    """q's, k's and v's three sequences SPREAD values apart (b = 2 starts past 2**31 in each): every
+    input's offset needs 64 bits. None where the GPU has no room for the three spans and the check's
+    copies of them."""
+    if not room_for(6 * SPAN_BYTES):
         return None
     N, D = 200, 64
-    q = _far_apart((3, 1, N, D), 0, F16)
-    k, v = (torch.randn(3, 1, N, D, device=DEVICE).to(F16) for _ in range(2))
-    return Case(f"B3 H1 N{N} D{D} float16 (q's three sequences {SPREAD:,} values apart: offsets past 2**31)",
-                (q, k, v), hint=int64_hint("q's sequences", "b (and h)"))
+    q, k, v = (_far_apart((3, 1, N, D), 0, F16) for _ in range(3))
+    return Case(f"B3 H1 N{N} D{D} float16 (q's, k's and v's three sequences {SPREAD:,} values apart: "
+                f"offsets past 2**31)", (q, k, v), hint=int64_hint("q's, k's and v's sequences", "b (and h)"))
 
 
 def _softmax_int64_case(n):
@@ -447,11 +449,21 @@ def _run_backward(fn, *args, **kwargs):
 
 
 def _dq_by_atomics(fn):
-    """One launch writes dQ, dK and dV, and every write into dQ is an atomic add."""
-    B, H, N, D = 1, 2, pick(96, 300), 16          # several key blocks per query row on either device
+    """One launch writes dQ, dK and dV, and every write into dQ is an atomic add: full attention and
+    causal, at a length that no block divides, so that each of the step's masks ("none", "ends",
+    "causal") runs."""
+    for causal in (False, True):
+        problem = _dq_writes(fn, causal)
+        if problem:
+            return problem
+    return None
+
+
+def _dq_writes(fn, causal):
+    B, H, N, D = 1, 2, pick(100, 300), 16      # several key blocks per query row, the last one partial
     q, k, v, dout = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(4))
-    out, lse = _saved(q, k, v, False, None)
-    launches, problem = _recorded(fn, q, k, v, out, lse, dout, touches=True)
+    out, lse = _saved(q, k, v, causal, None)
+    launches, problem = _recorded(fn, q, k, v, out, lse, dout, causal=causal, touches=True)
     if problem:
         return problem
 
@@ -460,7 +472,7 @@ def _dq_by_atomics(fn):
 
     writers = [launch for launch in launches
                if any(kind == "store" and grad(name) for _pid, name, kind, _o in launch.touches)]
-    where = f"at N = {N}, D = {D} (full attention), your backward"
+    where = f"at N = {N}, D = {D} ({'causal' if causal else 'full attention'}), your backward"
     if len(writers) != 1:
         return (f"{where} wrote its gradients from {len(writers)} launches "
                 f"({', '.join(launch.kernel for launch in writers) or 'none'}). The lesson's backward is one "
@@ -586,6 +598,11 @@ def _two_reads_one_exp(fn):
     if widest >= n:
         return (f"{where} loaded {widest:,} values at once, a whole row: this exercise is for rows "
                 f"longer than any tile a program can hold. Walk each row in tiles shorter than the row.")
+    if reads < 2:
+        return (f"{where} loaded {loaded:,} bytes, {reads:.3g} times x ({x.nbytes:,} bytes): less than two "
+                f"full reads, so it kept some of pass 1's tiles (in registers) instead of reading them "
+                f"again. That saves a little more, but this exercise asks for the two plain passes: pass 2 "
+                f"loads every tile again, from the row's last to its first.")
     if reads != 2:
         return (f"{where} loaded {loaded:,} bytes, {reads:.3g} times x ({x.nbytes:,} bytes). Read each row "
                 f"exactly twice: once to update the running max and the running sum together, once to "
@@ -602,10 +619,10 @@ def _two_reads_one_exp(fn):
     tile_wide = sum(1 for size in exps if size > 1)
     if tile_wide > 1.25 * tiles_loaded:
         return (f"{where} loaded {tiles_loaded} tiles of x and computed {tile_wide} tile-wide exponentials: "
-                f"{tile_wide / tiles_loaded:.2f} per value loaded, where one is enough. A running max and "
-                f"sum kept per lane rescale the sum at every value: two exponentials per element in pass "
-                f"1. Take the tile's max first (a reduction), then rescale the row's single running sum "
-                f"once per tile.")
+                f"{tile_wide / tiles_loaded:.2f} per value loaded, where one is enough. In pass 1, a running "
+                f"max and sum kept per lane rescale the sum at every value (two exponentials per element): "
+                f"take the tile's max first (a reduction), then rescale the row's single running sum once "
+                f"per tile. In pass 2, one exponential per element: exp of (x - max), times 1 / sum.")
     covered, firsts, passes = {}, {}, {}
     for pid, arg, offs in loads:
         if arg != x_arg:

@@ -59,6 +59,9 @@ CAUSAL_WRONG = [
     Wrong("causal_attention", "K read with Q's strides", edit(
         "10", "causal_attention", ("head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n,",
                                    "head_descriptor(k_ptr, b, h, sq_b, sq_h, sq_n,"))),
+    Wrong("causal_attention", "K's batch stride taken from q (a K cache longer than N reads wrong rows)", edit(
+        "10", "causal_attention", ("head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n,",
+                                   "head_descriptor(k_ptr, b, h, sq_b, sk_h, sk_n,"))),
     Wrong("causal_attention", "the output's head stride taken from q", edit(
         "10", "causal_attention", ("head_descriptor(o_ptr, b, h, so_b, so_h, so_n,",
                                    "head_descriptor(o_ptr, b, h, so_b, sq_h, so_n,"))),
@@ -76,6 +79,10 @@ CAUSAL_WRONG = [
         "10", "causal_attention", ("    b = (tl.program_id(1) // n_heads).to(tl.int64)\n"
                                    "    h = (tl.program_id(1) % n_heads).to(tl.int64)\n",
                                    "    b = tl.program_id(1) // n_heads\n    h = tl.program_id(1) % n_heads\n")),
+          gpu_only=True),
+    Wrong("causal_attention", "K's and V's offsets in int32 (b and h cast back): wraps past 2**31", edit(
+        "10", "causal_attention", ("head_descriptor(k_ptr, b, h,", "head_descriptor(k_ptr, b.to(tl.int32), h.to(tl.int32),"),
+        ("head_descriptor(v_ptr, b, h,", "head_descriptor(v_ptr, b.to(tl.int32), h.to(tl.int32),")),
           gpu_only=True),
     Wrong("causal_attention", "V copied into a contiguous tensor first", edit(
         "10", "causal_attention", ("    out = q.new_empty((B, N, H, D))\n",
@@ -95,6 +102,14 @@ CAUSAL_RIGHT = [
 ADD = '            tl.atomic_add(dq_ptrs, dq, sem="relaxed")\n'
 ADD_MASKED = '            tl.atomic_add(dq_ptrs, dq, mask=offs_m[:, None] < n_ctx, sem="relaxed")\n'
 SHARE = "        dq = tl.dot(dsT.T, k) * sm_scale                # these keys' share of dQ = dS K\n"
+ELSE = "        else:\n" + ADD_MASKED
+RACE = ("            row_ok = offs_m[:, None] < n_ctx\n"
+        "            tl.store(dq_ptrs, tl.load(dq_ptrs, mask=row_ok) + dq, mask=row_ok)\n")
+
+
+def _race_in(branch):
+    """The step with dQ added by load, add, store in one MASK branch only, atomics in the others."""
+    return edit("10", "attention_backward", (ELSE, f'        elif MASK == "{branch}":\n' + RACE + ELSE))
 
 
 def _autograd_gradients(q, k, v, out, lse, dout, causal=False, sm_scale=None):
@@ -113,6 +128,8 @@ BACKWARD_WRONG = [
         "10", "attention_backward", (ADD, "            tl.store(dq_ptrs, tl.load(dq_ptrs) + dq)\n"),
         (ADD_MASKED, "            row_ok = offs_m[:, None] < n_ctx\n"
                      "            tl.store(dq_ptrs, tl.load(dq_ptrs, mask=row_ok) + dq, mask=row_ok)\n"))),
+    Wrong("atomic_backward", "load, add, store in the causal branch only: a race on a GPU", _race_in("causal")),
+    Wrong("atomic_backward", "load, add, store in the \"ends\" branch only: a race on a GPU", _race_in("ends")),
     Wrong("atomic_backward", "dQ's share not scaled by sm_scale", edit(
         "10", "attention_backward", (SHARE, "        dq = tl.dot(dsT.T, k)\n"))),
     Wrong("atomic_backward", "dQ's share scaled by qk_scale (log2(e) too many)", edit(
