@@ -94,6 +94,9 @@ class Launch:
     touches: list = dataclasses.field(default_factory=list)
     # the indices in `touches` of those made by atomic operations (filed as stores: they write)
     atomic_touches: set = dataclasses.field(default_factory=set)
+    # the program id of each descriptor store whose whole box lay outside its tensor: nothing stored
+    # (the hardware drops it, as the interpreter does), and so no touch either
+    stores_outside: list = dataclasses.field(default_factory=list)
 
     @property
     def bytes(self):
@@ -259,9 +262,18 @@ def _wrap_builder(builder_cls):
                 _State.in_descriptor = previous
         return wrapped
 
+    def noting_boxes_outside(method):
+        def wrapped(self, desc, value, indices):
+            launch = _State.launch
+            if launch is not None and not np.asarray(desc.materialize_pointers(indices)[1].data).any():
+                launch.stores_outside.append(tuple(int(i) for i in _State.grid_idx))
+            return method(self, desc, value, indices)
+        return wrapped
+
     set_idx = builder_cls.set_grid_idx
     builder_cls.create_descriptor_load = through_descriptor(builder_cls.create_descriptor_load)
-    builder_cls.create_descriptor_store = through_descriptor(builder_cls.create_descriptor_store)
+    builder_cls.create_descriptor_store = noting_boxes_outside(through_descriptor(
+        builder_cls.create_descriptor_store))
     builder_cls.create_masked_load = create_masked_load
     builder_cls.create_masked_store = create_masked_store
     builder_cls.create_atomic_cas = create_atomic_cas

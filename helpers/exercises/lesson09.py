@@ -249,13 +249,29 @@ def _unshared(stores, programs, where):
             f"it steps.")
 
 
+def _past_the_last_tile(launch, where):
+    """A message if some program stored a tile that lies wholly outside the output: its walk went past
+    the last tile. Nothing lands (the hardware drops such a store, and so does the interpreter), so
+    only this record of the store shows it."""
+    if not launch.stores_outside:
+        return None
+    programs = sorted({pid[0] for pid in launch.stores_outside})
+    return (f"{where} stored {len(launch.stores_outside)} tile(s) lying wholly outside the output, from "
+            f"program(s) {programs}: the walk goes past the last tile. Such a store lands nowhere (the "
+            f"hardware drops it), but the program computed that tile for nothing, and the others wait "
+            f"for it. Stop at the last tile: the loop runs over tile numbers below "
+            f"cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N).")
+
+
 def _each_tile_once(fn):
     """The launch has `programs` programs, every element of C is stored exactly once, and no program
-    stores more than its share of the tiles.
+    stores more than its share of the tiles, or a tile past the last.
 
-    C has at least 2 x 2 tiles of any size up to 256 x 256, so more tiles than programs: a launcher
-    that caps the grid at the number of tiles still launches `programs` programs."""
-    programs = 3
+    C has more tiles than programs at any tile up to 128 x 128 (a launcher that caps the grid at the
+    number of tiles still launches `programs` programs), and a number of tiles that `programs` does not
+    divide (45 or 50 at the CPU's 32 x 64 tiles, 9 at 128 x 128): a walk that runs on past the last tile
+    has a tile to show for it."""
+    programs = 4
     M, K, N = _odd(257, 299), 24, 264
     a, b = _operands(M, K, N, F32)
     launches, problem = _recorded(lambda a, b: fn(a, b, programs), a, b, touches=True)
@@ -268,6 +284,9 @@ def _each_tile_once(fn):
         return (f"{where} ran a grid of {ran} programs {main.grid}, not {programs}. A persistent kernel "
                 f"launches the programs it is given, however many tiles there are, and each program "
                 f"works through its share of the tiles in a loop.")
+    past = _past_the_last_tile(main, where)
+    if past:
+        return past
     stores = [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches
               if kind == "store"]
     offsets = np.concatenate([offs for _, offs in stores])
@@ -375,7 +394,9 @@ def _epilogue_structure(fn):
     once (its loads are found by the elements they cover, whatever the kernel names its argument)."""
     # more output tiles than SMS, even at 256 x 256 tiles: one program per tile is then told apart from
     # a persistent grid (on a GPU 132 SMs: about 3,000 x 3,000 outputs, run through the interpreter)
-    M, N = pick((_odd(129, 191), _aligned(136, 200, F32)), (_odd(3073, 3199), _aligned(3080, 3200, F32)))
+    # an odd number of tiles on the CPU (3 x 3 at 64 x 128), one that 132 does not divide on a GPU: a walk
+    # that runs on past the last tile has a tile to show for it
+    M, N = pick((_odd(129, 191), _aligned(260, 300, F32)), (_odd(3073, 3199), _aligned(3080, 3200, F32)))
     K = _aligned(40, 72, F32)
     h, w, s, r = _linear_operands(M, K, N, F32, True, True, True)
     launches, problem = _recorded(fn, h, w, s, r, touches=True)
@@ -388,6 +409,9 @@ def _epilogue_structure(fn):
                 f"The epilogue is the end of the kernel that computed the tile: the scale and the "
                 f"residual go onto the accumulator before the tile's one store, in one kernel.")
     (main,) = storing
+    past = _past_the_last_tile(main, where)
+    if past:
+        return past
     stores = [(pid, offs) for pid, _name, kind, offs in main.touches if kind == "store"]
     ran, tiles = math.prod(main.grid), len(stores)     # one store per output tile
     if ran != min(SMS, tiles):

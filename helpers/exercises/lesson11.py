@@ -22,6 +22,7 @@ Sizes are odd on purpose; on the CPU everything runs through Triton's interprete
 
 import collections
 import contextlib
+import math
 import pathlib
 
 import torch
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 from helpers.block import SMALL, block_input, block_weights, decoder_block, rope_tables
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import Case, Exercise, later, room_for
+from helpers.exercises.lesson09 import _past_the_last_tile, _unshared
 from helpers.exercises.lesson10 import SPAN_BYTES, SPREAD, _recorded, int64_hint
 from helpers.traffic import HARNESS, EagerWork, source_line
 
@@ -244,10 +246,12 @@ def _quietly(fn, *args, **kwargs):
 
 def _product_in_the_epilogue(fn):
     """One launch stores, and what it stores is the output, once: the (M, 2f) product of the matmul
-    never goes to memory (SiLU(gate) * up is computed in the epilogue, from the accumulator)."""
-    M, K, f = 37, 64, 24
+    never goes to memory (SiLU(gate) * up is computed in the epilogue, from the accumulator). With
+    several output tiles, the persistent walk the stub gives is kept: no program stores more than its
+    share of the tiles, or a tile past the last."""
+    M, K, f = 37, 64, pick(160, 800)     # several tiles across the product: 3 at the CPU's 128 columns
     h, w = _aligned(M, K, F32, False), _gate_up(f, K, F32, False, 1.0)
-    launches, problem = _recorded(fn, h, w)
+    launches, problem = _recorded(fn, h, w, touches=True)
     if problem:
         return problem
     where = f"for h ({M}, {K}) and w_gate_up ({2 * f}, {K}), your code"
@@ -258,11 +262,15 @@ def _product_in_the_epilogue(fn):
         return (f"{where} stored from {len(storing)} launches ({sizes}). SwiGLU here is one matmul whose "
                 f"epilogue pairs each gate column with its up column and stores SiLU(gate) * up: the "
                 f"product h @ w_gate_up.T stays in registers, and only the (M, f) output is stored.")
-    stored = storing[0].bytes_stored
-    if stored != out_bytes:
-        return (f"{where} stored {stored:,} bytes, where the (M, f) = ({M}, {f}) output is {out_bytes:,}: "
-                f"store each output element once, and nothing of the (M, 2f) product.")
-    return None
+    main = storing[0]
+    if main.bytes_stored != out_bytes:
+        return (f"{where} stored {main.bytes_stored:,} bytes, where the (M, f) = ({M}, {f}) output is "
+                f"{out_bytes:,}: store each output element once, and nothing of the (M, 2f) product.")
+    past = _past_the_last_tile(main, where)
+    if past:
+        return past
+    stores = [(pid, offs) for pid, _name, kind, offs in main.touches if kind == "store"]
+    return _unshared(stores, math.prod(main.grid), where)
 
 
 # ---------------------------------------------------------------- 3. decoder_block_fused

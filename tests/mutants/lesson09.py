@@ -79,6 +79,12 @@ WRONG = [
           lambda a, b: device_side(a, b, b_row_stride=a.shape[1])),
     Wrong("tma_matmul", "b's descriptor told a row stride of N, its width (b assumed contiguous)",
           lambda a, b: device_side(a, b, b_row_stride=b.shape[1])),
+    Wrong("tma_matmul", "the K loop steps by BLOCK_N", edit(
+        "09", "tma_matmul", ("    for k in range(0, K, BLOCK_K):\n        a = a_desc.load([off_m, k])",
+                             "    for k in range(0, K, BLOCK_N):\n        a = a_desc.load([off_m, k])"))),
+    Wrong("tma_matmul", "the tile's column offset pid_n * BLOCK_M", edit(
+        "09", "tma_matmul", ("    off_m, off_n = pid_m * BLOCK_M, pid_n * BLOCK_N\n    acc = tl.zeros((BLOCK_M, BLOCK_N)",
+                             "    off_m, off_n = pid_m * BLOCK_M, pid_n * BLOCK_M\n    acc = tl.zeros((BLOCK_M, BLOCK_N)"))),
     Wrong("tma_matmul", "the K loop stops one step early", edit(
         "09", "tma_matmul", (TMA_K_LOOP, TMA_K_LOOP.replace("range(0, K, BLOCK_K)", "range(0, K - BLOCK_K, BLOCK_K)")))),
     Wrong("tma_matmul", "the K loop over whole tiles only: the partial last step skipped", edit(
@@ -97,9 +103,9 @@ WRONG = [
 
 RIGHT = [
     Right("tma_matmul", "descriptors built in the kernel (tl.make_tensor_descriptor)", device_side),
-    Right("tma_matmul", "other tiles: 16 x 64, 16 deep", edit(
-        "09", "tma_matmul", ("TMA_TILE = pick(cpu=(32, 32, 32), gpu=(128, 128, 64))",
-                             "TMA_TILE = pick(cpu=(16, 64, 16), gpu=(64, 128, 32))"))),
+    Right("tma_matmul", "other tiles: 64 x 32, 32 deep", edit(
+        "09", "tma_matmul", ("TMA_TILE = pick(cpu=(32, 64, 16), gpu=(128, 128, 64))",
+                             "TMA_TILE = pick(cpu=(64, 32, 32), gpu=(64, 128, 32))"))),
 ]
 
 # ---------------------------------------------------------------- 2. persistent_matmul
@@ -137,6 +143,14 @@ WRONG += [
     Wrong("persistent_matmul", "a's descriptor built with a row stride of K, its width (a assumed contiguous)", edit(
         "09", "persistent_matmul", (LAUNCH + "descriptor(a, [BM, BK])",
                                     LAUNCH + "TensorDescriptor(a, [M, K], [K, 1], [BM, BK])"))),
+    Wrong("persistent_matmul", "columns of tiles counted with BLOCK_M", edit(
+        "09", "persistent_matmul", ("    num_pid_n = tl.cdiv(N, BLOCK_N)\n    for tile in range(",
+                                    "    num_pid_n = tl.cdiv(N, BLOCK_M)\n    for tile in range("))),
+    Wrong("persistent_matmul", "every program walks as many tiles as program 0: past the last tile", edit(
+        "09", "persistent_matmul", (
+            "    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):",
+            "    for tile in range(tl.program_id(0), tl.cdiv(num_pid_m * num_pid_n, tl.num_programs(0))"
+            " * tl.num_programs(0), tl.num_programs(0)):"))),
     Wrong("persistent_matmul", "program 0 walks every tile, the other programs none", edit(
         "09", "persistent_matmul", (LOOP, "    for tile in range(tl.program_id(0) * num_pid_m * num_pid_n, num_pid_m * num_pid_n):"))),
     Wrong("persistent_matmul", "C allocated in float32, whatever the inputs' dtype", edit(
@@ -208,6 +222,13 @@ WRONG += [
     Wrong("linear", "h's descriptor given a row stride of K, its width (h assumed contiguous)", edit(
         "09", "linear", ("h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],",
                          "h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[K, 1],"))),
+    Wrong("linear", "every program walks as many tiles as program 0: past the last tile", edit(
+        "09", "linear", ("    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=FLATTEN,",
+                         "    for tile in tl.range(tl.program_id(0), tl.cdiv(n_tiles, tl.num_programs(0)) * "
+                         "tl.num_programs(0), tl.num_programs(0), flatten=FLATTEN,"))),
+    Wrong("linear", "the scale's rows counted with BLOCK_N", edit(
+        "09", "linear", ("RMSNorm's 1 / rms\n            rows = off_m + tl.arange(0, BLOCK_M)",
+                         "RMSNorm's 1 / rms\n            rows = off_m + tl.arange(0, BLOCK_N)"))),
     Wrong("linear", "program 0 walks every tile, the other programs none", edit(
         "09", "linear", (LINEAR_LOOP, LINEAR_LOOP.replace("tl.program_id(0), n_tiles, tl.num_programs(0)",
                                                           "tl.program_id(0) * n_tiles, n_tiles, 1")))),

@@ -139,6 +139,20 @@ WRONG += [
     Wrong("swiglu_linear", "each program computes one tile and stops", edit(
         "11", "swiglu_linear", (WALK, WALK.replace("tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True)",
                                                    "tl.range(tl.program_id(0), tl.program_id(0) + 1)")))),
+    Wrong("swiglu_linear", "the walk steps by 1, not by the programs: tiles computed and stored again", edit(
+        "11", "swiglu_linear", (WALK, WALK.replace("tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True)",
+                                                   "tl.range(tl.program_id(0), n_tiles, 1, flatten=True)")))),
+    Wrong("swiglu_linear", "program 0 walks every tile, the other programs none", edit(
+        "11", "swiglu_linear", (WALK, WALK.replace("tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True)",
+                                                   "tl.range(tl.program_id(0) * n_tiles, n_tiles, 1, flatten=True)")))),
+    Wrong("swiglu_linear", "every program walks as many tiles as program 0: past the last tile", edit(
+        "11", "swiglu_linear", (WALK, WALK.replace(
+            "tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True)",
+            "tl.range(tl.program_id(0), tl.cdiv(n_tiles, tl.num_programs(0)) * tl.num_programs(0), "
+            "tl.num_programs(0), flatten=True)")))),
+    Wrong("swiglu_linear", "the output tile BLOCK_M // 2 wide, not BLOCK_N // 2", edit(
+        "11", "swiglu_linear", ("                                         block_shape=[BLOCK_M, BLOCK_N // 2])",
+                                "                                         block_shape=[BLOCK_M, BLOCK_M // 2])"))),
     Wrong("swiglu_linear", "h's row stride taken to be K", edit(
         "11", "swiglu_linear", ('contiguous."""\n    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],',
                                 'contiguous."""\n    h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[K, 1],'))),
