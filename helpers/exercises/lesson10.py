@@ -134,8 +134,9 @@ CAUSAL_SPECS = pick(
     cpu=[(1, 1, 1, 16, F32, "projection", "randn", "one token"),
          (2, 2, 37, 32, F32, "projection", "randn", "q, k, v column slices of one projection"),
          (1, 2, 75, 64, F16, "projection", "randn", "float16"),
-         (2, 2, 50, 32, F32, "mixed", "randn", "q contiguous, k through a transpose, v rows padded: "
-                                                "three different strides, two heads"),
+         (2, 2, 50, 32, F32, "mixed", "randn", "q contiguous, k a longer cache's first N positions "
+                                                "through a transpose, v rows padded: three sets of strides, "
+                                                "two heads"),
          (1, 2, 61, 32, F32, "projection", "negative",
           "every score near -280: each exp underflows unless the running max is subtracted"),
          (1, 1, 45, 16, F16, "mixed", "positive", "float16, scores near +400: exp overflows unless the "
