@@ -432,6 +432,19 @@ def _epilogue_structure(fn):
     for _pid, name, kind, offs in main.touches:
         if kind == "load":
             reads.setdefault(name, []).append(offs)
+    # the scale: the argument whose loads cover exactly its M elements; each row's factor is loaded
+    # once for each output tile holding that row (in the epilogue), not at every step of the K loop
+    tiles_holding = np.zeros(M, dtype=np.int64)
+    for _pid, offs in stores:
+        tiles_holding[np.unique(offs // N)] += 1     # the output is contiguous: row = offset // N
+    for parts in reads.values():
+        found, times = np.unique(np.concatenate(parts), return_counts=True)
+        if np.array_equal(found, np.arange(M)) and (times > tiles_holding).any():
+            row = int(np.argmax(times - tiles_holding))
+            return (f"{where} loaded the scale of row {row} {int(times[row])} times, for the "
+                    f"{int(tiles_holding[row])} output tile(s) that hold the row: the row scale belongs in "
+                    f"the epilogue, once per tile, on the float32 accumulator after the K loop, not in "
+                    f"the loop on each step's tile of h.")
     for parts in reads.values():
         found, times = np.unique(np.concatenate(parts), return_counts=True)
         if np.array_equal(found, wanted):

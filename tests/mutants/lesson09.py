@@ -229,6 +229,19 @@ WRONG += [
     Wrong("linear", "the scale's rows counted with BLOCK_N", edit(
         "09", "linear", ("RMSNorm's 1 / rms\n            rows = off_m + tl.arange(0, BLOCK_M)",
                          "RMSNorm's 1 / rms\n            rows = off_m + tl.arange(0, BLOCK_N)"))),
+    Wrong("linear", "the row scale applied to each K step's tile of h, not once in the epilogue", edit(
+        "09", "linear", (
+            "        acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)\n"
+            "        if HAS_SCALE:                                   # one float32 per row: RMSNorm's 1 / rms\n"
+            "            rows = off_m + tl.arange(0, BLOCK_M)\n"
+            "            acc = acc * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]\n",
+            "        rows = off_m + tl.arange(0, BLOCK_M)\n"
+            "        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n"
+            "        for k in range(0, tl.cdiv(K, BLOCK_K)):\n"
+            "            a = h_desc.load([off_m, k * BLOCK_K]).to(tl.float32)\n"
+            "            if HAS_SCALE:\n"
+            "                a = a * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]\n"
+            "            acc = tl.dot(a, w_desc.load([off_n, k * BLOCK_K]).to(tl.float32).T, acc)\n"))),
     Wrong("linear", "program 0 walks every tile, the other programs none", edit(
         "09", "linear", (LINEAR_LOOP, LINEAR_LOOP.replace("tl.program_id(0), n_tiles, tl.num_programs(0)",
                                                           "tl.program_id(0) * n_tiles, n_tiles, 1")))),
