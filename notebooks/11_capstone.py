@@ -534,8 +534,7 @@ for gpu, record in block_records().items():
 # alone. Where the estimate's margin is within its own few percent, the fusions on lesson 04's loop
 # would leave the block level with torch.compile, and the lead is the mainloop's. Against eager the
 # fusions carry more, since eager also pays every element-wise kernel's round trip and launch.
-
-# %% [markdown]
+#
 # How to read these tables together:
 #
 # - **Time.** At these shapes the block's time is its five matmuls (the Q|K|V, output, gate|up and

@@ -192,6 +192,10 @@ def _explain_table(out, expected):
     bad_keys = next((row for row in answer if set(row) != keys), None)
     if bad_keys is not None:
         return f"a row has the keys {sorted(bad_keys)}: each row needs exactly {sorted(keys)}."
+    not_int = next((row for row in answer if type(row["calls"]) is not int), None)
+    if not_int is not None:
+        return (f"the row of {str(not_int['name'])[:60]!r} has calls = {not_int['calls']!r}, a "
+                f"{type(not_int['calls']).__name__}: a count of events is an int (count with 0, then += 1).")
     names = [row["name"] for row in answer]
     if len(names) != len(set(names)):
         repeated = next(n for n in names if names.count(n) > 1)
@@ -558,7 +562,10 @@ def _by_op_cases():
     live = _live_small_trace()
     if live:
         cases.append(Case("the SMALL block profiled now", (live["traceEvents"],)))
-    cases += [Case(label, (events,)) for label, events in _hand_traces(r)]
+    for label, events in _hand_traces(r):
+        cases.append(Case(label, (events,)))
+        if label.startswith("nested operators"):   # the parent and the child that starts with it, both ways
+            cases.append(Case(label + ", the events in the reverse order", (events[::-1],)))
     cases.append(Case("random: nested operators on one thread, driver and runtime launches",
                       (_random_trace(r, 25),)))
     cases.append(Case("random: two CPU threads launching", (_random_trace(r, 15, threads=(1, 2)),)))
@@ -617,6 +624,10 @@ def _explain_by_op(out, expected):
     bad_keys = next((row for row in answer if set(row) != keys), None)
     if bad_keys is not None:
         return f"a row has the keys {sorted(bad_keys)}: each row needs exactly {sorted(keys)}."
+    not_int = next((row for row in answer if type(row["events"]) is not int), None)
+    if not_int is not None:
+        return (f"the row of {str(not_int['op'])[:60]!r} has events = {not_int['events']!r}, a "
+                f"{type(not_int['events']).__name__}: a count of events is an int (count with 0, then += 1).")
     names = [row["op"] for row in answer]
     if len(names) != len(set(names)):
         repeated = next(n for n in names if names.count(n) > 1)
@@ -686,7 +697,9 @@ def _random_metrics(r, dram=None, sm=None, limits=None, tensor=None, l2_hit=None
          "launch__registers_per_thread": float(r.choice([26, 40, 64, 128, 168, 255])),
          "launch__shared_mem_per_block": float(r.choice([0, 1024, 49152, 132096, 214212]))}
     limits = limits or [r.randint(1, 32) for _ in LIMITS]
-    for key, value in zip(LIMITS.values(), limits):
+    # in the order ncu.json keeps them (alphabetical), not the tie order: a tie must be broken by the
+    # rule's order, whatever order the keys come in
+    for key, value in sorted(zip(LIMITS.values(), limits)):
         m[f"launch__occupancy_limit_{key}"] = float(value)
     return m
 
@@ -806,13 +819,14 @@ def chip_key(device):
     return next((key for key, value in CHIPS.items() if value is chip), None)
 
 
-def _random_ncu_kernel(r, intensity_range, chip):
-    """Metrics of a made-up kernel at a random intensity, timed to reach 5% to 95% of its roof."""
+def _random_ncu_kernel(r, intensity_range, chip, share=(0.05, 0.95)):
+    """Metrics of a made-up kernel at a random intensity, timed to reach a share of its roof (5% to 95%
+    unless given)."""
     read = float(r.randint(10**6, 4 * 10**9))
     write = float(r.randint(0, 2 * 10**9))
     flops = int((read + write) * 10 ** r.uniform(*intensity_range))
     roof = CHIPS[chip].attainable(flops / (read + write))
-    ns = round(flops / (roof * r.uniform(0.05, 0.95) * 1e12) * 1e9, 1)
+    ns = round(flops / (roof * r.uniform(*share) * 1e12) * 1e9, 1)
     metrics = {"dram__bytes_read.sum": read, "dram__bytes_write.sum": write,
                "lts__t_bytes.sum": round((read + write) * r.uniform(1.5, 6)),
                "gpu__time_duration.sum": ns,
@@ -837,6 +851,11 @@ def _roofline_cases():
         for lo, hi, where in ((-1.5, 1.0, "below the ridge"), (2.8, 4.0, "above the ridge")):
             metrics, flops = _random_ncu_kernel(r, (lo, hi), key)
             cases.append(Case(f"random kernel {where}, on the {key} roofline", (metrics, flops, key)))
+    # above its DRAM roof: a kernel whose data L2 kept moves fewer DRAM bytes than it uses, and its
+    # fraction passes 1 (lesson 08 shows such kernels); the fraction says so, uncapped
+    metrics, flops = _random_ncu_kernel(r, (-1.5, 0.0), "H100 SXM", share=(1.1, 1.4))
+    cases.append(Case("random kernel above its DRAM roof (L2 hits), on the H100 SXM roofline",
+                      (metrics, flops, "H100 SXM")))
     return cases
 
 

@@ -262,3 +262,24 @@ def _roofline_by_times(metrics, flops, chip):
 
 
 RIGHT.append(Right("roofline_point", "the roof from the longer of two times", _roofline_by_times))
+
+
+# From an adversarial pass: ties, types and caps the cases used to let through.
+WRONG += [
+    Wrong("kernel_table", "calls counted as a float (3.0): the lesson's table prints it with :d", edit(
+        "08", "kernel_table", ('{"name": k["name"], "calls": 0, "total_us": 0.0}',
+                               '{"name": k["name"], "calls": 0.0, "total_us": 0.0}'))),
+    Wrong("gpu_time_by_op", "events counted as a float", edit(
+        "08", "gpu_time_by_op", ('{"op": name, "gpu_us": 0.0, "events": 0}',
+                                 '{"op": name, "gpu_us": 0.0, "events": 0.0}'))),
+    Wrong("gpu_time_by_op", "the innermost operator as the one that started last, ties left to list order", edit(
+        "08", "gpu_time_by_op", ('name = min(around, key=lambda op: op["dur"])',
+                                 'name = max(around, key=lambda op: op["ts"])'))),
+    Wrong("diagnose", "ties broken by the metrics' own key order, not the rule's", edit(
+        "08", "diagnose", ("    limiter = min(limits, key=lambda item: item[1])[0]",
+                           "    limits = sorted(limits, key=lambda item: {'registers': 'registers', "
+                           "'shared memory': 'shared_mem'}.get(item[0], item[0]))\n"
+                           "    limiter = min(limits, key=lambda item: item[1])[0]"))),
+    Wrong("roofline_point", "the fraction capped at 1", edit(
+        "08", "roofline_point", ('"fraction": tflops / roof}', '"fraction": min(1.0, tflops / roof)}'))),
+]
