@@ -201,8 +201,16 @@ def _explain_table(out, expected):
         repeated = next(n for n in names if names.count(n) > 1)
         return (f"{len(answer)} rows for {len(want)} distinct kernel names ({repeated[:60]!r} has several "
                 f"rows): group the events by name, one row per name.")
-    if set(names) != {row["name"] for row in want}:
-        return f"the rows name {len(set(names))} kernels; the events have {len(want)} distinct names."
+    wanted = {row["name"] for row in want}
+    if set(names) != wanted:
+        strange, missing = sorted(set(names) - wanted, key=str), sorted(wanted - set(names))
+        if strange:
+            return (f"the rows name {len(set(names))} kernels, the events {len(want)}, and {len(strange)} of "
+                    f"your rows name a kernel no event carries ({str(strange[0])[:60]!r}): keep each name "
+                    f"exactly as the events spell it.")
+        return (f"the rows name {len(set(names))} kernels, the events {len(want)}: no row for "
+                f"{missing[0][:60]!r}{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}. Every "
+                f"event's name gets a row, copies and memsets included.")
     by_name = {row["name"]: row for row in want}
     for i, row in enumerate(answer):
         ref = by_name[row["name"]]
@@ -231,7 +239,9 @@ def _explain_table(out, expected):
         a, b = answer[i - 1], answer[i]
         if b["total_us"] > a["total_us"] and not _close(a["total_us"], b["total_us"]):
             how = ""
-            if a["calls"] > b["calls"]:
+            if round(a["total_us"]) == round(b["total_us"]):
+                how = " (sorted by a rounded total?)"
+            elif a["calls"] > b["calls"]:
                 how = " (sorted by calls?)"
             elif a["total_us"] / a["calls"] > b["total_us"] / b["calls"]:
                 how = " (sorted by mean time per call?)"
@@ -779,6 +789,12 @@ def _explain_diagnose(out, expected):
             (_bound(dram, sm, first_over="sm") if min(dram, sm) >= BOUND_AT else None,
              "both are at least 60% here: the larger of the two names the bound, whichever is tested first."),
             (_bound(dram, sm, at=80.0), "the threshold is 60% of peak (ncu's rule as the lesson states it)."),
+            (_bound(dram, sm) if min(dram, sm) >= BOUND_AT else "latency",
+             "it asks both to reach 60%: the larger of the two reaching 60% is enough."),
+            (_bound(dram, sm) if (dram + sm) / 2 >= BOUND_AT else "latency",
+             "it compares their mean with 60%: it is the larger of the two that counts."),
+            (_bound(round(dram), round(sm)),
+             "it rounds the percentages before comparing them with 60: compare them as they are."),
         ]
         whys = list(dict.fromkeys(why for value, why in slips if value == bound))
         if len(whys) == 1:
