@@ -47,6 +47,16 @@ def _number(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _not_a_count(rows, name, count):
+    """A message if some row's `count` is not an int (a float or a bool compares equal to one, and the
+    lesson's tables print it with :d), else None."""
+    row = next((row for row in rows if type(row[count]) is not int), None)
+    if row is None:
+        return None
+    return (f"the row of {str(row[name])[:60]!r} has {count} = {row[count]!r}, a "
+            f"{type(row[count]).__name__}: a count of events is an int (count with 0, then += 1).")
+
+
 def _run(fn, data, *rest):
     """Call fn on a deep copy of the input; keep the input beside the answer for explain."""
     return fn(copy.deepcopy(data), *copy.deepcopy(rest)), (data, *rest)
@@ -192,10 +202,9 @@ def _explain_table(out, expected):
     bad_keys = next((row for row in answer if set(row) != keys), None)
     if bad_keys is not None:
         return f"a row has the keys {sorted(bad_keys)}: each row needs exactly {sorted(keys)}."
-    not_int = next((row for row in answer if type(row["calls"]) is not int), None)
-    if not_int is not None:
-        return (f"the row of {str(not_int['name'])[:60]!r} has calls = {not_int['calls']!r}, a "
-                f"{type(not_int['calls']).__name__}: a count of events is an int (count with 0, then += 1).")
+    not_int = _not_a_count(answer, "name", "calls")
+    if not_int:
+        return not_int
     names = [row["name"] for row in answer]
     if len(names) != len(set(names)):
         repeated = next(n for n in names if names.count(n) > 1)
@@ -634,10 +643,9 @@ def _explain_by_op(out, expected):
     bad_keys = next((row for row in answer if set(row) != keys), None)
     if bad_keys is not None:
         return f"a row has the keys {sorted(bad_keys)}: each row needs exactly {sorted(keys)}."
-    not_int = next((row for row in answer if type(row["events"]) is not int), None)
-    if not_int is not None:
-        return (f"the row of {str(not_int['op'])[:60]!r} has events = {not_int['events']!r}, a "
-                f"{type(not_int['events']).__name__}: a count of events is an int (count with 0, then += 1).")
+    not_int = _not_a_count(answer, "op", "events")
+    if not_int:
+        return not_int
     names = [row["op"] for row in answer]
     if len(names) != len(set(names)):
         repeated = next(n for n in names if names.count(n) > 1)
