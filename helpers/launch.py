@@ -95,7 +95,7 @@ def next_power_of_2(n):
 
 def _three(grid):
     """A grid of one to three dimensions as the three numbers a launch takes."""
-    return tuple(grid) + (1,) * (3 - len(grid))
+    return (*grid, 1, 1)[:3]
 
 
 def _check_arguments(name, args, constexprs):
@@ -167,29 +167,28 @@ class Launcher:
             self.kernel[grid](*args, **constexprs)    # compiles, autotunes, launches: the slow way, once
             self.prepared[key] = self._prepare(grid, args, constexprs)
             return None
-        compiled, trailing, _, direct = prepared
-        if callable(grid):
-            grid = grid(trailing)
-        grid = _three(grid)
+        compiled, trailing, _, direct, values = prepared
+        grid = _three(grid(trailing) if callable(grid) else grid)
         stream = self.current_stream(self.current_device())
         enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         # compiled[grid](*args) without its per-call lookups
         if enter_hook.calls or exit_hook.calls:   # a profiler is listening (proton, lesson 08)
-            metadata = compiled.launch_metadata(grid, stream, *args, *trailing.values())
+            metadata = compiled.launch_metadata(grid, stream, *args, *values)
             compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, metadata, enter_hook,
-                         exit_hook, *addresses, *trailing.values())
+                         exit_hook, *addresses, *values)
         elif direct is not None:                  # nothing to call before and after the launch
-            direct(*grid, stream, *addresses, *trailing.values())
+            direct(*grid, stream, *addresses, *values)
         else:
             compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                         *addresses, *trailing.values())
+                         *addresses, *values)
         interpreter.count_launch()   # the course's meters count every launch, this path's too
         return None
 
     def _prepare(self, grid, args, constexprs):
         """(the compiled kernel the first call ran, {name: value} of the parameters after `args`, the
-        autotuner's configurations: a grader that swaps in others is launching another kernel, and its
-        direct launch function or None: _direct_launch)."""
+        autotuner's configurations: a grader that swaps in others is launching another kernel, its
+        direct launch function or None: _direct_launch, and those values as a tuple, as a launch takes
+        them)."""
         config = getattr(self.kernel, "best_config", None)
         assert config is None or config.pre_hook in (None, self.boxes), \
             (f"{self.jit.__name__}: its configuration has a pre-hook, which a prepared launch would skip "
@@ -212,4 +211,5 @@ class Launcher:
         compiled = self.jit.warmup(*args, grid=grid, **constexprs, **options)   # the one the first call ran
         compiled = compiled.result() if hasattr(compiled, "result") else compiled   # (asynchronous compiles)
         compiled._init_handles()                    # loads it, and sets compiled.run and .function
-        return compiled, trailing, getattr(self.kernel, "configs", None), _direct_launch(compiled)
+        return (compiled, trailing, getattr(self.kernel, "configs", None), _direct_launch(compiled),
+                tuple(trailing.values()))

@@ -25,6 +25,7 @@ import torch
 import helpers  # noqa: F401  (first: picks the GPU or the interpreter)
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from helpers.bench import host_us, measure
@@ -64,26 +65,27 @@ def _check_tma(**tensors):
              f"must be multiples of 16 bytes for a tensor descriptor; copy it into a wider, aligned buffer")
 
 
-_scratch = {}   # stream -> (the buffer its launches build their descriptors in, its address)
+_scratch = {}   # stream -> (its two buffers for descriptors, which one its next launch takes)
 
 
 def _descriptor_scratch(size, alignment, stream):
     """Global memory in which programs build their tensor descriptors (128 bytes each).
 
-    One buffer per stream, reused by every launch on it: the launches of one stream run one after
-    another, so none is still reading its descriptors when the next writes its own (no launch here
-    overlaps the previous one, as programmatic dependent launch would), and no launch pays for an
-    allocation. It is handed over as its address, which the launch takes as it is (given a tensor, it
+    Two buffers per stream, taken in turn by its launches, so that no launch pays for an allocation.
+    Two, because `matmul` below launches with programmatic dependent launch: a launch may start while
+    the one before it finishes, and it writes its descriptors before it waits, so it must not write
+    where that launch's programs still read theirs. A third cannot start before the first has finished:
+    a launch lets the next one start only once each of its programs has waited for the one before.
+    Each buffer is handed over as its address, which the launch takes as it is (given a tensor, it
     asks the driver about the pointer). Inside a CUDA-graph capture each launch gets memory of its own
     from the graph's pool."""
     if torch.cuda.is_current_stream_capturing():
         return torch.empty(size, device=DEVICE, dtype=torch.int8)
-    buffer, address = _scratch.get(stream, (None, None))
-    if buffer is None or buffer.numel() < size:
-        buffer = torch.empty(max(size, 1 << 16), device=DEVICE, dtype=torch.int8)
-        address = buffer.data_ptr()
-        _scratch[stream] = buffer, address
-    return address
+    buffers, turn = _scratch.get(stream, ((), 0))
+    if not buffers or buffers[0].numel() < size:
+        buffers = tuple(torch.empty(max(size, 1 << 16), device=DEVICE, dtype=torch.int8) for _ in range(2))
+    _scratch[stream] = buffers, 1 - turn
+    return buffers[turn].data_ptr()
 
 
 # Kernels that build descriptors themselves (tl.make_tensor_descriptor: matmul and linear below, the
@@ -180,6 +182,14 @@ def persistent_matmul(a, b, programs=None):
 #   num_stages       how many K steps of A and B tiles are in flight in shared memory
 # B_NK: b is given as (N, K), nn.Linear's layout, and the kernel multiplies by its transpose.
 # HAS_SCALE: each row of the product is multiplied by s[row] (RMSNorm's 1 / rms) before the store.
+# PDL: programmatic dependent launch (Hopper's griddepcontrol). Launched with launch_pdl=True, a launch
+#      may start while the kernel before it on the stream finishes: its programs build their
+#      descriptors, then wait (gdc_wait) until that kernel has finished and its writes are visible,
+#      before they read or write anything else; then they let the next launch start (gdc_launch_dependents).
+#      Back to back, each launch's start and descriptors overlap the previous kernel's last tiles.
+#      Off under the interpreter, which has no griddepcontrol.
+
+PDL = ON_GPU
 
 
 def _matmul_config(bm, bn, warps, stages, flatten=True, ws=False):
@@ -218,7 +228,7 @@ def _graph_timed(kernel_call, quantiles):
 def matmul_kernel(a_ptr, b_ptr, c_ptr, s_ptr, M, N, K, stride_a, stride_b, B_NK: tl.constexpr,
                   HAS_SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr,
-                  WARP_SPECIALIZE: tl.constexpr):
+                  WARP_SPECIALIZE: tl.constexpr, PDL: tl.constexpr):
     """c (M, N, contiguous) = a (M, K) @ b, b (K, N), or (N, K) when B_NK; stride_a and stride_b are
     their row strides. Each program builds its descriptors once, in tiles of this configuration."""
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_a, 1],
@@ -230,6 +240,9 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, s_ptr, M, N, K, stride_a, stride_b, B_NK:
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
                                            block_shape=[BLOCK_K, BLOCK_N])
     c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    if PDL:
+        gdc_wait()                 # the kernel before this one has finished: its writes are visible
+        gdc_launch_dependents()    # the next launch may start its own preamble
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN,
@@ -268,7 +281,7 @@ def matmul(a, b, scale=None, b_is_nk=False):
     assert N * a.itemsize % 16 == 0, f"c's rows: N = {N} values must fill a multiple of 16 bytes (TMA)"
     c = a.new_empty((M, N))     # a's dtype and device
     _matmul_launcher(_persistent_grid(M, N), a, b, c, scale, M, N, K, a.stride(0), b.stride(0),
-                     B_NK=b_is_nk, HAS_SCALE=scale is not None)
+                     B_NK=b_is_nk, HAS_SCALE=scale is not None, PDL=PDL, launch_pdl=PDL)
     return c
 
 
@@ -438,7 +451,7 @@ def _square_problem(n, config):
     b = torch.randn(n, n, device=DEVICE, dtype=torch.float16)
     c = torch.empty_like(a)
     args = dict(a_ptr=a, b_ptr=b, c_ptr=c, s_ptr=None, M=n, N=n, K=n, stride_a=n, stride_b=n, B_NK=False,
-                HAS_SCALE=False)
+                HAS_SCALE=False, PDL=PDL)
     grid = (min(SMS, triton.cdiv(n, config.kwargs["BLOCK_M"]) * triton.cdiv(n, config.kwargs["BLOCK_N"])),)
     return lambda: matmul_kernel.fn[grid](**args, **config.all_kwargs())
 
@@ -655,7 +668,7 @@ def _warp_specialize_survey():
     for config in (c for c in MATMUL_CONFIGS if c.kwargs["WARP_SPECIALIZE"]):
         for scale in (False, True):
             args = dict(a_ptr=a, b_ptr=a, c_ptr=a, s_ptr=row_scale, M=1024, N=1024, K=1024, stride_a=1024,
-                        stride_b=1024, B_NK=False, HAS_SCALE=scale)
+                        stride_b=1024, B_NK=False, HAS_SCALE=scale, PDL=PDL)
             rows.append(try_compile(matmul_kernel, args, config, head_dim=None, causal=None,
                                     epilogue="row scale" if scale else "none"))
     for config in (c for c in EPILOGUE_CONFIGS if c.kwargs["WARP_SPECIALIZE"]):
@@ -803,7 +816,7 @@ def record_artifacts(folder):
     c = torch.empty_like(a)
     config = _matmul_config(128, 256, 8, 3)
     args = dict(a_ptr=a, b_ptr=a, c_ptr=c, s_ptr=None, M=n, N=n, K=n, stride_a=n, stride_b=n, B_NK=False,
-                HAS_SCALE=False)
+                HAS_SCALE=False, PDL=PDL)
     compiled = {"matmul_kernel": (f"# matmul_kernel, {describe_config(config)}, float16\n" +
                                   compiled_excerpt(matmul_kernel.fn[(SMS,)](**args, **config.all_kwargs()),
                                                    LOOK_FOR_HOPPER))}

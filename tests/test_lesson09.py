@@ -72,16 +72,40 @@ def test_the_fast_matmul_says_what_its_descriptors_need():
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the descriptors' scratch memory is allocated on a GPU")
-def test_the_descriptor_scratch_is_one_buffer_per_stream_handed_over_as_its_address():
+def test_the_descriptor_scratch_is_two_buffers_per_stream_taken_in_turn_handed_over_as_addresses():
+    """Two, for programmatic dependent launch: a launch may write its descriptors while the one before
+    it still reads its own."""
     stream = torch.cuda.current_stream().cuda_stream
     first = lesson09._descriptor_scratch(1024, 128, stream)
-    assert isinstance(first, int) and lesson09._descriptor_scratch(512, 128, stream) == first
-    buffer, address = lesson09._scratch[stream]
-    assert address == first == buffer.data_ptr() and first % 128 == 0
-    size = buffer.numel()
-    larger = lesson09._descriptor_scratch(size + 1, 128, stream)   # outgrown: a new buffer
-    buffer, address = lesson09._scratch[stream]
-    assert buffer.numel() > size and larger == address == buffer.data_ptr()
+    second = lesson09._descriptor_scratch(512, 128, stream)
+    assert isinstance(first, int) and isinstance(second, int) and first != second
+    assert lesson09._descriptor_scratch(512, 128, stream) == first       # then the first again
+    buffers, _ = lesson09._scratch[stream]
+    assert {first, second} == {b.data_ptr() for b in buffers} and first % 128 == second % 128 == 0
+    size = buffers[0].numel()
+    larger = lesson09._descriptor_scratch(size + 1, 128, stream)   # outgrown: new buffers
+    buffers, _ = lesson09._scratch[stream]
+    assert buffers[0].numel() > size and larger in {b.data_ptr() for b in buffers}
+
+
+@pytest.mark.skipif(not ON_GPU, reason="programmatic dependent launch needs a GPU")
+def test_back_to_back_matmuls_with_pdl_each_read_the_last_ones_result():
+    """With PDL a launch starts before the one it follows has finished: a chain y = y @ w of launches
+    back to back (no wait between them, each output an input of the next, outputs freed and reused)
+    must equal the same chain waited out launch by launch, bit for bit."""
+    assert lesson09.PDL
+    w = torch.randn(512, 512, device=DEVICE, dtype=torch.float16) / 512**0.5
+    start = torch.randn(512, 512, device=DEVICE, dtype=torch.float16)
+    results = []
+    for wait in (False, True):
+        y = start
+        for _ in range(30):
+            y = lesson09.matmul(y, w)
+            if wait:
+                torch.cuda.synchronize()
+        results.append(y)
+    torch.cuda.synchronize()
+    assert torch.isfinite(results[1]).all() and torch.equal(results[0], results[1])
 
 
 def grouped(tile, tiles_m, tiles_n, group=8):
