@@ -683,7 +683,8 @@ for gpu, record in records.items():
 #   launched with `launch_pdl=True` may start as soon as every program of the kernel before it has
 #   called `tl.extra.cuda.gdc_launch_dependents()` (or finished): its programs run what does not
 #   depend on that kernel (index arithmetic, loading weights), then wait at `tl.extra.cuda.gdc_wait()`
-#   until it has completed and its writes are visible. It does not remove the CPU's cost.
+#   until it has completed and its writes are visible. It does the same for launches back to back
+#   from Python (lesson 09's `matmul` launches this way), but it does not remove the CPU's cost.
 # - **Fewer launches** remove it only partly, as the per-kernel column shows: what each launch costs
 #   matters as much as how many there are. A leaner launch path (a launcher prepared once, as
 #   Inductor's and the course's are) cuts the cost of each, not all of it: what is left is Python all

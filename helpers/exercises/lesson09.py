@@ -19,6 +19,8 @@ Beyond the values, each check measures what the lesson teaches, with the interpr
 every load and store (on a GPU too, on small inputs): the bytes a tensor descriptor moved, the
 programs a launch ran, which elements each stored, how many tiles each program stored (no program
 more than its share, cdiv(tiles, programs)), and how often each residual element was read.
+Where the lesson's tile is square (a GPU's 128 x 128), one more product runs in the interpreter with
+tiles of 32 x 64 x 16, so that BLOCK_M and BLOCK_N mixed up show there too.
 Cases whose operands are views carry a hint: NaN there most often means a row stride taken as the
 width. (No case needs int64 offsets: descriptors and the scale's row index stay far below 2**31.)
 """
@@ -158,8 +160,64 @@ def _tma_cases():
 MATMUL_TOL = {F32: pick(cpu=(1e-5, 1e-5), gpu=(1e-2, 1e-2))}
 
 
+# The exercises' launchers read the lesson's tile, course.TMA_TILE, at every call. On a GPU it is
+# 128 x 128 x 64: BLOCK_M == BLOCK_N, so a kernel that uses one where the other belongs still gets
+# every case right. The CPU's tile, 32 x 64 x 16, has three sizes. Where the lesson's tile is square,
+# each structure check runs one more product in the interpreter with the CPU's tile set for the call.
+UNEQUAL_TILE = (32, 64, 16)
+
+# Said after _with_unequal_blocks finds a mix-up, {tile} the lesson's (square) tile.
+_SQUARE_HERE = (" The lesson's tile on this device is {tile}: BLOCK_M and BLOCK_N are equal there, so a "
+                "kernel that uses one where the other belongs passes every other case. Check each use: "
+                "rows of tiles and row offsets go with BLOCK_M, columns with BLOCK_N, the K loop steps by "
+                "BLOCK_K.")
+
+
+def _with_unequal_blocks(fn, *programs):
+    """None, or a message: where course.TMA_TILE has BLOCK_M == BLOCK_N (a GPU), fn(a, b, *programs)
+    run in the interpreter with TMA_TILE set to UNEQUAL_TILE for the call, against a @ b. A (70, 40) @
+    (40, 136) product: 3 x 3 tiles of 32 x 64, the last row and column of tiles cut by C's edge, and K
+    in 3 steps of 16, the last partial."""
+    from helpers.solutions import load_solution
+
+    course = load_solution("09")
+    lesson_tile = course.TMA_TILE
+    if lesson_tile[0] != lesson_tile[1]:
+        return None
+    M, K, N = 70, 40, 136
+    a, b = _operands(M, K, N, F32)
+    course.TMA_TILE = UNEQUAL_TILE
+    try:
+        with interpreter.record() as rec:
+            out, problem = _calling(fn, a, b, *programs)
+    finally:
+        course.TMA_TILE = lesson_tile
+    if problem:
+        return problem
+    want = a @ b
+    tile = " x ".join(map(str, UNEQUAL_TILE))
+    where = (f"with course.TMA_TILE set to {tile} (BLOCK_M, BLOCK_N, BLOCK_K) for one ({M}, {K}) @ ({K}, "
+             f"{N}) float32 product, run in the interpreter, your function")
+    for launch in rec.launches:   # columns of tiles counted with BLOCK_M: tiles past C's last column
+        past = _past_the_last_tile(launch, where)
+        if past:
+            return past + _SQUARE_HERE.format(tile=" x ".join(map(str, lesson_tile)))
+    if not isinstance(out, torch.Tensor) or out.shape != want.shape:
+        return (f"{where} returned {type(out).__name__} {tuple(getattr(out, 'shape', ()))}, not C "
+                f"{tuple(want.shape)}.")
+    wrong = ~torch.isclose(out.float(), want, rtol=1e-4, atol=1e-4)
+    if not wrong.any():
+        return None
+    row, col = (int(i) for i in wrong.nonzero()[0])
+    return (f"{where} got {int(wrong.sum()):,} of C's {want.numel():,} values wrong, the first at C[{row}, "
+            f"{col}] ({out[row, col].item():.4g}, not {want[row, col].item():.4g})."
+            + _SQUARE_HERE.format(tile=" x ".join(map(str, lesson_tile))))
+
+
+
 def _through_descriptors(fn):
-    """Every byte the kernel loaded and stored went through a tensor descriptor."""
+    """Every byte the kernel loaded and stored went through a tensor descriptor; and where the lesson's
+    tile is square, the product right with unequal blocks (_with_unequal_blocks)."""
     M, K, N = _odd(33, 63), 40, 24
     a, b = _operands(M, K, N, F32)
     launches, problem = _recorded(fn, a, b)
@@ -179,7 +237,7 @@ def _through_descriptors(fn):
         return (f"{where} stored {by_pointer_stored:,} of its {stored:,} bytes through pointers "
                 f"(tl.store), not through a tensor descriptor: C's tiles go out by descriptor too, and "
                 f"the rows and columns past C's edges are dropped by it, not by a mask.")
-    return None
+    return _with_unequal_blocks(fn)
 
 
 # ---------------------------------------------------------------- 2. persistent_matmul
@@ -265,7 +323,8 @@ def _past_the_last_tile(launch, where):
 
 def _each_tile_once(fn):
     """The launch has `programs` programs, every element of C is stored exactly once, and no program
-    stores more than its share of the tiles, or a tile past the last.
+    stores more than its share of the tiles, or a tile past the last; and where the lesson's tile is
+    square, the product right with unequal blocks (_with_unequal_blocks).
 
     C has more tiles than programs at any tile up to 128 x 128 (a launcher that caps the grid at the
     number of tiles still launches `programs` programs), and a number of tiles that `programs` does not
@@ -299,7 +358,7 @@ def _each_tile_once(fn):
                 f"was stored {int(counts.max())} times, by program(s) {by}. Each "
                 f"output tile belongs to one program and is computed once: check how your loop hands "
                 f"the tiles out, so that no two programs, and no program twice, take the same tile.")
-    return _unshared(stores, programs, where)
+    return _unshared(stores, programs, where) or _with_unequal_blocks(fn, 3)
 
 
 EXERCISES = [
