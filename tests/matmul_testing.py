@@ -1,8 +1,9 @@
 """What the kernel tests of lessons 05 and 09 to 11 share: inputs on the device (aligned column-slice
-views included), float64 copies, and the comparison with a float64 reference within a tolerance per
-dtype."""
+views included), float64 copies, the comparison with a float64 reference within a tolerance per
+dtype, and lesson 09's exercise launchers as its notebook writes them."""
 
 import torch
+import triton
 
 from helpers import DEVICE, pick
 from helpers.check import TOLERANCES
@@ -35,3 +36,33 @@ def assert_matches(got, want, tol, dtype):
     assert got.dtype == dtype and got.shape == want.shape, (got.dtype, got.shape, want.shape)
     atol, rtol = tol[dtype]
     torch.testing.assert_close(got.double(), want, atol=atol, rtol=rtol)
+
+
+def launched_as_in_the_notebook(kernel, persistent=False):
+    """Lesson 09's tma_matmul (or persistent_matmul) as its notebook cell writes it, around `kernel`:
+    it reads the lesson's tile, course.TMA_TILE, at every call, as a learner's launcher does. A check
+    that sets that tile for one call reaches this launcher; an edited copy of the solutions' own
+    launcher reads the copy's TMA_TILE instead."""
+    from helpers.solutions import load_solution
+
+    course = load_solution("09")
+
+    def tma_matmul(a, b):
+        (M, K), N = a.shape, b.shape[1]
+        c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+        BM, BN, BK = course.TMA_TILE
+        kernel[(triton.cdiv(M, BM) * triton.cdiv(N, BN),)](
+            course.descriptor(a, [BM, BK]), course.descriptor(b, [BK, BN]), course.descriptor(c, [BM, BN]),
+            M, N, K, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8)
+        return c
+
+    def persistent_matmul(a, b, programs=None):
+        (M, K), N = a.shape, b.shape[1]
+        c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+        BM, BN, BK = course.TMA_TILE
+        programs = course.SMS if programs is None else programs
+        kernel[(programs,)](course.descriptor(a, [BM, BK]), course.descriptor(b, [BK, BN]),
+                            course.descriptor(c, [BM, BN]), M, N, K, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK,
+                            GROUP_M=8, num_stages=2 if a.element_size() == 4 else 3)
+        return c
+    return persistent_matmul if persistent else tma_matmul

@@ -6,7 +6,14 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from matmul_testing import MATMUL_TOL, aligned_view, assert_matches, double, randn
+from matmul_testing import (
+    MATMUL_TOL,
+    aligned_view,
+    assert_matches,
+    double,
+    launched_as_in_the_notebook,
+    randn,
+)
 
 from helpers import DEVICE, ON_GPU
 from helpers.solutions import load_solution
@@ -232,29 +239,6 @@ def test_the_solutions_pass_their_exercise_checks(name):
     check(name, getattr(lesson09, name))
 
 
-def _as_in_the_notebook(kernel, persistent):
-    """A launcher written as the notebook's, reading course.TMA_TILE at every call, around `kernel`."""
-    def tma_matmul(a, b):
-        (M, K), N = a.shape, b.shape[1]
-        c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-        BM, BN, BK = lesson09.TMA_TILE
-        kernel[(triton.cdiv(M, BM) * triton.cdiv(N, BN),)](
-            lesson09.descriptor(a, [BM, BK]), lesson09.descriptor(b, [BK, BN]),
-            lesson09.descriptor(c, [BM, BN]), M, N, K, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8)
-        return c
-
-    def persistent_matmul(a, b, programs=None):
-        (M, K), N = a.shape, b.shape[1]
-        c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-        BM, BN, BK = lesson09.TMA_TILE
-        programs = lesson09.SMS if programs is None else programs
-        kernel[(programs,)](lesson09.descriptor(a, [BM, BK]), lesson09.descriptor(b, [BK, BN]),
-                            lesson09.descriptor(c, [BM, BN]), M, N, K, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK,
-                            GROUP_M=8, num_stages=2 if a.element_size() == 4 else 3)
-        return c
-    return persistent_matmul if persistent else tma_matmul
-
-
 @pytest.mark.parametrize("name, kernel, swapped", [
     ("tma_matmul", "tma_matmul_kernel", ("pid_n * BLOCK_N\n    acc = tl.zeros((BLOCK_M, BLOCK_N)",
                                          "pid_n * BLOCK_M\n    acc = tl.zeros((BLOCK_M, BLOCK_N)")),
@@ -272,9 +256,9 @@ def test_where_the_lessons_tile_is_square_a_block_mix_up_is_still_caught(name, k
     bm, _, bk = lesson09.TMA_TILE
     monkeypatch.setattr(lesson09, "TMA_TILE", (bm, bm, bk))
     monkeypatch.setenv("COURSE_ISOLATE", "0")   # in this process, where the tile is set
-    check(name, _as_in_the_notebook(getattr(lesson09, kernel), name == "persistent_matmul"))
+    check(name, launched_as_in_the_notebook(getattr(lesson09, kernel), name == "persistent_matmul"))
     with pytest.raises(CheckFailed, match="BLOCK_M and BLOCK_N are equal there"):
-        check(name, _as_in_the_notebook(edit("09", kernel, swapped), name == "persistent_matmul"))
+        check(name, launched_as_in_the_notebook(edit("09", kernel, swapped), name == "persistent_matmul"))
     assert lesson09.TMA_TILE == (bm, bm, bk)
 
 

@@ -8,6 +8,7 @@ operand through pointers instead: with every operand by descriptor it is a right
 import torch
 import triton
 import triton.language as tl
+from matmul_testing import launched_as_in_the_notebook
 
 from helpers.solutions import load_solution
 from mutants import Right, Wrong, edit
@@ -82,9 +83,11 @@ WRONG = [
     Wrong("tma_matmul", "the K loop steps by BLOCK_N", edit(
         "09", "tma_matmul", ("    for k in range(0, K, BLOCK_K):\n        a = a_desc.load([off_m, k])",
                              "    for k in range(0, K, BLOCK_N):\n        a = a_desc.load([off_m, k])"))),
-    Wrong("tma_matmul", "the tile's column offset pid_n * BLOCK_M", edit(
-        "09", "tma_matmul", ("    off_m, off_n = pid_m * BLOCK_M, pid_n * BLOCK_N\n    acc = tl.zeros((BLOCK_M, BLOCK_N)",
-                             "    off_m, off_n = pid_m * BLOCK_M, pid_n * BLOCK_M\n    acc = tl.zeros((BLOCK_M, BLOCK_N)"))),
+    # BLOCK_M where BLOCK_N belongs: on a GPU the tile is square, and only the check's product with
+    # unequal blocks, which sets course.TMA_TILE for a call, sees it; so launched as the notebook does
+    Wrong("tma_matmul", "the tile's column offset pid_n * BLOCK_M", launched_as_in_the_notebook(edit(
+        "09", "tma_matmul_kernel", ("pid_n * BLOCK_N\n    acc = tl.zeros((BLOCK_M, BLOCK_N)",
+                                    "pid_n * BLOCK_M\n    acc = tl.zeros((BLOCK_M, BLOCK_N)")))),
     Wrong("tma_matmul", "the K loop stops one step early", edit(
         "09", "tma_matmul", (TMA_K_LOOP, TMA_K_LOOP.replace("range(0, K, BLOCK_K)", "range(0, K - BLOCK_K, BLOCK_K)")))),
     Wrong("tma_matmul", "the K loop over whole tiles only: the partial last step skipped", edit(
@@ -143,9 +146,9 @@ WRONG += [
     Wrong("persistent_matmul", "a's descriptor built with a row stride of K, its width (a assumed contiguous)", edit(
         "09", "persistent_matmul", (LAUNCH + "descriptor(a, [BM, BK])",
                                     LAUNCH + "TensorDescriptor(a, [M, K], [K, 1], [BM, BK])"))),
-    Wrong("persistent_matmul", "columns of tiles counted with BLOCK_M", edit(
-        "09", "persistent_matmul", ("    num_pid_n = tl.cdiv(N, BLOCK_N)\n    for tile in range(",
-                                    "    num_pid_n = tl.cdiv(N, BLOCK_M)\n    for tile in range("))),
+    Wrong("persistent_matmul", "columns of tiles counted with BLOCK_M", launched_as_in_the_notebook(edit(
+        "09", "persistent_matmul_kernel", ("tl.cdiv(N, BLOCK_N)\n    for tile in range(",
+                                           "tl.cdiv(N, BLOCK_M)\n    for tile in range(")), persistent=True)),
     Wrong("persistent_matmul", "every program walks as many tiles as program 0: past the last tile", edit(
         "09", "persistent_matmul", (
             "    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):",
