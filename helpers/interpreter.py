@@ -94,6 +94,8 @@ class Launch:
     touches: list = dataclasses.field(default_factory=list)
     # the indices in `touches` of those made by atomic operations (filed as stores: they write)
     atomic_touches: set = dataclasses.field(default_factory=set)
+    # ... and of those among them scoped to one program (scope="cta"): atomic only among its threads
+    program_scoped_touches: set = dataclasses.field(default_factory=set)
     # the program id of each descriptor store whose whole box lay outside its tensor: nothing stored
     # (the hardware drops it, as the interpreter does), and so no touch either
     stores_outside: list = dataclasses.field(default_factory=list)
@@ -181,8 +183,9 @@ def _untagged(ptrs):
     return type(ptrs)(np.asarray(ptrs.data, dtype=np.uint64) & _ADDRESS, ptrs.dtype)
 
 
-def _check_and_count(ptrs, mask, verb, arg_store, atomic=False):
-    """Check each masked-in lane against the tensor its pointer came from; count the bytes."""
+def _check_and_count(ptrs, mask, verb, arg_store, atomic=False, program_scoped=False):
+    """Check each masked-in lane against the tensor its pointer came from; count the bytes.
+    atomic: an atomic operation; program_scoped: one with scope="cta"."""
     tagged = _active(ptrs, mask)
     tags = (tagged >> _TAG_SHIFT).astype(np.int64)
     addresses = (tagged & _ADDRESS).astype(np.int64)
@@ -222,7 +225,15 @@ def _check_and_count(ptrs, mask, verb, arg_store, atomic=False):
                 offs = (addresses[owner == i] - s.lo) // s.itemsize
                 if atomic:
                     launch.atomic_touches.add(len(launch.touches))
+                if program_scoped:
+                    launch.program_scoped_touches.add(len(launch.touches))
                 launch.touches.append((pid, s.name, "store" if arg_store else "load", offs))
+
+
+def _program_scoped(args, kwargs):
+    """Whether an atomic operation's scope (its builder call's last argument) is one program's, "cta"."""
+    scope = kwargs.get("scope", args[-1] if args else None)
+    return getattr(scope, "name", str(scope)).upper().endswith("CTA")
 
 
 def _wrap_builder(builder_cls):
@@ -238,12 +249,15 @@ def _wrap_builder(builder_cls):
         _check_and_count(ptrs, mask, "stored", arg_store=True)
         return store(self, _untagged(ptrs), value, mask, *args, **kwargs)
 
+    # (ptr, cmp, val, sem, scope) and (op, ptr, val, mask, sem, scope): the scope comes last
     def create_atomic_cas(self, ptr, *args, **kwargs):
-        _check_and_count(ptr, None, "updated (atomic_cas)", arg_store=True, atomic=True)
+        _check_and_count(ptr, None, "updated (atomic_cas)", arg_store=True, atomic=True,
+                         program_scoped=_program_scoped(args, kwargs))
         return cas(self, _untagged(ptr), *args, **kwargs)
 
     def create_atomic_rmw(self, op, ptr, val, mask, *args, **kwargs):
-        _check_and_count(ptr, mask, "updated (atomic)", arg_store=True, atomic=True)
+        _check_and_count(ptr, mask, "updated (atomic)", arg_store=True, atomic=True,
+                         program_scoped=_program_scoped(args, kwargs))
         return rmw(self, op, _untagged(ptr), val, mask, *args, **kwargs)
 
     def set_grid_idx(self, *idx):

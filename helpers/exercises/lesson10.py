@@ -28,8 +28,8 @@ every load and store (on a GPU too, on small inputs):
    right of the diagonal skipped), no N x N tensor, V's loads in V's own storage (no copy), and the
    block rule: run with 16 query rows and
    tiles of 32 keys, the kernel must refuse to compile (`tl.static_assert`) or still be right;
-3. one launch writes dQ, dK and dV, and every write into dQ is an atomic add (full and causal, at a
-   length no block divides: every MASK branch runs);
+3. one launch writes dQ, dK and dV, and every write into dQ is an atomic add of the whole launch's
+   scope, not scope="cta" (full and causal, at a length no block divides: every MASK branch runs);
 4. x read exactly twice, one exponential per element in each pass (the interpreter's exp is
    counted), the first pass visiting the tiles from the first to the last and the second from the
    last to the first, in those orders.
@@ -491,6 +491,14 @@ def _dq_writes(fn, causal):
                 f"two programs interleave, and one share is lost. The interpreter runs programs one after "
                 f"another, so the values came out right here; tl.atomic_add does the read, the add and "
                 f"the write as one step (in the L2 cache), and no share is lost on a GPU either.")
+    narrow = sum(1 for i, (_pid, name, kind, _o) in enumerate(launch.touches)
+                 if grad(name) == "dq" and i in launch.program_scoped_touches)
+    if narrow:
+        return (f"{where} added into dQ with {narrow} atomic add(s) of scope \"cta\": atomic only among the "
+                f"threads of one program. Programs of other key blocks add into the same rows at the same "
+                f"time on a GPU, and against them such an add is a plain load, add and store: shares are "
+                f"lost. The interpreter runs programs one after another, so the values came out right "
+                f"here. Leave the scope at its default, \"gpu\": atomic among every program of the launch.")
     return None
 
 

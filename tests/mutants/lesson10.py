@@ -128,6 +128,9 @@ BACKWARD_WRONG = [
         "10", "attention_backward", (ADD, "            tl.store(dq_ptrs, tl.load(dq_ptrs) + dq)\n"),
         (ADD_MASKED, "            row_ok = offs_m[:, None] < n_ctx\n"
                      "            tl.store(dq_ptrs, tl.load(dq_ptrs, mask=row_ok) + dq, mask=row_ok)\n"))),
+    Wrong("atomic_backward", "atomic adds of scope \"cta\": atomic within one program only, a race on a GPU",
+          edit("10", "attention_backward", (ADD, ADD.replace('sem="relaxed"', 'sem="relaxed", scope="cta"')),
+               (ADD_MASKED, ADD_MASKED.replace('sem="relaxed"', 'sem="relaxed", scope="cta"')))),
     Wrong("atomic_backward", "load, add, store in the causal branch only: a race on a GPU", _race_in("causal")),
     Wrong("atomic_backward", "load, add, store in the \"ends\" branch only: a race on a GPU", _race_in("ends")),
     Wrong("atomic_backward", "dQ's share not scaled by sm_scale", edit(
