@@ -757,7 +757,9 @@ for gpu in recorded_devices():
 # launch: each is built and checked in Python, then encoded by the launch. That matters more at the
 # sizes marked `*`.
 #
-# Launched back to back, most of the gap closes (the last line). That is PDL: each launch builds its
+# Launched back to back, most of the gap closes (the last line). Both kernels find their inputs in
+# L2 there, which shortens both alike; what closes the gap is PDL (the rows recorded before `matmul`
+# launched with it had a launched gap as wide as the graphed one): each launch builds its
 # descriptors while the kernel before it finishes its last tiles, and waits only after. A graph
 # replay behind do_bench's L2 flush cannot hide them: the flush, not another matmul, runs just
 # before it. Where the host is slower than the kernel (the `*` rows), PDL cannot help either: there
