@@ -12,7 +12,8 @@ and, built from them:
 
     matmul          a @ b (or a @ b.T), persistent, TMA-fed, autotuned on CUDA-graph timings so that the
                     choice does not flip between runs; an optional per-row scale in the epilogue;
-                    descriptors built by each program, launched through a launcher prepared once
+                    descriptors built by each program, launched through a launcher prepared once,
+                    with programmatic dependent launch (on a GPU)
     rmsnorm_linear  lesson 05's RMSNorm + linear for inference: gamma folded into W once, 1/rms once
                     per row, then `matmul` with the row scale in its epilogue
     linear          the matmul lesson 11's decoder block runs on: scale[:, None] * (h @ w.T) + residual,
