@@ -20,7 +20,9 @@ every load and store (on a GPU too, on small inputs): the bytes a tensor descrip
 programs a launch ran, which elements each stored, how many tiles each program stored (no program
 more than its share, cdiv(tiles, programs)), and how often each residual element was read.
 Where the lesson's tile is square (a GPU's 128 x 128), one more product runs in the interpreter with
-tiles of 32 x 64 x 16, so that BLOCK_M and BLOCK_N mixed up show there too.
+tiles of 32 x 64 x 16, so that BLOCK_M and BLOCK_N mixed up show there too; `linear` runs one such
+product always, its autotuner given that one configuration for the call (on a GPU it may choose a
+square tile for every other case).
 Cases whose operands are views carry a hint: NaN there most often means a row stride taken as the
 width. (No case needs int64 offsets: descriptors and the scale's row index stay far below 2**31.)
 """
@@ -166,6 +168,11 @@ MATMUL_TOL = {F32: pick(cpu=(1e-5, 1e-5), gpu=(1e-2, 1e-2))}
 # each structure check runs one more product in the interpreter with the CPU's tile set for the call.
 UNEQUAL_TILE = (32, 64, 16)
 
+def _raised(where, problem):
+    """`where` ("..., your function") followed by what _calling's message says it raised."""
+    return f"{where} raised {problem.removeprefix('measuring it, your function raised ')}."
+
+
 # Said after _with_unequal_blocks finds a mix-up, {tile} the lesson's (square) tile.
 _SQUARE_HERE = (" The lesson's tile on this device is {tile}: BLOCK_M and BLOCK_N are equal there, so a "
                 "kernel that uses one where the other belongs passes every other case. Check each use: "
@@ -192,12 +199,12 @@ def _with_unequal_blocks(fn, *programs):
             out, problem = _calling(fn, a, b, *programs)
     finally:
         course.TMA_TILE = lesson_tile
-    if problem:
-        return problem
     want = a @ b
     tile = " x ".join(map(str, UNEQUAL_TILE))
     where = (f"with course.TMA_TILE set to {tile} (BLOCK_M, BLOCK_N, BLOCK_K) for one ({M}, {K}) @ ({K}, "
              f"{N}) float32 product, run in the interpreter, your function")
+    if problem:
+        return _raised(where, problem) + _SQUARE_HERE.format(tile=" x ".join(map(str, lesson_tile)))
     for launch in rec.launches:   # columns of tiles counted with BLOCK_M: tiles past C's last column
         past = _past_the_last_tile(launch, where)
         if past:
@@ -518,8 +525,68 @@ def _epilogue_structure(fn):
             f"whole: read each of its tiles, with the residual's own row stride, in the epilogue.")
 
 
+def _linear_structure(fn):
+    """_epilogue_structure, then the product with unequal blocks (_linear_unequal_blocks)."""
+    return _epilogue_structure(fn) or _linear_unequal_blocks(fn)
+
+
+def _linear_unequal_blocks(fn):
+    """None, or a message: one product run in the interpreter with linear_kernel's autotuner given
+    a single configuration of tiles 32 x 64 x 16 for the call, against the reference. On a GPU the
+    autotuner may choose a square tile (BLOCK_M == BLOCK_N) for every other case, and there a kernel
+    that uses one where the other belongs gets the values right. A (70, 40) @ (40, 136) product with
+    a scale and a residual: 3 x 3 tiles, the last row and column cut by the output's edge, and K in
+    3 steps of 16, the last partial."""
+    import triton
+
+    kernel = getattr(fn, "__globals__", {}).get("linear_kernel")
+    if not hasattr(kernel, "configs"):
+        return ("the check runs your linear_kernel once more with other block sizes through its "
+                "autotuner, but found no autotuned linear_kernel beside your linear: keep the "
+                "@triton.autotune line of the stub.")
+    bm, bn, bk = UNEQUAL_TILE
+    config = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "FLATTEN": True,
+                            "WARP_SPECIALIZE": False}, num_warps=4, num_stages=1)
+    M, K, N = 70, 40, 136
+    h, w, scale, residual = _linear_operands(M, K, N, F32, True, True, False)
+    saved = kernel.configs, getattr(kernel, "cache", None)
+    kernel.configs = [config]
+    if saved[1] is not None:
+        kernel.cache = {}         # a size the autotuner has seen would keep the configuration it chose
+    try:
+        with interpreter.record() as rec:
+            out, problem = _calling(fn, h, w, scale, residual)
+    finally:
+        kernel.configs = saved[0]
+        if saved[1] is not None:
+            kernel.cache = saved[1]
+    where = (f"run with BLOCK_M, BLOCK_N, BLOCK_K = {bm}, {bn}, {bk} (the check gave your autotuner this one "
+             f"configuration for one call) on h ({M}, {K}), w ({N}, {K}), a scale and a residual, "
+             f"float32, in the interpreter, your code")
+    why = (" The autotuner may choose a square tile (BLOCK_M == BLOCK_N) for the other cases, and there "
+           "a kernel that uses one where the other belongs gets the values right. Check each use: rows "
+           "of tiles, row offsets and the scale's rows go with BLOCK_M, columns with BLOCK_N, the K loop "
+           "steps by BLOCK_K, and each descriptor's block is (rows, columns) of its own tensor.")
+    if problem:
+        return _raised(where, problem) + why
+    for launch in rec.launches:
+        past = _past_the_last_tile(launch, where)
+        if past:
+            return past + why
+    want = linear_reference(h, w, scale, residual)
+    if not isinstance(out, torch.Tensor) or out.shape != want.shape:
+        return (f"{where} returned {type(out).__name__} {tuple(getattr(out, 'shape', ()))}, not the output "
+                f"{tuple(want.shape)}.")
+    wrong = ~torch.isclose(out.float(), want, rtol=1e-4, atol=1e-4)
+    if not wrong.any():
+        return None
+    row, col = (int(i) for i in wrong.nonzero()[0])
+    return (f"{where} got {int(wrong.sum()):,} of the output's {want.numel():,} values wrong, the first at "
+            f"out[{row}, {col}] ({out[row, col].item():.4g}, not {want[row, col].item():.4g})." + why)
+
+
 EXERCISES += [
     Exercise("09", "linear", "the flattened persistent matmul with its epilogues", linear_reference,
-             _linear_cases, tol=MATMUL_TOL, kernel=True, structure=_epilogue_structure,
+             _linear_cases, tol=MATMUL_TOL, kernel=True, structure=_linear_structure,
              contiguous_output=True),
 ]
