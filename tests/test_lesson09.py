@@ -289,7 +289,7 @@ def test_where_linears_autotuner_has_only_square_tiles_a_block_mix_up_is_still_c
     if mix_up is None:
         check("linear", linear)
     else:
-        with pytest.raises(CheckFailed, match="may choose a square tile"):
+        with pytest.raises(CheckFailed, match="may choose square blocks"):
             check("linear", linear)
     assert kernel.configs[0].kwargs["BLOCK_N"] == bm      # the autotuner's configurations given back
 

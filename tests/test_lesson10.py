@@ -80,6 +80,37 @@ def test_the_solutions_pass_their_exercise_checks(name, fn):
     check(name, getattr(lesson10, fn))
 
 
+DIAGONAL_END = ("offs_m, start_m, start_m + BLOCK_M,\n"
+                "                                    qk_scale, BLOCK_N, True)")
+
+
+@pytest.mark.parametrize("mix_up", [
+    None,
+    (DIAGONAL_END, DIAGONAL_END.replace("+ BLOCK_M", "+ BLOCK_N")),
+    ("k_desc = head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n, n_ctx, HEAD_DIM, BLOCK_N)",
+     "k_desc = head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n, n_ctx, HEAD_DIM, BLOCK_M)")])
+def test_where_the_autotuner_has_only_square_blocks_a_block_mix_up_is_still_caught(mix_up, monkeypatch):
+    """On a GPU causal_attention's autotuner may choose square blocks for every case; given only square
+    blocks here too, the check's extra run with 32 query rows and key tiles of 16 still rejects a kernel
+    that mixes up BLOCK_M and BLOCK_N, and accepts the right one."""
+    from mutants import edit
+
+    from helpers import check
+    from helpers.check import CheckFailed
+
+    causal_attention = edit("10", "causal_attention", *([mix_up] if mix_up else []))
+    kernel = causal_attention.__globals__["causal_attention_kernel"]
+    monkeypatch.setattr(kernel, "configs", [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4,
+                                                          num_stages=1)])
+    monkeypatch.setenv("COURSE_ISOLATE", "0")
+    if mix_up is None:
+        check("causal_attention", causal_attention)
+    else:
+        with pytest.raises(CheckFailed, match="may choose square blocks"):
+            check("causal_attention", causal_attention)
+    assert kernel.configs[0].kwargs["BLOCK_N"] == 32      # the autotuner's configurations given back
+
+
 def test_the_causal_cases_reach_underflow_and_overflow():
     """The "negative" rows: every score so low that exp underflows to 0 unless the max is subtracted
     (a running max started at 0 then divides 0 by 0); the "positive" ones overflow exp."""

@@ -5,6 +5,7 @@ reference, and a function that draws fresh random cases (shapes chosen to be
 awkward on purpose). `helpers.check(name, fn)` looks the exercise up here.
 """
 
+import contextlib
 import dataclasses
 import importlib
 import os
@@ -58,6 +59,53 @@ def room_for(nbytes):
             return False
         time.sleep(1.0)
     return True
+
+
+@contextlib.contextmanager
+def tuned_over(kernel, configs):
+    """While the block runs, `kernel` (a @triton.autotune object) chooses among `configs` alone: its
+    own list of configurations and the choices it has cached (a size it has seen keeps the choice it
+    made) are set aside, and given back after."""
+    saved, cache = kernel.configs, getattr(kernel, "cache", None)
+    kernel.configs = configs
+    if cache is not None:
+        kernel.cache = {}
+    try:
+        yield
+    finally:
+        kernel.configs = saved
+        if cache is not None:
+            kernel.cache = cache
+
+
+def run_with_config(fn, kernel_name, config, *args):
+    """(fn(*args), the interpreter's launches, None), fn run in the interpreter with the autotuned
+    kernel `kernel_name` beside it (in fn's globals, as a notebook cell's function finds it) given
+    `config` alone for the call; or (None, None, a message) when there is no such kernel or the call
+    raised. On a GPU an autotuner may choose square blocks (BLOCK_M == BLOCK_N) for every case of a
+    check, where a kernel that uses one where the other belongs still gets the values right: the
+    checks run one more call this way with blocks of unequal sizes."""
+    from helpers import interpreter
+
+    kernel = getattr(fn, "__globals__", {}).get(kernel_name)
+    if not hasattr(kernel, "configs"):
+        return None, None, (f"the check runs your {kernel_name} once more with other block sizes through its "
+                            f"autotuner, but found no autotuned {kernel_name} beside your function: keep the "
+                            f"@triton.autotune line of the stub.")
+    blocks = ", ".join(f"{k} = {v}" for k, v in config.kwargs.items() if k.startswith("BLOCK"))
+    with tuned_over(kernel, [config]), interpreter.record() as rec:
+        try:
+            return fn(*args), rec.launches, None
+        except Exception as e:  # noqa: BLE001  (the learner's kernel: say what it raised)
+            return None, None, (f"run with {blocks} (the check gave your autotuner this one configuration "
+                                f"for one call), in the interpreter, your kernel raised {type(e).__name__}: "
+                                f"{str(e)[:200]}.")
+
+
+# Said after such a run finds a mix-up of the blocks.
+UNEQUAL_BLOCKS_WHY = (" The autotuner may choose square blocks (BLOCK_M == BLOCK_N) for every other case, "
+                      "and there a kernel that uses one where the other belongs gets the values right. "
+                      "Check each use of BLOCK_M, BLOCK_N and BLOCK_K: ")
 
 
 @dataclasses.dataclass

@@ -23,7 +23,10 @@ per query block is), the causal kernels skip the tiles right of the diagonal
 (counted in K/V bytes loaded and in the matrix products' multiply-adds, then program
 by program against the exact count for the kernel's own blocks), the
 PyTorch backward writes the gradients itself (autograd records nothing), and the
-autograd.Function's backward runs Triton kernels and holds no N x N tensor.
+autograd.Function's backward runs Triton kernels and holds no N x N tensor. The forward
+kernels run once more with 32 query rows and key tiles of 16 (their autotuner given that
+one configuration): on a GPU short sequences run with square 64 x 64 blocks, where BLOCK_M
+and BLOCK_N mixed up give the right values.
 """
 
 import collections
@@ -35,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import Case, Exercise, later, room_for
+from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, later, room_for, run_with_config
 from helpers.traffic import largest_tensor, triton_traffic
 
 
@@ -454,6 +457,43 @@ def _one_tile_too_many(dots, every_tile, held="queries", streamed="keys"):
             f"still loaded and multiplied. Look at the bound of the loop that reaches the diagonal.")
 
 
+def _unequal_blocks(kernel_name, causal):
+    """A structure check: one more forward in the interpreter with the autotuner of `kernel_name` given
+    BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 for the call (run_with_config), out and lse
+    against the reference. On a GPU the first configuration, the one short sequences run with, is 64 x
+    64. N = 70: three query blocks, the last cut by N, and five key tiles, the last cut too."""
+    def check(fn):
+        import triton
+
+        B, H, N, D = 1, 2, 70, 16
+        q, k, v = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(3))
+        config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
+        got, _, problem = run_with_config(fn, kernel_name, config, q, k, v)
+        why = UNEQUAL_BLOCKS_WHY + ("the query block's rows and the rows of out and lse go with BLOCK_M, "
+                                    "the key tiles and the loop's step with BLOCK_N" +
+                                    (", and the diagonal's keys end where the query block ends." if causal
+                                     else "."))
+        if problem:
+            return problem + why
+        want = attention_reference(*(t.double() for t in (q, k, v)), causal=causal)
+        where = (f"run with BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 (the check gave your "
+                 f"autotuner this one configuration for one call), at B{B} H{H} N{N} D{D} float32 in the "
+                 f"interpreter, your kernel")
+        if not (isinstance(got, tuple) and len(got) == 2):
+            return f"{where} returned {type(got).__name__}, not (out, lse)."
+        for name, ours, ref in zip(("out", "lse"), got, want):
+            if not isinstance(ours, torch.Tensor) or ours.shape != ref.shape:
+                return (f"{where} returned {name} {type(ours).__name__} "
+                        f"{tuple(getattr(ours, 'shape', ()))}, not {tuple(ref.shape)}.")
+            wrong = ~torch.isclose(ours.double(), ref, atol=1e-4, rtol=1e-4)    # exact products
+            if wrong.any():
+                b, h, n = (int(i) for i in wrong.nonzero()[0][:3])
+                return (f"{where} got {int(wrong.sum()):,} of {name}'s {ref.numel():,} values wrong, the "
+                        f"first in query row {n} of head {h}." + why)
+        return None
+    return check
+
+
 def _skips_tiles(fn):
     """The causal kernel loads clearly fewer K/V bytes than query blocks that visit every tile.
 
@@ -597,9 +637,11 @@ EXERCISES = [
     Exercise("06", "attention_tiled", "tiled attention, online softmax (PyTorch)", attention_reference,
              _tiled_cases, tol=FP32, structure=_tiles_only, nan_hint=CAUSAL_NAN),
     Exercise("06", "flash_forward", "FlashAttention forward (Triton)", _full, _kernel_cases, tol=FP32,
-             kernel=True, copies_inputs=True),
+             kernel=True, copies_inputs=True, structure=_unequal_blocks("flash_fwd_kernel", causal=False)),
     Exercise("06", "flash_forward_causal", "causal forward, tiles skipped", _causal, _kernel_cases,
-             tol=FP32, kernel=True, copies_inputs=True, structure=_skips_tiles, nan_hint=CAUSAL_NAN),
+             tol=FP32, kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN,
+             structure=lambda fn: (_skips_tiles(fn)
+                                   or _unequal_blocks("flash_fwd_causal_kernel", causal=True)(fn))),
     Exercise("06", "attention_backward_torch", "attention gradients by hand (PyTorch)", _gradients,
              _torch_backward_cases, tol=GRADS, structure=_by_hand, nan_hint=CAUSAL_NAN),
     Exercise("06", "flash_backward_dkdv", "dK/dV kernel (Triton)", _dkdv, _backward_cases, tol=GRADS,

@@ -31,10 +31,11 @@ import math
 
 import numpy as np
 import torch
+import triton
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import Case, Exercise
+from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, run_with_config
 
 F16, F32 = torch.float16, torch.float32
 NEG_INF = float("-inf")
@@ -531,45 +532,25 @@ def _linear_structure(fn):
 
 
 def _linear_unequal_blocks(fn):
-    """None, or a message: one product run in the interpreter with linear_kernel's autotuner given
-    a single configuration of tiles 32 x 64 x 16 for the call, against the reference. On a GPU the
-    autotuner may choose a square tile (BLOCK_M == BLOCK_N) for every other case, and there a kernel
-    that uses one where the other belongs gets the values right. A (70, 40) @ (40, 136) product with
-    a scale and a residual: 3 x 3 tiles, the last row and column cut by the output's edge, and K in
-    3 steps of 16, the last partial."""
-    import triton
-
-    kernel = getattr(fn, "__globals__", {}).get("linear_kernel")
-    if not hasattr(kernel, "configs"):
-        return ("the check runs your linear_kernel once more with other block sizes through its "
-                "autotuner, but found no autotuned linear_kernel beside your linear: keep the "
-                "@triton.autotune line of the stub.")
+    """One product run in the interpreter with linear_kernel's autotuner given a single configuration
+    of tiles 32 x 64 x 16 for the call (run_with_config), against the reference: a (70, 40) @ (40, 136)
+    product with a scale and a residual, 3 x 3 tiles, the last row and column cut by the output's edge,
+    and K in 3 steps of 16, the last partial."""
     bm, bn, bk = UNEQUAL_TILE
     config = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "FLATTEN": True,
                             "WARP_SPECIALIZE": False}, num_warps=4, num_stages=1)
     M, K, N = 70, 40, 136
     h, w, scale, residual = _linear_operands(M, K, N, F32, True, True, False)
-    saved = kernel.configs, getattr(kernel, "cache", None)
-    kernel.configs = [config]
-    if saved[1] is not None:
-        kernel.cache = {}         # a size the autotuner has seen would keep the configuration it chose
-    try:
-        with interpreter.record() as rec:
-            out, problem = _calling(fn, h, w, scale, residual)
-    finally:
-        kernel.configs = saved[0]
-        if saved[1] is not None:
-            kernel.cache = saved[1]
+    out, launches, problem = run_with_config(fn, "linear_kernel", config, h, w, scale, residual)
+    why = UNEQUAL_BLOCKS_WHY + ("rows of tiles, row offsets and the scale's rows go with BLOCK_M, columns "
+                                "with BLOCK_N, the K loop steps by BLOCK_K, and each descriptor's block is "
+                                "(rows, columns) of its own tensor.")
+    if problem:
+        return problem + why
     where = (f"run with BLOCK_M, BLOCK_N, BLOCK_K = {bm}, {bn}, {bk} (the check gave your autotuner this one "
              f"configuration for one call) on h ({M}, {K}), w ({N}, {K}), a scale and a residual, "
              f"float32, in the interpreter, your code")
-    why = (" The autotuner may choose a square tile (BLOCK_M == BLOCK_N) for the other cases, and there "
-           "a kernel that uses one where the other belongs gets the values right. Check each use: rows "
-           "of tiles, row offsets and the scale's rows go with BLOCK_M, columns with BLOCK_N, the K loop "
-           "steps by BLOCK_K, and each descriptor's block is (rows, columns) of its own tensor.")
-    if problem:
-        return _raised(where, problem) + why
-    for launch in rec.launches:
+    for launch in launches:
         past = _past_the_last_tile(launch, where)
         if past:
             return past + why

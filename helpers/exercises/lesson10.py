@@ -27,7 +27,9 @@ every load and store (on a GPU too, on small inputs):
 1. every byte moved through a tensor descriptor, the bytes of K read against the causal count (tiles
    right of the diagonal skipped), no N x N tensor, V's loads in V's own storage (no copy), and the
    block rule: run with 16 query rows and
-   tiles of 32 keys, the kernel must refuse to compile (`tl.static_assert`) or still be right;
+   tiles of 32 keys, the kernel must refuse to compile (`tl.static_assert`) or still be right; and
+   run with 32 query rows and tiles of 16 keys it must be right (on a GPU the autotuner may choose
+   square blocks for every case, where BLOCK_M and BLOCK_N mixed up give the right values);
 3. one launch writes dQ, dK and dV, and every write into dQ is an atomic add of the whole launch's
    scope, not scope="cta" (full and causal, at a length no block divides: every MASK branch runs);
 4. x read exactly twice, one exponential per element in each pass (the interpreter's exp is
@@ -48,7 +50,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import Case, Exercise, later, room_for
+from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, later, room_for, run_with_config, tuned_over
 from helpers.exercises.lesson05 import SOFTMAX_TOL
 
 F16, F32 = torch.float16, torch.float32
@@ -244,10 +246,9 @@ def _block_rule(fn):
                 "autotuner, but found no autotuned causal_attention_kernel beside your causal_attention: "
                 "keep the @triton.autotune line of the stub.")
     q, k, v = projection_views(1, 1, 40, 16, F32)
-    saved = kernel.configs
-    kernel.configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
     try:
-        out = fn(q, k, v)
+        with tuned_over(kernel, [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1)]):
+            out = fn(q, k, v)
     except Exception as e:  # noqa: BLE001  (the learner's kernel, on purpose with a shape it should refuse)
         if _asserted(e):
             return None
@@ -260,8 +261,6 @@ def _block_rule(fn):
         return (f"run with BLOCK_M = 16 query rows and key tiles of BLOCK_N = 32, your kernel raised "
                 f"{type(e).__name__}: {str(e)[:200]}. A configuration that breaks the causal loop's block "
                 f"rule should stop at compile time with the rule's own message (tl.static_assert).")
-    finally:
-        kernel.configs = saved
     want = causal_attention_reference(*(t.double() for t in (q, k, v)))
     atol, rtol = CAUSAL_TOL[F32]
     if isinstance(out, torch.Tensor) and torch.allclose(out.double(), want, atol=atol, rtol=rtol):
@@ -340,7 +339,35 @@ def _causal_structure(fn):
                 f"of the projection's columns that V views (rows {s_n} values apart). Pass v itself, with "
                 f"its strides, to a descriptor over its slice; a copy into another layout (.contiguous()) "
                 f"is the extra read and write this kernel exists to remove.")
-    return _block_rule(fn)
+    return _block_rule(fn) or _unequal_blocks(fn)
+
+
+def _unequal_blocks(fn):
+    """One more run, in the interpreter, with the autotuner given BLOCK_M = 32 query rows and key tiles
+    of BLOCK_N = 16 for the call (run_with_config). N = 70: three query blocks, the last cut by N, each
+    with two key tiles on its diagonal."""
+    B, H, N, D = 1, 2, 70, 16
+    q, k, v = projection_views(B, H, N, D, F32)
+    config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
+    out, _, problem = run_with_config(fn, "causal_attention_kernel", config, q, k, v)
+    why = UNEQUAL_BLOCKS_WHY + ("the query block's rows, Q's and the output's descriptors go with "
+                                "BLOCK_M; K's and V's descriptors and the key loop's step with BLOCK_N; the "
+                                "diagonal's keys end where the query block ends, at start_m + BLOCK_M.")
+    if problem:
+        return problem + why
+    want = causal_attention_reference(*(t.double() for t in (q, k, v)))
+    where = (f"run with BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 (the check gave your "
+             f"autotuner this one configuration for one call), at B{B} H{H} N{N} D{D} float32 in the "
+             f"interpreter, your kernel")
+    if not isinstance(out, torch.Tensor) or out.shape != want.shape:
+        return (f"{where} returned {type(out).__name__} {tuple(getattr(out, 'shape', ()))}, not "
+                f"{tuple(want.shape)}.")
+    wrong = ~torch.isclose(out.double(), want, atol=1e-4, rtol=1e-4)    # exact products: CPU's float32
+    if not wrong.any():
+        return None
+    b, n, h, d = (int(i) for i in wrong.nonzero()[0])
+    return (f"{where} got {int(wrong.sum()):,} of the output's {want.numel():,} values wrong, the first at "
+            f"out[{b}, {n}, {h}, {d}] (query row {n}, head {h})." + why)
 
 
 # float32 on the CPU: the interpreter multiplies exactly, but scores of size ~400 (in base 2) carry a
