@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from helpers.block import SMALL, block_input, block_weights, decoder_block, rope_tables
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import Case, Exercise, later, room_for
+from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, later, room_for, run_with_config
 from helpers.exercises.lesson09 import _past_the_last_tile, _unshared
 from helpers.exercises.lesson10 import SPAN_BYTES, SPREAD, _recorded, int64_hint
 from helpers.traffic import HARNESS, EagerWork, source_line
@@ -248,7 +248,8 @@ def _product_in_the_epilogue(fn):
     """One launch stores, and what it stores is the output, once: the (M, 2f) product of the matmul
     never goes to memory (SiLU(gate) * up is computed in the epilogue, from the accumulator). With
     several output tiles, the persistent walk the stub gives is kept: no program stores more than its
-    share of the tiles, or a tile past the last."""
+    share of the tiles, or a tile past the last. Then one more product with unequal tiles
+    (_unequal_blocks)."""
     M, K, f = 37, 64, pick(160, 800)     # several tiles across the product: 3 at the CPU's 128 columns
     h, w = _aligned(M, K, F32, False), _gate_up(f, K, F32, False, 1.0)
     launches, problem = _recorded(fn, h, w, touches=True)
@@ -270,7 +271,42 @@ def _product_in_the_epilogue(fn):
     if past:
         return past
     stores = [(pid, offs) for pid, _name, kind, offs in main.touches if kind == "store"]
-    return _unshared(stores, math.prod(main.grid), where)
+    return _unshared(stores, math.prod(main.grid), where) or _unequal_blocks(fn)
+
+
+def _unequal_blocks(fn):
+    """One more product in the interpreter with the autotuner given tiles of 32 x 64 x 16 for the call
+    (run_with_config: on a GPU it may choose square tiles for every case): h (70, 40), 68 output
+    columns (136 interleaved rows of w_gate_up), 3 x 3 tiles, the last row and column cut, K in 3
+    steps of 16, the last partial."""
+    import triton
+
+    M, K, f = 70, 40, 68
+    h, w = _aligned(M, K, F32, False), _gate_up(f, K, F32, False, 1.0)
+    config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8}, num_warps=4,
+                           num_stages=1)
+    out, launches, problem = run_with_config(fn, "swiglu_linear_kernel", config, h, w)
+    why = UNEQUAL_BLOCKS_WHY + ("rows of tiles and row offsets go with BLOCK_M; the product's columns, "
+                                "and half of them in the output, with BLOCK_N; the K loop steps by BLOCK_K.")
+    if problem:
+        return problem + why
+    where = (f"run with BLOCK_M, BLOCK_N, BLOCK_K = 32, 64, 16 (the check gave your autotuner this one "
+             f"configuration for one call) on h ({M}, {K}) and w_gate_up ({2 * f}, {K}), float32, in the "
+             f"interpreter, your code")
+    for launch in launches:
+        past = _past_the_last_tile(launch, where)
+        if past:
+            return past + why
+    want = swiglu_linear_reference(h, w)
+    if not isinstance(out, torch.Tensor) or out.shape != want.shape:
+        return (f"{where} returned {type(out).__name__} {tuple(getattr(out, 'shape', ()))}, not "
+                f"{tuple(want.shape)}.")
+    wrong = ~torch.isclose(out.float(), want, rtol=1e-4, atol=1e-5)
+    if not wrong.any():
+        return None
+    row, col = (int(i) for i in wrong.nonzero()[0])
+    return (f"{where} got {int(wrong.sum()):,} of the output's {want.numel():,} values wrong, the first at "
+            f"out[{row}, {col}]." + why)
 
 
 # ---------------------------------------------------------------- 3. decoder_block_fused
