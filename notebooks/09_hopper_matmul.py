@@ -290,7 +290,9 @@ tile_coords = course.tile_coords          # for your kernels below
 #
 # No offsets, no pointers, no masks: the ragged edges of M, N and K are the descriptors' business.
 # Beside the values, the check counts the bytes your kernel moved through pointers: every tile of A,
-# B and C must go through a descriptor.
+# B and C must go through a descriptor. On a GPU `course.TMA_TILE` is 128 × 128, where `BLOCK_M` used
+# for `BLOCK_N` still gives the right values; so there the check runs one more small product with
+# the tile set to 32 × 64 × 16 for the call.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -807,7 +809,9 @@ tile_origin, linear_tile = course.tile_origin, course.linear_tile     # for your
 # programs, and a float16 case whose scaled product passes float16's largest value before the
 # residual brings it back. It also reads the interpreter's record of your launch: the programs it
 # ran, how many tiles each stored (none more than its share), how often each output element was
-# stored and each residual element read; and the output must be contiguous.
+# stored and each residual element read; and the output must be contiguous. Last, it gives your
+# autotuner one configuration of 32 × 64 × 16 tiles for one more small product: on a GPU the autotuner
+# may choose square tiles for every case, where `BLOCK_M` and `BLOCK_N` mixed up go unnoticed.
 
 # %% tags=["exercise"]
 @triton.autotune(configs=course.EPILOGUE_CONFIGS, key=["M", "N", "K", "HAS_SCALE", "HAS_RESIDUAL"])

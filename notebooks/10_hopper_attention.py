@@ -205,9 +205,11 @@ attention_tiles = course.attention_tiles
 # once, N = 1 and lengths no block divides, float32 and float16, rows whose every exponential
 # underflows unless the running max is subtracted, and scores that overflow. Then it checks that
 # every tile moves through a descriptor, counts the bytes of K read against the causal count, checks
-# that V's loads land in V's own memory (not a copy), and compiles your kernel with 16 query rows and
-# tiles of 32 keys. On a GPU one more case has q's sequences 2³⁰ + 64 values apart, so that `b * sq_b`
-# passes 2³¹ for the third: it needs `b` in int64.
+# that V's loads land in V's own memory (not a copy), compiles your kernel with 16 query rows and
+# tiles of 32 keys, and runs it with 32 query rows and tiles of 16 (on a GPU the autotuner may choose
+# square blocks for every case, where `BLOCK_M` and `BLOCK_N` mixed up go unnoticed). On a GPU one
+# more case has q's sequences 2³⁰ + 64 values apart, so that `b * sq_b` passes 2³¹ for the third: it
+# needs `b` in int64.
 
 # %% tags=["exercise"]
 @triton.autotune(configs=course.CAUSAL_CONFIGS, key=["n_ctx", "HEAD_DIM"], prune_configs_by=lesson06.PRUNE)
@@ -840,7 +842,8 @@ check("ring_waits", ring_waits)
 # causal, with random scales and lengths that span several key blocks, so that every row of dQ gets
 # shares from several programs. Then it watches two runs, full and causal, at a length no block
 # divides (so every `MASK` runs): one launch must write all three gradients, and every write into dQ
-# must be an atomic add.
+# must be an atomic add across the whole launch (`scope="cta"` makes it atomic within one program
+# only: the interpreter runs programs one at a time and would not show the race).
 
 # %% tags=["exercise"]
 @triton.jit
