@@ -66,3 +66,26 @@ def launched_as_in_the_notebook(kernel, persistent=False):
                             GROUP_M=8, num_stages=2 if a.element_size() == 4 else 3)
         return c
     return persistent_matmul if persistent else tma_matmul
+
+
+def check_with_square_blocks(exercise, fn, kernel_name, wrong, monkeypatch):
+    """check(exercise, fn), in this process, with the autotuned `kernel_name` beside fn given only a
+    square configuration (its first, with BLOCK_N = BLOCK_M), as a GPU's autotuner may choose for every
+    case: it must pass, or, if `wrong`, fail on the check's extra run with unequal blocks. The
+    autotuner's configurations are the square one again afterwards (the check gave them back)."""
+    import pytest
+
+    from helpers import check
+    from helpers.check import CheckFailed
+
+    kernel = fn.__globals__[kernel_name]
+    first = kernel.configs[0]
+    square = triton.Config({**first.kwargs, "BLOCK_N": first.kwargs["BLOCK_M"]}, num_warps=4, num_stages=1)
+    monkeypatch.setattr(kernel, "configs", [square])
+    monkeypatch.setenv("COURSE_ISOLATE", "0")
+    if wrong:
+        with pytest.raises(CheckFailed, match="may choose square blocks"):
+            check(exercise, fn)
+    else:
+        check(exercise, fn)
+    assert kernel.configs == [square]

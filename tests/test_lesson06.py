@@ -285,19 +285,12 @@ FWD_START = "    start_m = tl.program_id(0) * BLOCK_M\n    bh = tl.program_id(1)
 
 @pytest.mark.parametrize("mix_up", [None, (FWD_START, FWD_START.replace("* BLOCK_M", "* BLOCK_N"))])
 def test_where_the_autotuner_has_only_square_blocks_a_block_mix_up_is_still_caught(mix_up, monkeypatch):
-    """On a GPU flash_forward's first configuration, the one short sequences run with, is 64 x 64;
-    given only square blocks here too, the check's extra run with 32 query rows and key tiles of 16
-    still rejects a kernel that mixes up BLOCK_M and BLOCK_N, and accepts the right one."""
+    """On a GPU flash_forward's first configuration, the one short sequences run with, is 64 x 64: the
+    check's extra run with 32 query rows and key tiles of 16 still rejects a kernel that mixes up
+    BLOCK_M and BLOCK_N."""
+    from matmul_testing import check_with_square_blocks
     from mutants import edit
 
     flash_forward = edit("06", "flash_forward", *([mix_up] if mix_up else []))
-    kernel = flash_forward.__globals__["flash_fwd_kernel"]
-    monkeypatch.setattr(kernel, "configs", [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4,
-                                                          num_stages=1)])
-    monkeypatch.setenv("COURSE_ISOLATE", "0")
-    if mix_up is None:
-        check("flash_forward", flash_forward)
-    else:
-        with pytest.raises(CheckFailed, match="may choose square blocks"):
-            check("flash_forward", flash_forward)
-    assert kernel.configs[0].kwargs["BLOCK_N"] == 32      # the autotuner's configurations given back
+    check_with_square_blocks("flash_forward", flash_forward, "flash_fwd_kernel", mix_up is not None,
+                             monkeypatch)

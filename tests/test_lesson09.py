@@ -10,6 +10,7 @@ from matmul_testing import (
     MATMUL_TOL,
     aligned_view,
     assert_matches,
+    check_with_square_blocks,
     double,
     launched_as_in_the_notebook,
     randn,
@@ -271,27 +272,12 @@ def test_where_the_lessons_tile_is_square_a_block_mix_up_is_still_caught(name, k
     ("block_shape=[BLOCK_M, BLOCK_N])\n    if HAS_RESIDUAL:",
      "block_shape=[BLOCK_N, BLOCK_M])\n    if HAS_RESIDUAL:")])
 def test_where_linears_autotuner_has_only_square_tiles_a_block_mix_up_is_still_caught(mix_up, monkeypatch):
-    """On a GPU linear's autotuner may choose a square tile for every case; given only square tiles
-    here too, the check's extra product with 32 x 64 x 16 tiles still rejects a kernel that mixes up
-    BLOCK_M and BLOCK_N, and accepts the right one."""
+    """On a GPU linear's autotuner may choose a square tile for every case: the check's extra product
+    with 32 x 64 x 16 tiles still rejects a kernel that mixes up BLOCK_M and BLOCK_N."""
     from mutants import edit
 
-    from helpers import check
-    from helpers.check import CheckFailed
-
     linear = edit("09", "linear", *([mix_up] if mix_up else []))
-    kernel = linear.__globals__["linear_kernel"]
-    square = kernel.configs[0]
-    bm = square.kwargs["BLOCK_M"]
-    monkeypatch.setattr(kernel, "configs", [triton.Config({**square.kwargs, "BLOCK_N": bm}, num_warps=4,
-                                                          num_stages=1)])
-    monkeypatch.setenv("COURSE_ISOLATE", "0")
-    if mix_up is None:
-        check("linear", linear)
-    else:
-        with pytest.raises(CheckFailed, match="may choose square blocks"):
-            check("linear", linear)
-    assert kernel.configs[0].kwargs["BLOCK_N"] == bm      # the autotuner's configurations given back
+    check_with_square_blocks("linear", linear, "linear_kernel", mix_up is not None, monkeypatch)
 
 
 def test_the_exercise_cases_keep_rows_aligned():

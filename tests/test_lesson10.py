@@ -5,7 +5,7 @@ their checks rely on."""
 import pytest
 import torch
 import triton
-from matmul_testing import MATMUL_TOL, assert_matches, double, randn
+from matmul_testing import MATMUL_TOL, assert_matches, check_with_square_blocks, double, randn
 
 from helpers import DEVICE, ON_GPU
 from helpers.exercises.lesson05 import SOFTMAX_TOL
@@ -90,25 +90,13 @@ DIAGONAL_END = ("offs_m, start_m, start_m + BLOCK_M,\n"
     ("k_desc = head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n, n_ctx, HEAD_DIM, BLOCK_N)",
      "k_desc = head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n, n_ctx, HEAD_DIM, BLOCK_M)")])
 def test_where_the_autotuner_has_only_square_blocks_a_block_mix_up_is_still_caught(mix_up, monkeypatch):
-    """On a GPU causal_attention's autotuner may choose square blocks for every case; given only square
-    blocks here too, the check's extra run with 32 query rows and key tiles of 16 still rejects a kernel
-    that mixes up BLOCK_M and BLOCK_N, and accepts the right one."""
+    """On a GPU causal_attention's autotuner may choose square blocks for every case: the check's extra
+    run with 32 query rows and key tiles of 16 still rejects a kernel that mixes up BLOCK_M and BLOCK_N."""
     from mutants import edit
 
-    from helpers import check
-    from helpers.check import CheckFailed
-
     causal_attention = edit("10", "causal_attention", *([mix_up] if mix_up else []))
-    kernel = causal_attention.__globals__["causal_attention_kernel"]
-    monkeypatch.setattr(kernel, "configs", [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4,
-                                                          num_stages=1)])
-    monkeypatch.setenv("COURSE_ISOLATE", "0")
-    if mix_up is None:
-        check("causal_attention", causal_attention)
-    else:
-        with pytest.raises(CheckFailed, match="may choose square blocks"):
-            check("causal_attention", causal_attention)
-    assert kernel.configs[0].kwargs["BLOCK_N"] == 32      # the autotuner's configurations given back
+    check_with_square_blocks("causal_attention", causal_attention, "causal_attention_kernel",
+                             mix_up is not None, monkeypatch)
 
 
 def test_the_causal_cases_reach_underflow_and_overflow():

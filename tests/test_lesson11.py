@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from matmul_testing import MATMUL_TOL, aligned_view, assert_matches, double, randn
+from matmul_testing import MATMUL_TOL, aligned_view, assert_matches, check_with_square_blocks, double, randn
 
 from helpers import DEVICE, ON_GPU, pick
 from helpers.block import SMALL, block_input, block_weights, decoder_block
@@ -299,25 +299,10 @@ SWIGLU_TILES = ("    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)\n"
 @pytest.mark.parametrize("mix_up", [None, (SWIGLU_TILES, SWIGLU_TILES.replace("cdiv(N, BLOCK_N)",
                                                                                "cdiv(N, BLOCK_M)"))])
 def test_where_the_autotuner_has_only_square_tiles_a_block_mix_up_is_still_caught(mix_up, monkeypatch):
-    """On a GPU swiglu_linear's autotuner may choose square tiles for every case; given only square
-    tiles here too, the check's extra product with 32 x 64 x 16 tiles still rejects a kernel that
-    mixes up BLOCK_M and BLOCK_N, and accepts the right one."""
-    import triton
+    """On a GPU swiglu_linear's autotuner may choose square tiles for every case: the check's extra
+    product with 32 x 64 x 16 tiles still rejects a kernel that mixes up BLOCK_M and BLOCK_N."""
     from mutants import edit
 
-    from helpers import check
-    from helpers.check import CheckFailed
-
     swiglu_linear = edit("11", "swiglu_linear", *([mix_up] if mix_up else []))
-    kernel = swiglu_linear.__globals__["swiglu_linear_kernel"]
-    square = kernel.configs[0]
-    bm = square.kwargs["BLOCK_M"]
-    monkeypatch.setattr(kernel, "configs", [triton.Config({**square.kwargs, "BLOCK_N": bm}, num_warps=4,
-                                                          num_stages=1)])
-    monkeypatch.setenv("COURSE_ISOLATE", "0")
-    if mix_up is None:
-        check("swiglu_linear", swiglu_linear)
-    else:
-        with pytest.raises(CheckFailed, match="may choose square blocks"):
-            check("swiglu_linear", swiglu_linear)
-    assert kernel.configs[0].kwargs["BLOCK_N"] == bm      # the autotuner's configurations given back
+    check_with_square_blocks("swiglu_linear", swiglu_linear, "swiglu_linear_kernel", mix_up is not None,
+                             monkeypatch)

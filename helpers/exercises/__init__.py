@@ -102,6 +102,23 @@ def run_with_config(fn, kernel_name, config, *args):
                                 f"{str(e)[:200]}.")
 
 
+def wrong_values(got, want, where, name="the output", tol=1e-4):
+    """None, or a message: `got` is not a tensor of `want`'s shape, or how many of its values differ
+    from `want` (beyond tol, relative and absolute) and which is the first. For the interpreter's
+    extra runs, whose float32 products are exact."""
+    import torch
+
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return (f"{where} returned {type(got).__name__} {tuple(getattr(got, 'shape', ()))} as {name}, "
+                f"not {tuple(want.shape)}.")
+    wrong = ~torch.isclose(got.to(want.dtype), want, rtol=tol, atol=tol)
+    if not wrong.any():
+        return None
+    first = tuple(int(i) for i in wrong.nonzero()[0])
+    return (f"{where} got {int(wrong.sum()):,} of {name}'s {want.numel():,} values wrong, the first at "
+            f"{list(first)} ({got[first].item():.4g}, not {want[first].item():.4g}).")
+
+
 # Said after such a run finds a mix-up of the blocks.
 UNEQUAL_BLOCKS_WHY = (" The autotuner may choose square blocks (BLOCK_M == BLOCK_N) for every other case, "
                       "and there a kernel that uses one where the other belongs gets the values right. "

@@ -38,7 +38,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, later, room_for, run_with_config
+from helpers.exercises import (
+    UNEQUAL_BLOCKS_WHY,
+    Case,
+    Exercise,
+    later,
+    room_for,
+    run_with_config,
+    wrong_values,
+)
 from helpers.traffic import largest_tensor, triton_traffic
 
 
@@ -482,14 +490,9 @@ def _unequal_blocks(kernel_name, causal):
         if not (isinstance(got, tuple) and len(got) == 2):
             return f"{where} returned {type(got).__name__}, not (out, lse)."
         for name, ours, ref in zip(("out", "lse"), got, want):
-            if not isinstance(ours, torch.Tensor) or ours.shape != ref.shape:
-                return (f"{where} returned {name} {type(ours).__name__} "
-                        f"{tuple(getattr(ours, 'shape', ()))}, not {tuple(ref.shape)}.")
-            wrong = ~torch.isclose(ours.double(), ref, atol=1e-4, rtol=1e-4)    # exact products
-            if wrong.any():
-                b, h, n = (int(i) for i in wrong.nonzero()[0][:3])
-                return (f"{where} got {int(wrong.sum()):,} of {name}'s {ref.numel():,} values wrong, the "
-                        f"first in query row {n} of head {h}." + why)
+            wrong = wrong_values(ours, ref, where, name)
+            if wrong:
+                return wrong + why
         return None
     return check
 

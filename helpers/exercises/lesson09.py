@@ -35,7 +35,7 @@ import triton
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, run_with_config
+from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, run_with_config, wrong_values
 
 F16, F32 = torch.float16, torch.float32
 NEG_INF = float("-inf")
@@ -200,26 +200,18 @@ def _with_unequal_blocks(fn, *programs):
             out, problem = _calling(fn, a, b, *programs)
     finally:
         course.TMA_TILE = lesson_tile
-    want = a @ b
     tile = " x ".join(map(str, UNEQUAL_TILE))
     where = (f"with course.TMA_TILE set to {tile} (BLOCK_M, BLOCK_N, BLOCK_K) for one ({M}, {K}) @ ({K}, "
              f"{N}) float32 product, run in the interpreter, your function")
+    why = _SQUARE_HERE.format(tile=" x ".join(map(str, lesson_tile)))
     if problem:
-        return _raised(where, problem) + _SQUARE_HERE.format(tile=" x ".join(map(str, lesson_tile)))
+        return _raised(where, problem) + why
     for launch in rec.launches:   # columns of tiles counted with BLOCK_M: tiles past C's last column
         past = _past_the_last_tile(launch, where)
         if past:
-            return past + _SQUARE_HERE.format(tile=" x ".join(map(str, lesson_tile)))
-    if not isinstance(out, torch.Tensor) or out.shape != want.shape:
-        return (f"{where} returned {type(out).__name__} {tuple(getattr(out, 'shape', ()))}, not C "
-                f"{tuple(want.shape)}.")
-    wrong = ~torch.isclose(out.float(), want, rtol=1e-4, atol=1e-4)
-    if not wrong.any():
-        return None
-    row, col = (int(i) for i in wrong.nonzero()[0])
-    return (f"{where} got {int(wrong.sum()):,} of C's {want.numel():,} values wrong, the first at C[{row}, "
-            f"{col}] ({out[row, col].item():.4g}, not {want[row, col].item():.4g})."
-            + _SQUARE_HERE.format(tile=" x ".join(map(str, lesson_tile))))
+            return past + why
+    wrong = wrong_values(out, a @ b, where, "C")
+    return wrong and wrong + why
 
 
 
@@ -554,16 +546,8 @@ def _linear_unequal_blocks(fn):
         past = _past_the_last_tile(launch, where)
         if past:
             return past + why
-    want = linear_reference(h, w, scale, residual)
-    if not isinstance(out, torch.Tensor) or out.shape != want.shape:
-        return (f"{where} returned {type(out).__name__} {tuple(getattr(out, 'shape', ()))}, not the output "
-                f"{tuple(want.shape)}.")
-    wrong = ~torch.isclose(out.float(), want, rtol=1e-4, atol=1e-4)
-    if not wrong.any():
-        return None
-    row, col = (int(i) for i in wrong.nonzero()[0])
-    return (f"{where} got {int(wrong.sum()):,} of the output's {want.numel():,} values wrong, the first at "
-            f"out[{row}, {col}] ({out[row, col].item():.4g}, not {want[row, col].item():.4g})." + why)
+    wrong = wrong_values(out, linear_reference(h, w, scale, residual), where)
+    return wrong and wrong + why
 
 
 EXERCISES += [

@@ -50,7 +50,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, later, room_for, run_with_config, tuned_over
+from helpers.exercises import (
+    UNEQUAL_BLOCKS_WHY,
+    Case,
+    Exercise,
+    later,
+    room_for,
+    run_with_config,
+    tuned_over,
+    wrong_values,
+)
 from helpers.exercises.lesson05 import SOFTMAX_TOL
 
 F16, F32 = torch.float16, torch.float32
@@ -359,15 +368,8 @@ def _unequal_blocks(fn):
     where = (f"run with BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 (the check gave your "
              f"autotuner this one configuration for one call), at B{B} H{H} N{N} D{D} float32 in the "
              f"interpreter, your kernel")
-    if not isinstance(out, torch.Tensor) or out.shape != want.shape:
-        return (f"{where} returned {type(out).__name__} {tuple(getattr(out, 'shape', ()))}, not "
-                f"{tuple(want.shape)}.")
-    wrong = ~torch.isclose(out.double(), want, atol=1e-4, rtol=1e-4)    # exact products: CPU's float32
-    if not wrong.any():
-        return None
-    b, n, h, d = (int(i) for i in wrong.nonzero()[0])
-    return (f"{where} got {int(wrong.sum()):,} of the output's {want.numel():,} values wrong, the first at "
-            f"out[{b}, {n}, {h}, {d}] (query row {n}, head {h})." + why)
+    wrong = wrong_values(out, want, where, "the (B, N, H, D) output")
+    return wrong and wrong + why
 
 
 # float32 on the CPU: the interpreter multiplies exactly, but scores of size ~400 (in base 2) carry a

@@ -30,7 +30,15 @@ import torch.nn.functional as F
 
 from helpers.block import SMALL, block_input, block_weights, decoder_block, rope_tables
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, later, room_for, run_with_config
+from helpers.exercises import (
+    UNEQUAL_BLOCKS_WHY,
+    Case,
+    Exercise,
+    later,
+    room_for,
+    run_with_config,
+    wrong_values,
+)
 from helpers.exercises.lesson09 import _past_the_last_tile, _unshared
 from helpers.exercises.lesson10 import SPAN_BYTES, SPREAD, _recorded, int64_hint
 from helpers.traffic import HARNESS, EagerWork, source_line
@@ -297,16 +305,8 @@ def _unequal_blocks(fn):
         past = _past_the_last_tile(launch, where)
         if past:
             return past + why
-    want = swiglu_linear_reference(h, w)
-    if not isinstance(out, torch.Tensor) or out.shape != want.shape:
-        return (f"{where} returned {type(out).__name__} {tuple(getattr(out, 'shape', ()))}, not "
-                f"{tuple(want.shape)}.")
-    wrong = ~torch.isclose(out.float(), want, rtol=1e-4, atol=1e-5)
-    if not wrong.any():
-        return None
-    row, col = (int(i) for i in wrong.nonzero()[0])
-    return (f"{where} got {int(wrong.sum()):,} of the output's {want.numel():,} values wrong, the first at "
-            f"out[{row}, {col}]." + why)
+    wrong = wrong_values(out, swiglu_linear_reference(h, w), where)
+    return wrong and wrong + why
 
 
 # ---------------------------------------------------------------- 3. decoder_block_fused
