@@ -378,7 +378,10 @@ if passed("grouped_order"):
 #
 # The launcher is written for you; the grid is a function of the chosen config, so that autotuning
 # can change the tile size. The check's sizes are multiples of no block (except one case), and one
-# case has a K of a few thousand, where a float16 accumulator drifts past the tolerance.
+# case has a K of a few thousand, where a float16 accumulator drifts past the tolerance. Last, it
+# gives your autotuner tiles of 32 × 64 × 16 for one more product: on the CPU every tile is
+# 64 × 64 × 64 (and a GPU's autotuner may choose square ones), where `BLOCK_M`, `BLOCK_N` and
+# `BLOCK_K` mixed up go unnoticed.
 
 # %% tags=["exercise"]
 @triton.jit

@@ -4,7 +4,9 @@ matmul with a fused bias + GELU epilogue.
 Sizes are drawn afresh at every check and are a multiple of no block a kernel would use: odd on the
 CPU; on a GPU, 256 j - 1 with j odd, so that every power-of-two block up to 256 leaves exactly one
 row or column past the end (a missing mask writes into the check's guard band, not further), and
-the last group of tile rows is a short one.
+the last group of tile rows is a short one. The matmuls run once more with their autotuner given
+tiles of 32 x 64 x 16: the CPU's tiles are 64 x 64 x 64, where BLOCK_M, BLOCK_N and BLOCK_K mixed
+up give the right values.
 """
 
 import random
@@ -13,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import Case, Exercise
+from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, run_with_config, wrong_values
 from helpers.exercises.lesson02 import fused
 
 
@@ -122,6 +124,39 @@ def _one_kernel(fn):
     return fused(fn, *args)
 
 
+def _unequal_blocks(kernel_name, with_bias):
+    """A structure check: one more product in the interpreter with the autotuner of `kernel_name` given
+    tiles of 32 x 64 x 16 for the call (run_with_config). The CPU's configuration, 64 x 64 x 64, has
+    BLOCK_M, BLOCK_N and BLOCK_K equal, and a GPU's autotuner may choose square tiles: there a kernel
+    that uses one where another belongs gets the values right. A (70, 40) @ (40, 136) float16 product:
+    3 x 3 tiles, the last row and column cut, K in 3 steps of 16, the last partial."""
+    def check(fn):
+        import triton
+
+        M, K, N = 70, 40, 136
+        a = torch.randn(M, K, device=DEVICE, dtype=torch.float16)
+        b = (torch.randn(K, N, device=DEVICE) / K**0.5).half()
+        args = (a, b, torch.randn(N, device=DEVICE, dtype=torch.float16)) if with_bias else (a, b)
+        config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 4}, num_warps=4,
+                               num_stages=1)
+        ran = run_with_config(fn, kernel_name, config, *args)
+        if ran is None:      # no such autotuned kernel beside fn: nothing to rerun
+            return None
+        out, _, problem = ran
+        why = UNEQUAL_BLOCKS_WHY + ("the tile's rows (offs_m) go with BLOCK_M, its columns (offs_n) with "
+                                    "BLOCK_N, the K loop's step and offs_k with BLOCK_K, and the grid's tile "
+                                    "counts divide M by BLOCK_M and N by BLOCK_N.")
+        if problem:
+            return problem + why
+        want = (matmul_bias_gelu_reference if with_bias else matmul_reference)(*(t.float() for t in args))
+        where = (f"run with BLOCK_M, BLOCK_N, BLOCK_K = 32, 64, 16 (the check gave your autotuner this one "
+                 f"configuration for one call) on a ({M}, {K}) @ ({K}, {N}) float16 product in the "
+                 f"interpreter, your kernel")
+        wrong = wrong_values(out, want, where, tol=2e-3)     # float16 output: rounded once at the store
+        return wrong and wrong + why
+    return check
+
+
 # Computed in float32 and rounded once at the store, the output is within half a unit in the last
 # place of the exact one: 2**-11 of it in float16 (rtol). atol covers what the float32 partial sums
 # lose over a K of a few thousand (tensor cores may truncate them instead of rounding). A bias add
@@ -191,7 +226,10 @@ EXERCISES = [
              contiguous_output=True),
     Exercise("04", "grouped_order", "grouped tile order", grouped_order_reference, _grouped_order_cases,
              run=_every_program, reference_in_float64=False),
-    Exercise("04", "matmul", "tiled matmul with tl.dot", matmul_reference, _matmul_cases, kernel=True),
+    Exercise("04", "matmul", "tiled matmul with tl.dot", matmul_reference, _matmul_cases, kernel=True,
+             structure=_unequal_blocks("matmul_kernel", with_bias=False)),
     Exercise("04", "matmul_bias_gelu", "matmul + bias + GELU epilogue", matmul_bias_gelu_reference,
-             _epilogue_cases, kernel=True, structure=_one_kernel, tol=EPILOGUE_TOL),
+             _epilogue_cases, kernel=True, tol=EPILOGUE_TOL,
+             structure=lambda fn: (_one_kernel(fn)
+                                   or _unequal_blocks("matmul_bias_gelu_kernel", with_bias=True)(fn))),
 ]

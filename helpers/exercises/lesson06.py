@@ -476,7 +476,10 @@ def _unequal_blocks(kernel_name, causal):
         B, H, N, D = 1, 2, 70, 16
         q, k, v = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(3))
         config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
-        got, _, problem = run_with_config(fn, kernel_name, config, q, k, v)
+        ran = run_with_config(fn, kernel_name, config, q, k, v)
+        if ran is None:      # no such autotuned kernel beside fn: nothing to rerun
+            return None
+        got, _, problem = ran
         why = UNEQUAL_BLOCKS_WHY + ("the query block's rows and the rows of out and lse go with BLOCK_M, "
                                     "the key tiles and the loop's step with BLOCK_N" +
                                     (", and the diagonal's keys end where the query block ends." if causal

@@ -358,7 +358,10 @@ def _unequal_blocks(fn):
     B, H, N, D = 1, 2, 70, 16
     q, k, v = projection_views(B, H, N, D, F32)
     config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
-    out, _, problem = run_with_config(fn, "causal_attention_kernel", config, q, k, v)
+    ran = run_with_config(fn, "causal_attention_kernel", config, q, k, v)
+    if ran is None:      # no autotuned causal_attention_kernel beside fn: nothing to rerun
+        return None
+    out, _, problem = ran
     why = UNEQUAL_BLOCKS_WHY + ("the query block's rows, Q's and the output's descriptors go with "
                                 "BLOCK_M; K's and V's descriptors and the key loop's step with BLOCK_N; the "
                                 "diagonal's keys end where the query block ends, at start_m + BLOCK_M.")

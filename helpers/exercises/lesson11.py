@@ -293,7 +293,10 @@ def _unequal_blocks(fn):
     h, w = _aligned(M, K, F32, False), _gate_up(f, K, F32, False, 1.0)
     config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8}, num_warps=4,
                            num_stages=1)
-    out, launches, problem = run_with_config(fn, "swiglu_linear_kernel", config, h, w)
+    ran = run_with_config(fn, "swiglu_linear_kernel", config, h, w)
+    if ran is None:      # no autotuned swiglu_linear_kernel beside fn: nothing to rerun
+        return None
+    out, launches, problem = ran
     why = UNEQUAL_BLOCKS_WHY + ("rows of tiles and row offsets go with BLOCK_M; the product's columns, "
                                 "and half of them in the output, with BLOCK_N; the K loop steps by BLOCK_K.")
     if problem:

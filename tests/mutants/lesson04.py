@@ -85,6 +85,12 @@ _MAINLOOP_SLIPS = {
         ("rows = min(num_pid_m - first_m, GROUP_M)", "rows = GROUP_M")],
     "K loop one step short (K // BLOCK_K)": [("for k in range(0, tl.cdiv(K, BLOCK_K)):",
                                               "for k in range(0, K // BLOCK_K):")],
+    # BLOCK_M, BLOCK_N and BLOCK_K mixed up: the CPU's tiles are 64 x 64 x 64, so only the check's run
+    # with unequal blocks (32 x 64 x 16) sees these
+    "the K offsets sized BLOCK_N": [("    offs_k = tl.arange(0, BLOCK_K)\n", "    offs_k = tl.arange(0, BLOCK_N)\n")],
+    "the pointers advanced by BLOCK_M along K": [
+        ("        a_ptrs += BLOCK_K * stride_ak\n        b_ptrs += BLOCK_K * stride_bk\n",
+         "        a_ptrs += BLOCK_M * stride_ak\n        b_ptrs += BLOCK_M * stride_bk\n")],
 }
 
 WRONG += [
