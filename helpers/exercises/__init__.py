@@ -78,27 +78,47 @@ def tuned_over(kernel, configs):
             kernel.cache = cache
 
 
-def run_with_config(fn, kernel_name, config, *args):
-    """(fn(*args), the interpreter's launches, None), fn run in the interpreter with the autotuned
-    kernel `kernel_name` beside it (in fn's globals, as a notebook cell's function finds it) given
-    `config` alone for the call; (None, None, a message) if the call raised; None if fn has no such
-    kernel (another design of the learner's own: nothing to run). On a GPU an autotuner may choose
-    square blocks (BLOCK_M == BLOCK_N) for every case of a check, where a kernel that uses one where the
-    other belongs still gets the values right: the checks run one more call this way with blocks of
-    unequal sizes."""
-    from helpers import interpreter
+def rerun_with_config(fn, kernel_name, config, args, want, where, why, **compare):
+    """None, or a message ending in `why`: fn(*args) rerun (rerun) with the autotuned kernel
+    `kernel_name` beside it (in fn's globals, as a notebook cell's function finds it) given `config`
+    alone for the call. Where fn has no such kernel (another design of the learner's own) there is
+    nothing to rerun: None.
 
+    On a GPU an autotuner may choose square blocks (BLOCK_M == BLOCK_N) for every case of a check,
+    where a kernel that uses one where the other belongs still gets the values right: the checks run
+    one more call this way, with blocks of unequal sizes."""
     kernel = getattr(fn, "__globals__", {}).get(kernel_name)
     if not hasattr(kernel, "configs"):
         return None
-    blocks = ", ".join(f"{k} = {v}" for k, v in config.kwargs.items() if k.startswith("BLOCK"))
-    with tuned_over(kernel, [config]), interpreter.record() as rec:
+    return rerun(tuned_over(kernel, [config]), fn, args, want, where, why, **compare)
+
+
+def rerun(setting, fn, args, want, where, why, names=("the output",), tol=1e-4, each_launch=None):
+    """None, or a message ending in `why`: fn(*args) run in the interpreter inside `setting` (a context
+    manager: the blocks the call is to use), against `want` (a tensor, or a tuple of them named by
+    `names`). each_launch(launch, where), if given, may name a problem in a launch first. `where`
+    describes the call ("run with ..., your kernel")."""
+    from helpers import interpreter
+
+    with setting, interpreter.record() as rec:
         try:
-            return fn(*args), rec.launches, None
+            got = fn(*args)
         except Exception as e:  # noqa: BLE001  (the learner's kernel: say what it raised)
-            return None, None, (f"run with {blocks} (the check gave your autotuner this one configuration "
-                                f"for one call), in the interpreter, your kernel raised {type(e).__name__}: "
-                                f"{str(e)[:200]}.")
+            return f"{where} raised {type(e).__name__}: {str(e)[:200]}." + why
+    for launch in rec.launches if each_launch else ():
+        problem = each_launch(launch, where)
+        if problem:
+            return problem + why
+    if isinstance(want, tuple):
+        if not (isinstance(got, tuple) and len(got) == len(want)):
+            return f"{where} returned {type(got).__name__}, not ({', '.join(names)})."
+    else:
+        got, want = (got,), (want,)
+    for name, ours, ref in zip(names, got, want):
+        wrong = wrong_values(ours, ref, where, name, tol)
+        if wrong:
+            return wrong + why
+    return None
 
 
 def wrong_values(got, want, where, name="the output", tol=1e-4):

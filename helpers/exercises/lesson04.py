@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, run_with_config, wrong_values
+from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, rerun_with_config
 from helpers.exercises.lesson02 import fused
 
 
@@ -126,7 +126,7 @@ def _one_kernel(fn):
 
 def _unequal_blocks(kernel_name, with_bias):
     """A structure check: one more product in the interpreter with the autotuner of `kernel_name` given
-    tiles of 32 x 64 x 16 for the call (run_with_config). The CPU's configuration, 64 x 64 x 64, has
+    tiles of 32 x 64 x 16 for the call (rerun_with_config). The CPU's configuration, 64 x 64 x 64, has
     BLOCK_M, BLOCK_N and BLOCK_K equal, and a GPU's autotuner may choose square tiles: there a kernel
     that uses one where another belongs gets the values right. A (70, 40) @ (40, 136) float16 product:
     3 x 3 tiles, the last row and column cut, K in 3 steps of 16, the last partial."""
@@ -139,21 +139,15 @@ def _unequal_blocks(kernel_name, with_bias):
         args = (a, b, torch.randn(N, device=DEVICE, dtype=torch.float16)) if with_bias else (a, b)
         config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 4}, num_warps=4,
                                num_stages=1)
-        ran = run_with_config(fn, kernel_name, config, *args)
-        if ran is None:      # no such autotuned kernel beside fn: nothing to rerun
-            return None
-        out, _, problem = ran
         why = UNEQUAL_BLOCKS_WHY + ("the tile's rows (offs_m) go with BLOCK_M, its columns (offs_n) with "
                                     "BLOCK_N, the K loop's step and offs_k with BLOCK_K, and the grid's tile "
                                     "counts divide M by BLOCK_M and N by BLOCK_N.")
-        if problem:
-            return problem + why
         want = (matmul_bias_gelu_reference if with_bias else matmul_reference)(*(t.float() for t in args))
         where = (f"run with BLOCK_M, BLOCK_N, BLOCK_K = 32, 64, 16 (the check gave your autotuner this one "
                  f"configuration for one call) on a ({M}, {K}) @ ({K}, {N}) float16 product in the "
                  f"interpreter, your kernel")
-        wrong = wrong_values(out, want, where, tol=2e-3)     # float16 output: rounded once at the store
-        return wrong and wrong + why
+        # float16 output: rounded once at the store
+        return rerun_with_config(fn, kernel_name, config, args, want, where, why, tol=2e-3)
     return check
 
 

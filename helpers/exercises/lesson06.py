@@ -43,9 +43,8 @@ from helpers.exercises import (
     Case,
     Exercise,
     later,
+    rerun_with_config,
     room_for,
-    run_with_config,
-    wrong_values,
 )
 from helpers.traffic import largest_tensor, triton_traffic
 
@@ -467,7 +466,7 @@ def _one_tile_too_many(dots, every_tile, held="queries", streamed="keys"):
 
 def _unequal_blocks(kernel_name, causal):
     """A structure check: one more forward in the interpreter with the autotuner of `kernel_name` given
-    BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 for the call (run_with_config), out and lse
+    BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 for the call (rerun_with_config), out and lse
     against the reference. On a GPU the first configuration, the one short sequences run with, is 64 x
     64. N = 70: three query blocks, the last cut by N, and five key tiles, the last cut too."""
     def check(fn):
@@ -476,27 +475,16 @@ def _unequal_blocks(kernel_name, causal):
         B, H, N, D = 1, 2, 70, 16
         q, k, v = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(3))
         config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
-        ran = run_with_config(fn, kernel_name, config, q, k, v)
-        if ran is None:      # no such autotuned kernel beside fn: nothing to rerun
-            return None
-        got, _, problem = ran
         why = UNEQUAL_BLOCKS_WHY + ("the query block's rows and the rows of out and lse go with BLOCK_M, "
                                     "the key tiles and the loop's step with BLOCK_N" +
                                     (", and the diagonal's keys end where the query block ends." if causal
                                      else "."))
-        if problem:
-            return problem + why
         want = attention_reference(*(t.double() for t in (q, k, v)), causal=causal)
         where = (f"run with BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 (the check gave your "
                  f"autotuner this one configuration for one call), at B{B} H{H} N{N} D{D} float32 in the "
                  f"interpreter, your kernel")
-        if not (isinstance(got, tuple) and len(got) == 2):
-            return f"{where} returned {type(got).__name__}, not (out, lse)."
-        for name, ours, ref in zip(("out", "lse"), got, want):
-            wrong = wrong_values(ours, ref, where, name)
-            if wrong:
-                return wrong + why
-        return None
+        return rerun_with_config(fn, kernel_name, config, (q, k, v), tuple(want), where, why,
+                                 names=("out", "lse"))
     return check
 
 

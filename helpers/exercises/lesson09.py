@@ -27,6 +27,7 @@ Cases whose operands are views carry a hint: NaN there most often means a row st
 width. (No case needs int64 offsets: descriptors and the scale's row index stay far below 2**31.)
 """
 
+import contextlib
 import math
 
 import numpy as np
@@ -35,7 +36,7 @@ import triton
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, run_with_config, wrong_values
+from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, rerun, rerun_with_config
 
 F16, F32 = torch.float16, torch.float32
 NEG_INF = float("-inf")
@@ -169,11 +170,6 @@ MATMUL_TOL = {F32: pick(cpu=(1e-5, 1e-5), gpu=(1e-2, 1e-2))}
 # each structure check runs one more product in the interpreter with the CPU's tile set for the call.
 UNEQUAL_TILE = (32, 64, 16)
 
-def _raised(where, problem):
-    """`where` ("..., your function") followed by what _calling's message says it raised."""
-    return f"{where} raised {problem.removeprefix('measuring it, your function raised ')}."
-
-
 # Said after _with_unequal_blocks finds a mix-up, {tile} the lesson's (square) tile.
 _SQUARE_HERE = (" The lesson's tile on this device is {tile}: BLOCK_M and BLOCK_N are equal there, so a "
                 "kernel that uses one where the other belongs passes every other case. Check each use: "
@@ -194,24 +190,23 @@ def _with_unequal_blocks(fn, *programs):
         return None
     M, K, N = 70, 40, 136
     a, b = _operands(M, K, N, F32)
-    course.TMA_TILE = UNEQUAL_TILE
-    try:
-        with interpreter.record() as rec:
-            out, problem = _calling(fn, a, b, *programs)
-    finally:
-        course.TMA_TILE = lesson_tile
     tile = " x ".join(map(str, UNEQUAL_TILE))
     where = (f"with course.TMA_TILE set to {tile} (BLOCK_M, BLOCK_N, BLOCK_K) for one ({M}, {K}) @ ({K}, "
              f"{N}) float32 product, run in the interpreter, your function")
     why = _SQUARE_HERE.format(tile=" x ".join(map(str, lesson_tile)))
-    if problem:
-        return _raised(where, problem) + why
-    for launch in rec.launches:   # columns of tiles counted with BLOCK_M: tiles past C's last column
-        past = _past_the_last_tile(launch, where)
-        if past:
-            return past + why
-    wrong = wrong_values(out, a @ b, where, "C")
-    return wrong and wrong + why
+    # columns of tiles counted with BLOCK_M: tiles past C's last column (_past_the_last_tile)
+    return rerun(_tile_set(course, UNEQUAL_TILE), fn, (a, b, *programs), a @ b, where, why, names=("C",),
+                 each_launch=_past_the_last_tile)
+
+
+@contextlib.contextmanager
+def _tile_set(course, tile):
+    """course.TMA_TILE, which the exercises' launchers read at every call, set to `tile` for a while."""
+    kept, course.TMA_TILE = course.TMA_TILE, tile
+    try:
+        yield
+    finally:
+        course.TMA_TILE = kept
 
 
 
@@ -525,7 +520,7 @@ def _linear_structure(fn):
 
 def _linear_unequal_blocks(fn):
     """One product run in the interpreter with linear_kernel's autotuner given a single configuration
-    of tiles 32 x 64 x 16 for the call (run_with_config), against the reference: a (70, 40) @ (40, 136)
+    of tiles 32 x 64 x 16 for the call (rerun_with_config), against the reference: a (70, 40) @ (40, 136)
     product with a scale and a residual, 3 x 3 tiles, the last row and column cut by the output's edge,
     and K in 3 steps of 16, the last partial."""
     bm, bn, bk = UNEQUAL_TILE
@@ -533,24 +528,15 @@ def _linear_unequal_blocks(fn):
                             "WARP_SPECIALIZE": False}, num_warps=4, num_stages=1)
     M, K, N = 70, 40, 136
     h, w, scale, residual = _linear_operands(M, K, N, F32, True, True, False)
-    ran = run_with_config(fn, "linear_kernel", config, h, w, scale, residual)
-    if ran is None:      # no autotuned linear_kernel beside fn: nothing to rerun
-        return None
-    out, launches, problem = ran
     why = UNEQUAL_BLOCKS_WHY + ("rows of tiles, row offsets and the scale's rows go with BLOCK_M, columns "
                                 "with BLOCK_N, the K loop steps by BLOCK_K, and each descriptor's block is "
                                 "(rows, columns) of its own tensor.")
-    if problem:
-        return problem + why
     where = (f"run with BLOCK_M, BLOCK_N, BLOCK_K = {bm}, {bn}, {bk} (the check gave your autotuner this one "
              f"configuration for one call) on h ({M}, {K}), w ({N}, {K}), a scale and a residual, "
              f"float32, in the interpreter, your code")
-    for launch in launches:
-        past = _past_the_last_tile(launch, where)
-        if past:
-            return past + why
-    wrong = wrong_values(out, linear_reference(h, w, scale, residual), where)
-    return wrong and wrong + why
+    return rerun_with_config(fn, "linear_kernel", config, (h, w, scale, residual),
+                             linear_reference(h, w, scale, residual), where, why,
+                             each_launch=_past_the_last_tile)
 
 
 EXERCISES += [

@@ -55,10 +55,9 @@ from helpers.exercises import (
     Case,
     Exercise,
     later,
+    rerun_with_config,
     room_for,
-    run_with_config,
     tuned_over,
-    wrong_values,
 )
 from helpers.exercises.lesson05 import SOFTMAX_TOL
 
@@ -353,26 +352,20 @@ def _causal_structure(fn):
 
 def _unequal_blocks(fn):
     """One more run, in the interpreter, with the autotuner given BLOCK_M = 32 query rows and key tiles
-    of BLOCK_N = 16 for the call (run_with_config). N = 70: three query blocks, the last cut by N, each
+    of BLOCK_N = 16 for the call (rerun_with_config). N = 70: three query blocks, the last cut by N, each
     with two key tiles on its diagonal."""
     B, H, N, D = 1, 2, 70, 16
     q, k, v = projection_views(B, H, N, D, F32)
     config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
-    ran = run_with_config(fn, "causal_attention_kernel", config, q, k, v)
-    if ran is None:      # no autotuned causal_attention_kernel beside fn: nothing to rerun
-        return None
-    out, _, problem = ran
     why = UNEQUAL_BLOCKS_WHY + ("the query block's rows, Q's and the output's descriptors go with "
                                 "BLOCK_M; K's and V's descriptors and the key loop's step with BLOCK_N; the "
                                 "diagonal's keys end where the query block ends, at start_m + BLOCK_M.")
-    if problem:
-        return problem + why
     want = causal_attention_reference(*(t.double() for t in (q, k, v)))
     where = (f"run with BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 (the check gave your "
              f"autotuner this one configuration for one call), at B{B} H{H} N{N} D{D} float32 in the "
              f"interpreter, your kernel")
-    wrong = wrong_values(out, want, where, "the (B, N, H, D) output")
-    return wrong and wrong + why
+    return rerun_with_config(fn, "causal_attention_kernel", config, (q, k, v), want, where, why,
+                             names=("the (B, N, H, D) output",))
 
 
 # float32 on the CPU: the interpreter multiplies exactly, but scores of size ~400 (in base 2) carry a

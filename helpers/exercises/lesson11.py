@@ -35,9 +35,8 @@ from helpers.exercises import (
     Case,
     Exercise,
     later,
+    rerun_with_config,
     room_for,
-    run_with_config,
-    wrong_values,
 )
 from helpers.exercises.lesson09 import _past_the_last_tile, _unshared
 from helpers.exercises.lesson10 import SPAN_BYTES, SPREAD, _recorded, int64_hint
@@ -284,7 +283,7 @@ def _product_in_the_epilogue(fn):
 
 def _unequal_blocks(fn):
     """One more product in the interpreter with the autotuner given tiles of 32 x 64 x 16 for the call
-    (run_with_config: on a GPU it may choose square tiles for every case): h (70, 40), 68 output
+    (rerun_with_config: on a GPU it may choose square tiles for every case): h (70, 40), 68 output
     columns (136 interleaved rows of w_gate_up), 3 x 3 tiles, the last row and column cut, K in 3
     steps of 16, the last partial."""
     import triton
@@ -293,23 +292,13 @@ def _unequal_blocks(fn):
     h, w = _aligned(M, K, F32, False), _gate_up(f, K, F32, False, 1.0)
     config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8}, num_warps=4,
                            num_stages=1)
-    ran = run_with_config(fn, "swiglu_linear_kernel", config, h, w)
-    if ran is None:      # no autotuned swiglu_linear_kernel beside fn: nothing to rerun
-        return None
-    out, launches, problem = ran
     why = UNEQUAL_BLOCKS_WHY + ("rows of tiles and row offsets go with BLOCK_M; the product's columns, "
                                 "and half of them in the output, with BLOCK_N; the K loop steps by BLOCK_K.")
-    if problem:
-        return problem + why
     where = (f"run with BLOCK_M, BLOCK_N, BLOCK_K = 32, 64, 16 (the check gave your autotuner this one "
              f"configuration for one call) on h ({M}, {K}) and w_gate_up ({2 * f}, {K}), float32, in the "
              f"interpreter, your code")
-    for launch in launches:
-        past = _past_the_last_tile(launch, where)
-        if past:
-            return past + why
-    wrong = wrong_values(out, swiglu_linear_reference(h, w), where)
-    return wrong and wrong + why
+    return rerun_with_config(fn, "swiglu_linear_kernel", config, (h, w), swiglu_linear_reference(h, w), where,
+                             why, each_launch=_past_the_last_tile)
 
 
 # ---------------------------------------------------------------- 3. decoder_block_fused
