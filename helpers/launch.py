@@ -19,6 +19,12 @@ each tensor's dtype, device and whether its start is 16-byte aligned (a tensor's
 reach a kernel only as the integers passed beside it). A new sequence length is a new key, compiled or
 looked up the slow way once.
 
+An autotuner keyed on a length times every configuration again at each new length: seconds, where a
+launch is microseconds. `Launcher(kernel, buckets={"n_ctx": power_of_2_bucket})` chooses once per
+bucket instead: a new key whose bucket (the key with n_ctx replaced by power_of_2_bucket(n_ctx): the
+lengths 1024 to 2047 share one) was tuned before runs that bucket's configuration, and the autotuner
+is not asked.
+
 A host tensor descriptor is passed as it is: Triton's launch function encodes it into a TMA descriptor
 at every call (its base address is the tensor's), with the box the compiled kernel was built for. So
 the box a configuration's pre-hook sets on the descriptors (lesson 10's attention) matters only for
@@ -93,6 +99,12 @@ def next_power_of_2(n):
     return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
+def power_of_2_bucket(n):
+    """The power of 2 at or below n (n >= 1): the lengths that share an autotuner's choice in a Launcher's
+    buckets (1024 to 2047 share 1024's)."""
+    return 1 << (n.bit_length() - 1) if n > 0 else 0
+
+
 def _three(grid):
     """A grid of one to three dimensions as the three numbers a launch takes."""
     return (*grid, 1, 1)[:3]
@@ -139,15 +151,21 @@ class Launcher:
     `grid` is a tuple or, as for kernel[grid], a function of a dict by name; here that dict holds the
     constexprs (the block sizes the autotuner chose): anything else a grid needs, close over it. It is
     worked out at every call (the same key can need another grid: a batch size no argument carries).
-    `boxes`: the configurations' pre-hook, if it only sets host descriptors' boxes (later calls skip it)."""
+    `boxes`: the configurations' pre-hook, if it only sets host descriptors' boxes (later calls skip it).
+    `buckets`: {name of an integer argument: a function of its value}, for an autotuned kernel: a new key
+    in a bucket tuned before runs that bucket's configuration, without the autotuner."""
 
-    def __init__(self, kernel, boxes=None):
+    def __init__(self, kernel, boxes=None, buckets=None):
         self.kernel = kernel
         self.boxes = boxes
         self.jit = _jit_function(kernel) if ON_GPU else None   # the interpreter has no compiled form
         # key -> (the compiled kernel, {name: value} of the parameters after the positional arguments,
         #         the autotuner's list of configurations it was chosen from)
         self.prepared = {}
+        # bucket key -> (the autotuner's list of configurations, the one it chose from them for the first
+        # key of that bucket)
+        self.buckets = buckets or {}
+        self.tuned = {}
         if ON_GPU:
             self.current_device, self.current_stream = (driver.active.get_current_device,
                                                         driver.active.get_current_stream)
@@ -164,8 +182,8 @@ class Launcher:
         if prepared is None or prepared[2] is not getattr(self.kernel, "configs", None):
             # a new key, or the autotuner given another list of configurations since (a check does that)
             _check_arguments(self.jit.__name__, args, constexprs)
-            self.kernel[grid](*args, **constexprs)    # compiles, autotunes, launches: the slow way, once
-            self.prepared[key] = self._prepare(grid, args, constexprs)
+            self.prepared[key] = self._prepare(grid, args, constexprs, self._first_call(key, grid, args,
+                                                                                        constexprs))
             return None
         compiled, trailing, _, direct, values = prepared
         grid = _three(grid(trailing) if callable(grid) else grid)
@@ -184,12 +202,39 @@ class Launcher:
         interpreter.count_launch()   # the course's meters count every launch, this path's too
         return None
 
-    def _prepare(self, grid, args, constexprs):
+    def _first_call(self, key, grid, args, constexprs):
+        """A key's first call, the slow way: through kernel[grid] (compiles, autotunes, launches), or,
+        where the key's bucket was tuned before with the kernel's present configurations, as the
+        autotuner runs its choice, without timing anything. Returns the configuration it ran (None
+        without an autotuner)."""
+        configs = getattr(self.kernel, "configs", None)
+        bucket = self._bucket(key, len(args))
+        configs_then, config = self.tuned.get(bucket, (None, None))
+        if configs_then is not configs or configs is None:   # a new bucket, or other configurations since
+            self.kernel[grid](*args, **constexprs)
+            config = getattr(self.kernel, "best_config", None)
+            self.tuned[bucket] = (configs, config)
+            return config
+        if config.pre_hook is not None:             # the autotuner's last steps, with the bucket's choice
+            config.pre_hook({**dict(zip(self.jit.arg_names, args)), **constexprs, **config.all_kwargs()})
+        self.kernel.best_config = config
+        self.kernel.fn[grid](*args, **constexprs, **config.all_kwargs())
+        return config
+
+    def _bucket(self, key, n_args):
+        """What decides the autotuner's choice, with each bucketed argument replaced by its bucket: the
+        key of the n_args positional arguments and the constexprs, less the integers the autotuner's key
+        does not name (a stride, a count of heads)."""
+        tuned_on = getattr(self.kernel, "keys", ())
+        return tuple(self.buckets[name](v) if name in self.buckets else v
+                     for name, v in zip(self.jit.arg_names, key[:n_args])
+                     if type(v) is not int or name in tuned_on) + key[n_args:]
+
+    def _prepare(self, grid, args, constexprs, config):
         """(the compiled kernel the first call ran, {name: value} of the parameters after `args`, the
         autotuner's configurations: a grader that swaps in others is launching another kernel, its
         direct launch function or None: _direct_launch, and those values as a tuple, as a launch takes
-        them)."""
-        config = getattr(self.kernel, "best_config", None)
+        them). `config`: the configuration that call ran (None without an autotuner)."""
         assert config is None or config.pre_hook in (None, self.boxes), \
             (f"{self.jit.__name__}: its configuration has a pre-hook, which a prepared launch would skip "
              f"(Launcher(kernel, boxes=hook) for one that only sets host descriptors' boxes)")

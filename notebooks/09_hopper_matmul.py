@@ -735,6 +735,34 @@ for gpu in recorded_devices():
 #
 # Lesson 11 takes one launch apart and times each piece on its own.
 #
+# A new size has a bill of its own, paid once, and far larger. Its first call is a new key: Triton
+# compiles the kernel if the size needs another specialisation (an integer divisible by 16 or not),
+# and an autotuner keyed on the sizes compiles and times every candidate it keeps. Where the sizes
+# change from call to call (the tokens of a batch, the length of a prompt), every new one pays that
+# again. `matmul` therefore chooses once per **bucket** of sizes: its launcher is
+# `Launcher(matmul_kernel, buckets=SIZE_BUCKETS)`, which takes each of M, N and K down to the power
+# of 2 at or below it (`helpers.launch.power_of_2_bucket`: 2048 to 4095 share 2048's bucket). A new
+# key in a bucket tuned before runs that bucket's configuration, as the autotuner runs its choice,
+# and the autotuner is not asked. `make bench` timed four first calls in a fresh process with
+# Triton's disk cache empty, each one synchronised before and after, and the configuration each ran:
+
+# %%
+for gpu in recorded_devices():
+    print(f"{gpu}:")
+    course.print_first_calls(hopper.get(gpu, {}).get("first_calls"))
+
+# %% [markdown]
+# - The first call at 2048³ is a new bucket: every candidate compiled, then timed.
+# - 3072 rows fall in 2048's bucket. The call runs 2048's choice, and 3072, like 2048, is divisible
+#   by 16: the kernel compiled for 2048³ serves it as it is. Its first call is little more than a
+#   launch and the launcher's preparation, and the next one a prepared launch.
+# - Without buckets, 2560 rows are a new key for the autotuner: it times every candidate again, and
+#   may choose another (compare the configurations). That is a bucket's price: a size gets the choice
+#   made for the first size of its bucket, which may not be its own best.
+#
+# Lessons 10 and 11 bucket the same way: attention by sequence length, the decoder's linear layers by
+# their rows (the tokens; the weights' sizes do not change).
+#
 # One more cost sits on the GPU's side, in the graphed column. The fast matmul's programs build their
 # three descriptors before their first copy; how long does that take? `make bench` times it on its
 # own: one program per SM copies one tile through one descriptor, or through three, built on the host

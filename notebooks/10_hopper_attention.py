@@ -1051,7 +1051,9 @@ for gpu in hopper:
 # Every table above is graph replays, the GPU's time. A training step calls these functions from
 # Python, one call after another, and then the host's work per call counts too. The course's
 # `attention` and `attention_backward` launch their kernels through `helpers.launch.Launcher`, as
-# lesson 09's matmul does: the autotuner and Triton's binding run once per key, not at every call.
+# lesson 09's matmul does: the autotuner and Triton's binding run once per key, not at every call, and
+# the autotuner times its candidates once per bucket of lengths (lesson 09's buckets: a new length
+# in a bucket tuned before costs at most a compile).
 # Their autotuners set the descriptors' boxes in a pre-hook, which a prepared launch skips. It can:
 # Triton's launch encodes each host descriptor with the box the compiled kernel was built for, so the
 # pre-hook matters only for finding that kernel, on the key's first call (`Launcher(kernel,

@@ -32,7 +32,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from helpers.bench import host_us, measure
 from helpers.compiled import compiler_quiet
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.launch import Launcher, cdiv
+from helpers.launch import Launcher, cdiv, power_of_2_bucket
 from helpers.solutions import load_solution
 
 lesson05 = load_solution("05")   # inv_rms: 1 / rms of each row
@@ -263,7 +263,9 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, s_ptr, M, N, K, stride_a, stride_b, B_NK:
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
-_matmul_launcher = Launcher(matmul_kernel)   # launches prepared once per key (helpers.launch)
+# launches prepared once per key, the configuration chosen once per bucket of sizes (helpers.launch)
+SIZE_BUCKETS = {"M": power_of_2_bucket, "N": power_of_2_bucket, "K": power_of_2_bucket}
+_matmul_launcher = Launcher(matmul_kernel, buckets=SIZE_BUCKETS)
 
 
 def matmul(a, b, scale=None, b_is_nk=False):
@@ -415,7 +417,9 @@ def linear_reference(h, w, scale=None, residual=None):
     return out if residual is None else out + residual
 
 
-_linear_launcher = Launcher(linear_kernel)   # launches prepared once per key (helpers.launch)
+# the rows (tokens) vary from call to call, the weights' sizes do not: one choice per bucket of rows
+ROW_BUCKETS = {"M": power_of_2_bucket}
+_linear_launcher = Launcher(linear_kernel, buckets=ROW_BUCKETS)
 
 
 def linear(h, w, scale=None, residual=None):
@@ -786,7 +790,7 @@ def _stability_probe(timing):
     matmul_kernel = triton.autotune(configs=MATMUL_CONFIGS, key=["M", "N", "K", "B_NK", "HAS_SCALE"],
                                     prune_configs_by={"early_config_prune": _tiles_for_the_shape},
                                     do_bench=STABILITY_TIMINGS[timing])(matmul_kernel.fn)
-    _matmul_launcher = Launcher(matmul_kernel)   # matmul launches this one
+    _matmul_launcher = Launcher(matmul_kernel, buckets=SIZE_BUCKETS)   # matmul launches this one
     rows = []
     for n in (1024, 2048, 4096):
         a = torch.randn(n, n, device="cuda", dtype=torch.float16)
@@ -798,15 +802,57 @@ def _stability_probe(timing):
     print(json.dumps(rows))
 
 
+def _first_calls_probe():
+    """In a fresh process (record_artifacts empties Triton's disk cache for it): how long `matmul`'s
+    calls at new sizes take, (M, N, K) in turn: 2048^3, a new bucket, where the autotuner compiles and
+    times its candidates; 3072 x 2048 x 2048, a new key in 2048's bucket (its choice, nothing timed);
+    that key again, prepared; then, through a launcher without buckets, 2560 x 2048 x 2048, a new key
+    the autotuner times again. Prints JSON rows."""
+    import json
+    import time
+
+    global _matmul_launcher
+    rows = []
+    for M, what in ((2048, "a new bucket"), (3072, "a new size in a tuned bucket"),
+                    (3072, "the same size again"), (2560, "a new size, no buckets")):
+        if what == "a new size, no buckets":
+            _matmul_launcher = Launcher(matmul_kernel)
+        a = torch.randn(M, 2048, device="cuda", dtype=torch.float16)
+        b = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+        tuned_before = len(matmul_kernel.cache)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        c = matmul(a, b)
+        torch.cuda.synchronize()
+        ms = 1000 * (time.perf_counter() - start)
+        torch.testing.assert_close(c, a @ b, rtol=1e-2, atol=1e-1)
+        timed = len(matmul_kernel.configs_timings) if len(matmul_kernel.cache) > tuned_before else 0
+        rows.append({"shape": f"{M} x 2048 x 2048", "call": what, "ms": ms, "candidates_timed": timed,
+                     "config": describe_config(matmul_kernel.best_config)})
+    print(json.dumps(rows))
+
+
+def print_first_calls(rows):
+    """One GPU's first_calls record (see _first_calls_probe), or that it is missing."""
+    if not rows:
+        print("  not recorded yet (`make bench LESSON=09` on a GPU)")
+        return
+    for r in rows:
+        timed = f"{r['candidates_timed']} candidates timed" if r["candidates_timed"] else "nothing timed"
+        print(f"  {r['shape']:18} {r['call']:30} {r['ms']:9.2f} ms  ({timed}; {r['config']})")
+
+
 def record_artifacts(folder):
     """On a GPU (called by `make bench`): the fast matmul's compiled-code excerpt, which warp-specialised
     configurations compile and whether their ttgir is specialised, the autotuner's choice in three
-    fresh processes per way of timing, host time per launch against do_bench's flush, and what building
-    descriptors in the kernel costs the GPU, into
+    fresh processes per way of timing, host time per launch against do_bench's flush, what building
+    descriptors in the kernel costs the GPU, and the first calls at new sizes (_first_calls_probe), into
     folder/09_hopper_matmul/<gpu>.json."""
     import json
+    import os
     import subprocess
     import sys
+    import tempfile
 
     from helpers import profile
     from helpers.bench import ROOT
@@ -829,9 +875,14 @@ def record_artifacts(folder):
             out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                                  check=True).stdout
             stability += [{**row, "process": process} for row in json.loads(out.strip().splitlines()[-1])]
+    code = "from helpers.solutions import load_solution; load_solution('09')._first_calls_probe()"
+    with tempfile.TemporaryDirectory() as empty:    # Triton's disk cache empty: every compile is real
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                             check=True, env={**os.environ, "TRITON_CACHE_DIR": empty}).stdout
+    first_calls = json.loads(out.strip().splitlines()[-1])
     record = {**profile.stamp(), "compiled": compiled, "warp_specialize": _warp_specialize_survey(),
               "autotune_stability": stability, "launch_against_flush": _launch_against_flush(),
-              "descriptor_build": _descriptor_build()}
+              "descriptor_build": _descriptor_build(), "first_calls": first_calls}
     out = folder / RECORDED / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1))

@@ -33,7 +33,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from helpers import interpreter
 from helpers.compiled import compiler_quiet
 from helpers.device import pick
-from helpers.launch import Launcher, cdiv
+from helpers.launch import Launcher, cdiv, power_of_2_bucket
 from helpers.solutions import load_solution
 
 lesson05 = load_solution("05")   # the tiled softmax, the row kernels profiled beside the compiler's
@@ -171,7 +171,9 @@ def causal_attention_reference(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous()
 
 
-_causal_launcher = Launcher(causal_attention_kernel)   # launches prepared once per key (helpers.launch)
+# launches prepared once per key, the configuration chosen once per bucket of lengths (helpers.launch)
+LENGTH_BUCKETS = {"n_ctx": power_of_2_bucket}
+_causal_launcher = Launcher(causal_attention_kernel, buckets=LENGTH_BUCKETS)
 
 
 def causal_attention(q, k, v):
@@ -323,7 +325,7 @@ def heads_descriptor(t):
 
 # Launched prepared once per key (helpers.launch): the pre-hook only sets the descriptors' boxes, which
 # the compiled kernel carries itself.
-_attention_launcher = Launcher(attention_kernel, boxes=_set_attention_boxes)
+_attention_launcher = Launcher(attention_kernel, boxes=_set_attention_boxes, buckets=LENGTH_BUCKETS)
 
 
 def attention(q, k, v, causal=False, sm_scale=None):
@@ -539,7 +541,8 @@ def attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc,
     dv_desc.store([head, start_n, 0], dv.to(dv_desc.dtype).reshape(1, BLOCK_N, HEAD_DIM))
 
 
-_backward_launcher = Launcher(attention_backward_kernel, boxes=_set_backward_boxes)   # as the forward's
+_backward_launcher = Launcher(attention_backward_kernel, boxes=_set_backward_boxes,   # as the forward's
+                              buckets=LENGTH_BUCKETS)
 
 
 def attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None):

@@ -79,7 +79,7 @@ def swiglu_linear_kernel(h_ptr, w_ptr, out_ptr, M, N, K, stride_h, stride_w, BLO
         out_desc.store([off_m, off_n // 2], y.to(out_desc.dtype))
 
 
-_swiglu_launcher = Launcher(swiglu_linear_kernel)   # launches prepared once per key (helpers.launch)
+_swiglu_launcher = Launcher(swiglu_linear_kernel, buckets=lesson09.ROW_BUCKETS)   # as lesson 09's linear
 
 
 def swiglu_linear(h, w_gate_up):

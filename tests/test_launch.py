@@ -10,7 +10,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.launch import Launcher, _check_arguments, _key_and_addresses, cdiv
+from helpers.exercises import tuned_over
+from helpers.launch import Launcher, _check_arguments, _key_and_addresses, cdiv, power_of_2_bucket
 
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="a prepared launch needs a compiled kernel (a GPU)")
 
@@ -157,6 +158,32 @@ def test_configurations_swapped_in_by_a_check_are_launched():
         scaled_add.configs = saved
     launch(launcher, x, y)
     assert scaled_add.best_config.kwargs["BLOCK"] in (64, 128)
+
+
+def test_a_bucket_is_the_power_of_2_at_or_below_the_length():
+    lengths = (1, 2, 3, 1023, 1024, 2047, 2048)
+    assert [power_of_2_bucket(n) for n in lengths] == [1, 2, 2, 512, 1024, 1024, 2048]
+
+
+@gpu_only
+def test_a_new_length_in_a_tuned_bucket_runs_that_buckets_choice_untimed():
+    """Launcher(kernel, buckets=...): the autotuner times its configurations at a bucket's first length
+    only; another length in that bucket runs the same choice, right, and a length in another bucket, or
+    the bucket under other configurations, is timed again (each timing adds to the autotuner's cache)."""
+    launcher = Launcher(scaled_add, buckets={"n": power_of_2_bucket})
+    timed_before = len(scaled_add.cache)
+    for n in (5000, 5001, 4100, 8000):          # 4096's bucket; the lengths are this test's own
+        x, y = (torch.randn(n, device=DEVICE) for _ in range(2))
+        torch.testing.assert_close(launch(launcher, x, y), 2.0 * x + y)
+    assert len(scaled_add.cache) == timed_before + 1
+    assert len({prepared[1]["BLOCK"] for prepared in launcher.prepared.values()}) == 1
+    x, y = (torch.randn(9000, device=DEVICE) for _ in range(2))   # 8192's bucket
+    torch.testing.assert_close(launch(launcher, x, y), 2.0 * x + y)
+    assert len(scaled_add.cache) == timed_before + 2
+    with tuned_over(scaled_add, [triton.Config({"BLOCK": 32}, num_warps=1)]):
+        x, y = (torch.randn(5002, device=DEVICE) for _ in range(2))
+        torch.testing.assert_close(launch(launcher, x, y), 2.0 * x + y)
+        assert scaled_add.best_config.kwargs["BLOCK"] == 32
 
 
 @triton.jit
