@@ -284,25 +284,40 @@ def test_each_gpu_recorded_the_profile_of_every_target(gpu):
         assert row["kernel"] in ("attention_kernel", "attention_backward_kernel") and row["key"], row
 
 
-@pytest.mark.parametrize("name", ["causal_attention", "softmax_long"])
-def test_the_int64_cases_pass_2_31_with_32_bit_strides(name, monkeypatch):
-    """The GPU's cases, built here with a stand-in spread: the third row (or sequence) starts 2 * SPREAD
-    values in (past 2**31 at full size, each stride below it), and the solution passes them."""
+def test_the_causal_int64_case_passes_2_31_with_32_bit_strides(monkeypatch):
+    """The GPU's case, built here with a stand-in spread: the third sequence starts 2 * SPREAD values in
+    (past 2**31 at full size, each stride below it), and the solution passes it."""
     from helpers import check, exercises
     from helpers.exercises import lesson10 as spec
 
     assert spec.SPREAD < 2**31 <= 2 * spec.SPREAD and spec.SPREAD * 2 % 16 == 0
     monkeypatch.setattr(spec, "SPREAD", 16384 + 64)
-    if name == "causal_attention":
-        case = spec._causal_int64_case()
-    else:
-        x = spec._far_apart((3, 1001), 0, torch.float16)
-        case = spec.Case("3 rows far apart", (x,), hint=spec.int64_hint("x's rows", "the row index"))
+    case = spec._causal_int64_case()
     assert all(t.stride(0) == spec.SPREAD for t in case.args) and "int32" in case.hint
-    ex = exercises.get(name)
+    ex = exercises.get("causal_attention")
     monkeypatch.setattr(ex, "cases", lambda: [case])
     monkeypatch.setattr(ex, "structure", None)
-    check(name, getattr(lesson10, name))
+    check("causal_attention", lesson10.causal_attention)
+
+
+def test_softmax_longs_case_past_2_31_is_dense(monkeypatch):
+    """The GPU's last case, built here at a stand-in span: x contiguous, its last rows starting past the
+    span, so that the output, of x's shape, passes it too; compared on those rows; the solution passes."""
+    from helpers import check, exercises
+    from helpers.exercises import lesson05
+    from helpers.exercises import lesson10 as spec
+
+    monkeypatch.setattr(spec, "ON_GPU", True)
+    monkeypatch.setattr(lesson05, "INT32_SPAN", 2**14)
+    ex = exercises.get("softmax_long")
+    case = ex.cases()[-1].build()
+    (x,) = case.args
+    assert x.is_contiguous() and x.stride(0) * (x.shape[0] - 3) >= 2**14
+    assert "2**31" in case.label and "int32" in case.hint
+    assert case.part(x).shape == case.reference_args[0].shape
+    monkeypatch.setattr(ex, "cases", lambda: [case])
+    monkeypatch.setattr(ex, "structure", None)
+    check("softmax_long", lesson10.softmax_long)
 
 
 # ---------------------------------------------------------------- the Gluon forward's records

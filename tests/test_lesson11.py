@@ -260,6 +260,22 @@ def test_the_rope_int64_case_passes_2_31_in_both_tensors(monkeypatch):
     check("rope_qk", lesson11.rope_qk)
 
 
+def test_the_rope_case_past_2_31_elements_per_tensor_compares_the_last_heads(monkeypatch):
+    """The GPU's dense case, built here small: q and k contiguous, outputs as large, compared on the last
+    heads against the reference run on those alone; the solution passes."""
+    from helpers import check, exercises
+    from helpers.exercises import lesson11 as spec
+
+    case = spec._rope_past_int32_case(H=7, N=19, D=16)
+    q, k = case.args[:2]
+    assert q.is_contiguous() and k.is_contiguous() and not case.guard and "int32" in case.hint
+    assert case.reference_args[0].shape == (1, 3, 19, 16)
+    ex = exercises.get("rope_qk")
+    monkeypatch.setattr(ex, "cases", lambda: [case])
+    monkeypatch.setattr(ex, "structure", None)
+    check("rope_qk", lesson11.rope_qk)
+
+
 def test_the_block_gates_case_reaches_both_of_silus_tails_in_every_draw():
     from helpers.block import rms_norm
     from helpers.exercises import lesson11 as spec

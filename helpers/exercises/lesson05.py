@@ -101,10 +101,12 @@ def _strided_rows(n_rows, n_cols, dtype=torch.float32):
             (f"{n_rows}x{n_cols} every other column (column stride 2)", every_other)]
 
 
-# Past 2**31 elements (cases built on a GPU only). The matrix is a slice of rows far apart (a few
-# columns of each row of a wide buffer): its addresses pass 2**31 elements while the check copies
-# only what the slice holds (about 9 GB of GPU memory in all: the buffer, and the check's copy of its
-# span). Its last rows start at or past element 2**31, where `row * stride_xm` wraps in int32.
+# Past 2**31 elements (cases built on a GPU only). The matrix's last rows start at or past element
+# 2**31, where `row * stride_xm` wraps in int32. Dense (the default), its rows are contiguous, so an
+# output of its shape passes 2**31 elements too, and `row * stride_om` wraps as well (about 13 GB of GPU
+# memory in float16: x, the check's copy of it, the output). Otherwise it is a slice of rows far apart
+# (a few columns of each row of a wide buffer), for an output narrower than x: its addresses pass 2**31
+# elements while the check copies only what the slice holds.
 INT32_SPAN = 2**31
 PAST_INT32 = "past 2**31 elements"  # the label of such a case until it is built
 INT32_ROW_STRIDE = 2**16
@@ -113,30 +115,36 @@ INT32_ROW_STRIDE = 2**16
 def int32_hint(what, how):
     """Said after any failure on a case past 2**31 elements: `what` is the index to widen, `how` shows it."""
     return ("This case spans more than 2**31 elements. If the smaller cases pass, suspect an offset computed "
-            "in int32: it wraps past 2**31 - 1 (to a negative address, or another row's), which reads the "
-            f"wrong values or crashes the GPU. Make {what} an int64 before it meets a stride ({how}), as the "
-            "lesson's kernels do.")
+            "in int32: it wraps past 2**31 - 1 (to a negative address, or another row's), which reads or "
+            f"writes the wrong values or crashes the GPU. Make {what} int64 before any product with a "
+            f"stride ({how}), the output's strides as well as the input's, as the lesson's kernels do.")
 
 
-def _far_rows(n_cols, dtype, compared):
-    """(x, its last `compared` rows): x (INT32_SPAN // INT32_ROW_STRIDE + compared, n_cols), rows
-    INT32_ROW_STRIDE apart, filled with randn; its last `compared` rows start at element INT32_SPAN or
-    later."""
-    n_rows = INT32_SPAN // INT32_ROW_STRIDE + compared
-    buffer = torch.empty(n_rows, INT32_ROW_STRIDE, device=DEVICE, dtype=dtype)
-    x = buffer[:, :n_cols]
+def _rows_past_int32(n_cols, dtype, compared, dense):
+    """(x, its last `compared` rows), filled with randn * 3; the last `compared` rows start at element
+    INT32_SPAN or later. dense: x contiguous, ceil(INT32_SPAN / n_cols) + compared rows; otherwise a
+    slice of the first n_cols columns of INT32_SPAN // INT32_ROW_STRIDE + compared rows INT32_ROW_STRIDE
+    long."""
+    if dense:
+        x = torch.empty(-(-INT32_SPAN // n_cols) + compared, n_cols, device=DEVICE, dtype=dtype)
+    else:
+        n_rows = INT32_SPAN // INT32_ROW_STRIDE + compared
+        x = torch.empty(n_rows, INT32_ROW_STRIDE, device=DEVICE, dtype=dtype)[:, :n_cols]
     x.normal_(0.0, 3.0)
     return x, x[-compared:].clone()
 
 
-def past_int32_case(label, n_cols, dtype, compared, hint, kwargs=None, extra=()):
-    """A Case whose x spans more than 2**31 elements, compared on its last `compared` rows only; None
-    where the GPU has no room for x's span and the check's copy of it."""
-    if not room_for(2 * INT32_SPAN * dtype.itemsize):
+def past_int32_case(label, n_cols, dtype, compared, hint, kwargs=None, extra=(), dense=True):
+    """A Case whose x spans more than 2**31 elements, compared on its last `compared` rows only (see
+    _rows_past_int32); None where the GPU has no room for x, the check's copy of it and, dense, an
+    output as large."""
+    if not room_for((3 if dense else 2) * INT32_SPAN * dtype.itemsize):
         return None
-    x, last = _far_rows(n_cols, dtype, compared)
-    return Case(f"{x.shape[0]}x{n_cols} {str(dtype)[6:]}, {label}: rows {x.stride(0)} apart, x spans "
-                f"more than 2**31 elements (compared on its last {compared} rows)", (x, *extra), kwargs or {},
+    x, last = _rows_past_int32(n_cols, dtype, compared, dense)
+    layout = ("rows contiguous: x, and an output of its shape, span" if dense else
+              f"rows {x.stride(0)} apart: x spans")
+    return Case(f"{x.shape[0]}x{n_cols} {str(dtype)[6:]}{label}, {layout} more than 2**31 elements "
+                f"(compared on its last {compared} rows)", (x, *extra), kwargs or {},
                 hint=hint, reference_args=(last, *extra), part=lambda out: out[-compared:])
 
 
@@ -172,8 +180,7 @@ def _softmax_rows_cases():
     if ON_GPU:
         n = _odd(1001, 2047)
         cases.append(later(PAST_INT32, lambda: past_int32_case(
-            "a slice of a wide buffer", n, F16, 3,
-            int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`"))))
+            "", n, F16, 3, int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`"))))
     return cases
 
 
@@ -372,7 +379,7 @@ def _tiled_cases():
     if ON_GPU:
         n = _odd(2049, 4095)
         cases.append(later(PAST_INT32, lambda: past_int32_case(
-            "block=512, a slice of a wide buffer", n, F16, 3,
+            ", block=512", n, F16, 3,
             int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`"), kwargs={"block": 512})))
     return cases
 
@@ -464,9 +471,9 @@ def _rmsnorm_linear_cases():
         gamma = (1 + 0.2 * torch.randn(k, device=DEVICE)).to(F16)
         w = (torch.randn(n, k, device=DEVICE) / math.sqrt(k)).to(F16)
         cases.append(later(PAST_INT32, lambda: past_int32_case(
-            f"K={k}, N={n}, x a slice of a wide buffer", k, F16, 67,
+            f", K={k}, N={n}, x a slice of a wide buffer", k, F16, 67,
             int32_hint("the tile's row offsets", "`offs_m = (...).to(tl.int64)`"), kwargs={"eps": 1e-6},
-            extra=(gamma, w))))
+            extra=(gamma, w), dense=False)))
     return cases
 
 
@@ -542,16 +549,14 @@ def _groupnorm_cases():
 
 
 def _groupnorm_past_int32_case(compared=2, C=8, H=8, W=8):
-    """Samples 2**16 values apart: the last `compared` start at or past element 2**31 (None where the GPU
-    has no room for x's span and the check's copy of it)."""
-    if not room_for(2 * INT32_SPAN * F16.itemsize):
+    """x contiguous, its last `compared` samples starting at or past element 2**31, in x and in an
+    output of its shape (None where the GPU has no room for x, the check's copy of it and the output)."""
+    if not room_for(3 * INT32_SPAN * F16.itemsize):
         return None
-    n = INT32_SPAN // INT32_ROW_STRIDE + compared
-    x = torch.empty(n, INT32_ROW_STRIDE // (H * W), H, W, device=DEVICE, dtype=F16)[:, :C]
-    x.normal_(0.0, 2.0)
+    n = -(-INT32_SPAN // (C * H * W)) + compared
+    x = torch.empty(n, C, H, W, device=DEVICE, dtype=F16).normal_(0.0, 2.0)
     weight, bias = torch.randn(C, device=DEVICE).to(F16), torch.randn(C, device=DEVICE).to(F16)
-    return Case(f"{n}x{C}x{H}x{W} G2 float16, eps=1e-05, x channels 0 to 7 of a tensor of "
-                f"{x.stride(0) // (H * W)} channels: samples {x.stride(0)} values apart, x spans "
+    return Case(f"{n}x{C}x{H}x{W} G2 float16, eps=1e-05, contiguous: x, and an output of its shape, span "
                 f"more than 2**31 elements (compared on its last {compared} samples)",
                 (x, 2, weight, bias, 1e-5),
                 hint=int32_hint("the sample and group indices", "`n`, `g` with `.to(tl.int64)`"),

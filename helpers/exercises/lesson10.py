@@ -20,7 +20,8 @@
 4. `softmax_long`: softmax over rows longer than one tile, in two passes (a running max and sum,
    then the output), the second walking the row from its last tile back to its first. Rows that
    begin with a whole tile of -inf, values of 1e4, float16, and rows of a wider matrix; on a GPU,
-   three rows 2**30 + 64 values apart (the row index must be int64 before it meets the stride).
+   a contiguous x whose last rows start past element 2**31, in x and in the output (the row index
+   must be int64 before it meets either stride).
 
 Beyond the values, each check measures what the lesson teaches, with the interpreter's record of
 every load and store (on a GPU too, on small inputs):
@@ -59,7 +60,7 @@ from helpers.exercises import (
     room_for,
     tuned_over,
 )
-from helpers.exercises.lesson05 import SOFTMAX_TOL
+from helpers.exercises.lesson05 import PAST_INT32, SOFTMAX_TOL, int32_hint, past_int32_case
 
 F16, F32 = torch.float16, torch.float32
 NEG_INF = float("-inf")
@@ -202,15 +203,6 @@ def _causal_int64_case():
     q, k, v = (_far_apart((3, 1, N, D), 0, F16) for _ in range(3))
     return Case(f"B3 H1 N{N} D{D} float16 (q's, k's and v's three sequences {SPREAD:,} values apart: "
                 f"offsets past 2**31)", (q, k, v), hint=int64_hint("q's, k's and v's sequences", "b (and h)"))
-
-
-def _softmax_int64_case(n):
-    """x's three rows of n values SPREAD values apart (row 2 starts past 2**31). None where the GPU has
-    no room for x's span and the check's copy of it."""
-    if not room_for(2 * SPAN_BYTES):
-        return None
-    return Case(f"3x{n} float16 (rows {SPREAD:,} values apart: offsets past 2**31)",
-                (_far_apart((3, n), 0, F16),), hint=int64_hint("x's rows", "the row index"))
 
 
 def _causal_cases():
@@ -598,7 +590,8 @@ def _softmax_cases():
              for M, n, dtype, kind, view, why in specs]
     if ON_GPU:
         n = _odd(*long)
-        cases.append(later("offsets past 2**31", lambda: _softmax_int64_case(n)))
+        cases.append(later(PAST_INT32, lambda: past_int32_case(
+            "", n, F16, 3, int32_hint("the row index", "`tl.program_id(0).to(tl.int64)`"))))
     return cases
 
 

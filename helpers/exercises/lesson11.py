@@ -3,8 +3,9 @@
 1. `rope_qk`: rotary embeddings on Q and K in one launch, read through any strides (the views
    the Q|K|V projection makes, a head dimension that is not contiguous in q and in k, cos and sin as
    column slices of wider tables), written contiguous, arithmetic in float32; on a GPU, q's
-   positions and k's sequences 2**30 + 64 values apart (int64 offsets). Its structure: one launch,
-   each value of cos and sin loaded once per (batch, head).
+   positions and k's sequences 2**30 + 64 values apart, and q and k contiguous past 2**31 elements,
+   outputs as large (int64 offsets, the outputs' too). Its structure: one launch, each value of cos
+   and sin loaded once per (batch, head).
 2. `swiglu_linear`: SiLU(h @ w_gate.T) * (h @ w_up.T) as one persistent matmul over the
    interleaved weights, the product in the epilogue: the pairing of the columns, SiLU's two tails
    (gates far past the point where exp overflows float32, in every draw), h and w_gate_up of
@@ -38,6 +39,7 @@ from helpers.exercises import (
     rerun_with_config,
     room_for,
 )
+from helpers.exercises.lesson05 import int32_hint
 from helpers.exercises.lesson09 import _past_the_last_tile, _unshared
 from helpers.exercises.lesson10 import SPAN_BYTES, SPREAD, _recorded, int64_hint
 from helpers.traffic import HARNESS, EagerWork, source_line
@@ -124,7 +126,8 @@ def _rope_cases():
                 if layout.endswith("dim-strided") else "")
         cases.append(Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why}; {tables})",
                           (q, k, *_angles(N, D // 2, sliced)), hint=hint))
-    return cases + ([later("offsets past 2**31", _rope_int64_case)] if ON_GPU else [])
+    return cases + ([later("offsets past 2**31", _rope_int64_case),
+                     later("past 2**31 elements per tensor", _rope_past_int32_case)] if ON_GPU else [])
 
 
 def _rope_int64_case(D=64):
@@ -144,6 +147,24 @@ def _rope_int64_case(D=64):
     return Case(f"B3 H1 N3 D{D} float16 (q's positions and k's sequences {SPREAD:,} values apart: offsets "
                 f"past 2**31; cos, sin contiguous)", (q, k, *_angles(3, D // 2, False)),
                 hint=int64_hint("q's positions and k's sequences", "offs_pos, b and h"))
+
+
+def _rope_past_int32_case(H=2**15 + 3, N=1024, D=64, compared=3):
+    """On a GPU: q and k (1, H, N, D) float16, contiguous, each just over 2**31 elements (4.3 GB), so
+    the last `compared` heads start past 2**31, in the inputs and in contiguous outputs alike (h * sq_h
+    and the outputs' head offsets wrap in int32). B * H stays below 65536, the grid's limit on its
+    second axis. Compared on the last heads, the reference run on them alone; unguarded (no copies of
+    q and k), the check holds q, k and the two outputs. None where the GPU has no room for them."""
+    if not room_for(4 * H * N * D * F16.itemsize):
+        return None
+    q, k = (torch.randn(1, H, N, D, device=DEVICE, dtype=F16) for _ in range(2))
+    cos, sin = _angles(N, D // 2, False)
+    return Case(f"B1 H{H} N{N} D{D} float16 (q and k contiguous, each past 2**31 elements, outputs as "
+                f"large; compared on the last {compared} heads; cos, sin contiguous)", (q, k, cos, sin),
+                hint=int32_hint("the batch and head indices",
+                                "`(bh // n_heads).to(tl.int64)`; `bh.to(tl.int64)` for the outputs' heads"),
+                reference_args=(q[:, -compared:], k[:, -compared:], cos, sin),
+                part=lambda out: tuple(t[:, -compared:] for t in out), guard=False)
 
 
 def _rope_one_launch(fn):

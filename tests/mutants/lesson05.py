@@ -53,6 +53,10 @@ WRONG = [
         "05", "softmax_rows", (INT64_ROW + "    offs = tl.arange(0, BLOCK_N)\n    mask = offs < n_cols\n    # Lanes",
                                INT32_ROW + "    offs = tl.arange(0, BLOCK_N)\n    mask = offs < n_cols\n    # Lanes")),
           gpu_only=True),
+    Wrong("softmax_rows", "the output's row offset in int32: program_id(0) * stride_om wraps past 2**31", edit(
+        "05", "softmax_rows", ("tl.store(out_ptr + row * stride_om + offs, (e / l)",
+                               "tl.store(out_ptr + tl.program_id(0) * stride_om + offs, (e / l)")),
+          gpu_only=True),
 ]
 
 RIGHT = [
@@ -435,6 +439,9 @@ WRONG += [
     Wrong("groupnorm_mish", "GroupNorm by PyTorch, Mish in a Triton kernel", groupnorm_torch_mish_triton),
     Wrong("groupnorm_mish", "sample and group left in int32: n * sx_n wraps past 2**31 elements", edit(
         "05", "groupnorm_mish", (GN_INDEX, GN_INDEX.replace(".to(tl.int64)", ""))), gpu_only=True),
+    Wrong("groupnorm_mish", "the output's offset from program_id in int32: pid * C_g * HW wraps past 2**31", edit(
+        "05", "groupnorm_mish", ("    out_group = out_ptr + (n * n_groups + g) * group_channels * hw",
+                                 "    out_group = out_ptr + tl.program_id(0) * group_channels * hw")), gpu_only=True),
 ]
 
 RIGHT += [

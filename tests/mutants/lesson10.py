@@ -216,6 +216,10 @@ SOFTMAX_WRONG = [
     Wrong("softmax_long", "the row index left int32: row * stride_xm wraps past 2**31", edit(
         "10", "softmax_long", ("    row = tl.program_id(0).to(tl.int64)\n", "    row = tl.program_id(0)\n")),
           gpu_only=True),
+    Wrong("softmax_long", "the output's row offset in int32: program_id(0) * stride_om wraps past 2**31", edit(
+        "10", "softmax_long", ("    out_row = out_ptr + row * stride_om\n",
+                               "    out_row = out_ptr + tl.program_id(0) * stride_om\n")),
+          gpu_only=True),
     Wrong("softmax_long", "three passes: the max, then the sum, then the output", edit(
         "10", "softmax_long", (PASS_1, THREE_PASSES))),
     Wrong("softmax_long", "exp(m - m_new) while both are -inf: NaN after a tile of -inf", edit(

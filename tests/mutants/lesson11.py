@@ -50,6 +50,9 @@ WRONG = [
         "11", "rope_qk", (ROPE_MASK, ROPE_MASK.replace("< half)", "< BLOCK_HALF)")))),
     Wrong("rope_qk", "the output offset forgets the head", edit(
         "11", "rope_qk", ("    out_head = bh.to(tl.int64) * seq * 2 * half", "    out_head = b * seq * 2 * half"))),
+    Wrong("rope_qk", "the outputs' head offset in int32: bh * seq * D wraps past 2**31", edit(
+        "11", "rope_qk", ("    out_head = bh.to(tl.int64) * seq * 2 * half", "    out_head = bh * seq * 2 * half")),
+          gpu_only=True),
     Wrong("rope_qk", "outputs allocated in float32, whatever q's dtype", edit(
         "11", "rope_qk", ("q_rot, k_rot = q.new_empty((B, H, N, D)), q.new_empty((B, H, N, D))",
                           "q_rot, k_rot = (q.new_empty((B, H, N, D), dtype=torch.float32),\n"
