@@ -185,7 +185,9 @@ class Launcher:
             self.prepared[key] = self._prepare(grid, args, constexprs, self._first_call(key, grid, args,
                                                                                         constexprs))
             return None
-        compiled, trailing, _, direct, values = prepared
+        compiled, trailing, _, direct, values, config = prepared
+        if config is not None:      # as the autotuner keeps it: the configuration of the last launch
+            self.kernel.best_config = config
         grid = _three(grid(trailing) if callable(grid) else grid)
         stream = self.current_stream(self.current_device())
         enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
@@ -233,8 +235,8 @@ class Launcher:
     def _prepare(self, grid, args, constexprs, config):
         """(the compiled kernel the first call ran, {name: value} of the parameters after `args`, the
         autotuner's configurations: a grader that swaps in others is launching another kernel, its
-        direct launch function or None: _direct_launch, and those values as a tuple, as a launch takes
-        them). `config`: the configuration that call ran (None without an autotuner)."""
+        direct launch function or None: _direct_launch, those values as a tuple, as a launch takes
+        them, and `config`: the configuration that call ran, None without an autotuner)."""
         assert config is None or config.pre_hook in (None, self.boxes), \
             (f"{self.jit.__name__}: its configuration has a pre-hook, which a prepared launch would skip "
              f"(Launcher(kernel, boxes=hook) for one that only sets host descriptors' boxes)")
@@ -257,4 +259,4 @@ class Launcher:
         compiled = compiled.result() if hasattr(compiled, "result") else compiled   # (asynchronous compiles)
         compiled._init_handles()                    # loads it, and sets compiled.run and .function
         return (compiled, trailing, getattr(self.kernel, "configs", None), _direct_launch(compiled),
-                tuple(trailing.values()))
+                tuple(trailing.values()), config)

@@ -11,7 +11,8 @@
 #
 # Lesson 04's matmul is the clear version: every thread computes the addresses it loads, `tl.load`
 # fetches, `tl.dot` multiplies. It runs on any GPU with tensor cores, and on an H100 or H200 it leaves
-# speed behind, because the Hopper generation added hardware that works *beside* the threads: a copy
+# speed behind on large products, because the Hopper generation added hardware that works *beside*
+# the threads: a copy
 # engine that moves whole tiles, a matrix instruction that runs asynchronously, and enough shared
 # memory to keep several tiles in flight. This lesson takes the matmul close to cuBLAS's speed with
 # that hardware, one step at a time, and says after each step what it bought, measured. Lesson 10 takes
@@ -163,7 +164,8 @@ print("(* does not fit)")
 # loop? The second is answered by the ttgir: a split loop becomes a `ttg.warp_specialize` op with
 # its partitions, where a request that was not granted leaves only an attribute on the loop
 # (`tt.warp_specialize`). `make bench` compiled each warp-specialised configuration of the lesson's
-# two kernels (with and without their epilogues) and recorded both answers:
+# two kernels (`matmul_kernel` with and without its row scale, `linear_kernel` with the scale, with and
+# without the residual) and recorded both answers:
 
 # %%
 granted = {True: "specialised: its ttgir holds ttg.warp_specialize",
@@ -182,8 +184,7 @@ for gpu, record in hopper.items():
 # Read the list for the Triton it names: what compiles, and what is granted, changes with releases.
 # A configuration that compiles but was not split is the ordinary pipelined loop under another name.
 # The autotuner may still choose it, for its tile shape and stages: in the records below,
-# "warp-specialised" (or `warp_specialize=True`) says what a configuration asked for, and this list
-# whether it got it.
+# `warp_specialize=True` says what a configuration asked for, and this list whether it got it.
 #
 # ## Tensor descriptors, run here
 #
@@ -340,7 +341,8 @@ show(lesson04.matmul_tile)
 #
 # ## Persistent programs and the tile scheduler
 #
-# One program per tile launches many more programs than the GPU has SMs. They run in *waves*: the
+# On large products, one program per tile launches many more programs than the GPU has SMs (the table
+# below counts them). They run in *waves*: the
 # SMs take the first programs, and each program that finishes makes room for the next. Every program
 # starts cold (its first copies have nothing to overlap with) and ends with an epilogue during which
 # it gives its tensor cores nothing to do, unless another program on the same SM does. And the last
@@ -451,7 +453,8 @@ check("persistent_matmul", persistent_matmul)
 # ## Autotuning that flips less
 #
 # The fast matmul has a search space: tile shapes, warps, stages, `FLATTEN` and warp
-# specialisation, chosen per shape by `@triton.autotune`. By default the autotuner times each
+# specialisation, chosen by `@triton.autotune` (per bucket of sizes: the launch bill, below). By
+# default the autotuner times each
 # candidate with `triton.testing.do_bench`, and what that timing is made of decides whether it can
 # be trusted for a short kernel. Before every timed call, `do_bench` zeroes a 256 MiB buffer (its L2
 # flush, so that no candidate finds its inputs in the cache); then it records a start event, calls
@@ -544,11 +547,13 @@ for gpu, record in hopper.items():
 # Read each shape's three lines together: the configuration each of three processes chose with each
 # kind of timing (one letter, one configuration, listed beneath), and the range of speeds that
 # followed. A choice that changes between processes with the same code is noise, not tuning; it
-# costs little only where the choices are about equally fast. Graph replays narrow the noise but do
-# not remove it: where two configurations are within the clock's spread of each other, even the
-# third line can change its pick. The third line of each shape ("L2
-# flushed") is how the lesson's autotuner times, and how `make bench` times the lesson's matmuls: the
-# autotuner ranks candidates by the measurement the lesson reports.
+# costs little only where the choices are about equally fast. Count the changes in the record:
+# flushing the L2 before each replay did not make the choice steadier than launching from Python
+# (where two configurations are within the clock's spread of each other, any timing can change its
+# pick), and only replays back to back, without the flush, chose the same every time; but they time
+# something else, a kernel whose inputs the last replay left in the L2. The third line of each shape
+# ("L2 flushed") is how the lesson's autotuner times, and how `make bench` times the lesson's
+# matmuls: the autotuner ranks candidates by the measurement the lesson reports.
 #
 # Where all three processes chose the same configuration, the speeds still differ from process to
 # process: the GPU's clock follows its temperature and power draw, a spread as large as the gaps the
@@ -557,8 +562,8 @@ for gpu, record in hopper.items():
 #
 # ## The fast matmul
 #
-# `course.matmul` is your persistent kernel with four additions, each a switch the autotuner may
-# turn:
+# `course.matmul` is your persistent kernel with four additions: three switches the autotuner may
+# turn, and two the caller sets:
 #
 # - **`FLATTEN`**: `tl.range(..., flatten=True)` on the tile loop merges it with the K loop into one
 #   loop, so the software pipeline runs on from one tile into the next: the next tile's copies are
@@ -640,8 +645,8 @@ for gpu, rows in matmul_rows.items():
 
 # %% [markdown]
 # Each arrow is one step, and the factor in brackets what that step bought over the one before; the
-# last column says where the fast matmul stands against cuBLAS. Do not expect every factor to be above
-# 1. Read each against what the step changed:
+# last column says where the fast matmul stands against cuBLAS. Do not expect every factor to be
+# above one. Read each against what the step changed:
 #
 # - **exercise 1** moves the tiles by TMA instead of per-thread loads, in lesson 04's tile order;
 #   but it runs one fixed configuration (`course.TMA_TILE`, Triton's default warps and stages), where
@@ -652,8 +657,10 @@ for gpu, rows in matmul_rows.items():
 #   other's epilogue for free. One program per SM gives that up, and without `FLATTEN` (or warp
 #   specialisation) nothing inside the program takes its place: each tile's K loop starts cold;
 # - **the fast matmul** puts it together: persistent programs that pipeline across tiles, and the
-#   tile shape, warps and stages chosen per shape from the search. That arrow is where the gain should
-#   show, and the last column says how much of cuBLAS's speed it reaches.
+#   tile shape, warps and stages chosen from the search. That arrow is where the gain should show,
+#   and the last column says how much of cuBLAS's speed it reaches. At the smaller sizes it can trail
+#   lesson 04's matmul all the same: each of its programs builds its descriptors at the start of every
+#   launch (timed on its own below), a cost a short kernel cannot hide.
 #
 # The lesson: the Hopper features are means, not gains. Each helps only with the others around it
 # (TMA with a deep pipeline, persistence with overlap across tiles), and a change is worth keeping
@@ -712,8 +719,10 @@ for gpu in recorded_devices():
 #   as lesson 10's attention shows), so its programs build their descriptors themselves. That costs
 #   the GPU a little at the start of every launch (each program writes three descriptors and waits
 #   for them to be visible before its first copy), and saves the host far more (compare its host
-#   column with exercise 2's). Its own checks and the descriptors' scratch memory leave its host time
-#   close to lesson 04's prepared call (compare the two). With PDL, calls back to back hide most of
+#   column with exercise 2's; one call's host time is a single reading, and a busy host can make it
+#   an outlier). Its
+#   own checks and the descriptors' scratch memory leave its host time close to lesson 04's prepared
+#   call (compare the two). With PDL, calls back to back hide most of
 #   that start: each launch builds its descriptors while the kernel before it finishes;
 # - **cuBLAS** does its equivalent in C++, behind one dispatch.
 #
@@ -743,8 +752,9 @@ for gpu in recorded_devices():
 # `Launcher(matmul_kernel, buckets=SIZE_BUCKETS)`, which takes each of M, N and K down to the power
 # of 2 at or below it (`helpers.launch.power_of_2_bucket`: 2048 to 4095 share 2048's bucket). A new
 # key in a bucket tuned before runs that bucket's configuration, as the autotuner runs its choice,
-# and the autotuner is not asked. `make bench` timed four first calls in a fresh process with
-# Triton's disk cache empty, each one synchronised before and after, and the configuration each ran:
+# and the autotuner is not asked. `make bench` timed three first calls and one repeat in a fresh
+# process with Triton's disk cache empty, each synchronised before and after, with the configuration
+# each ran:
 
 # %%
 for gpu in recorded_devices():
@@ -802,7 +812,8 @@ for gpu in recorded_devices():
 # *epilogue*, on the float32 accumulator, before the one store. Lesson 11's decoder block needs two:
 # a scale per row (RMSNorm's 1/rms, below) and a residual add. `linear(h, w, scale, residual)`
 # computes `scale[:, None] * (h @ w.T) + residual`, both optional, with `w` in `nn.Linear`'s (out,
-# in) layout, in one persistent, flattened kernel. Its mainloop is given: `linear_tile` is the K loop
+# in) layout, in one persistent kernel whose tile loop the autotuner may flatten. Its mainloop is
+# given: `linear_tile` is the K loop
 # of exercise 2 over descriptors of h and W, and since W's rows are the columns of the product, it
 # multiplies by the loaded tile's transpose. `tile_origin` is `tile_coords` in elements instead of
 # tiles:
@@ -886,9 +897,10 @@ check("linear", linear)
 # %% [markdown]
 # The residual's tile costs shared memory too: with the flattened loop, a 128 × 256 tile did not fit
 # beside it in what one program may claim on an H100 (the table near the top), so
-# `EPILOGUE_CONFIGS` adds two configurations without `FLATTEN` for the autotuner to weigh. Its tiles
-# of 16 rows are for decoding (lesson 11's step, 16 new tokens): with so few rows a matmul only reads
-# weights, and narrow tiles, each reading a 256-wide slice of K per step, put more SMs to that work:
+# `EPILOGUE_CONFIGS` adds two configurations without `FLATTEN` for the autotuner to weigh. On a GPU
+# its tiles of 16 rows are for decoding (lesson 11's step, 16 new tokens): with so few rows a matmul
+# only reads weights, and narrow tiles, each reading a 256-wide slice of K per step, put more SMs to
+# that work. The configurations on this device (the interpreter's one, on a CPU):
 
 # %%
 for config in course.EPILOGUE_CONFIGS:
@@ -1031,10 +1043,12 @@ ratios(rmsnorm_rows, "lesson 09", ["f.rms_norm", "torch.compile", "lesson 05"])
 #   tile order the kernel's choice; they do not fix a partial last wave.
 # - The default autotuner times each candidate behind a 256 MiB L2 flush: host time per candidate
 #   that outlasts the flush is counted as the kernel's, and a short kernel's choice can then change
-#   between runs. Time candidates as CUDA-graph replays (one short host call each) and prune the
-#   search per shape.
+#   between runs. Time candidates as CUDA-graph replays (one short host call each), prune the
+#   search per shape, and choose once per bucket of sizes, not at every new size.
 # - Measure each step against the one before: alone, a step can lose (TMA without tuning, persistence
-#   without overlap across tiles); together they bring the matmul close to cuBLAS.
+#   without overlap across tiles); together they bring the matmul to cuBLAS's speed on large
+#   products. On small ones, building descriptors in the kernel costs more than it saves as graph
+#   replays, and launched back to back PDL hides most of it.
 # - Epilogues ride on the mainloop: on the float32 accumulator, after the K loop, before the tile's
 #   one store (scale, then residual), they cost a little work and save a round trip of the output;
 #   the flattened loop overlaps them with the next tile's loads. RMSNorm + linear for inference: γ

@@ -73,9 +73,9 @@ dtype = pick(cpu=torch.float32, gpu=torch.float16)
 #
 # - **Tensor descriptors built on the host**, over Q, K, V and O viewed as `(B · H, N, D)`, moving
 #   boxes of `(1, rows, D)`: a box never leaves its head, Q, K and V tiles arrive by TMA, the output
-#   leaves by TMA, and rows past N read as zeros and are never stored, so no load or store needs a
-#   mask. A pre-hook sets the boxes per configuration: the autotuner calls it before it runs that
-#   configuration.
+#   leaves by TMA, and rows past N read as zeros and are never stored, so no tile's load or store
+#   needs a mask (only the per-row store of lse is masked). A pre-hook sets the boxes per
+#   configuration: the autotuner calls it before it runs that configuration.
 # - **A wider search, timed as graph replays**: 64 or 128 query rows per program, 64 or 128 keys per
 #   tile, 4 or 8 warps, 2 to 4 stages, and the request for warp specialisation
 #   (`warp_specialize=True` on the key loop: a producer warp for the K and V copies) where this
@@ -159,7 +159,7 @@ for gpu, record in hopper.items():
 # warpgroups share the rows, 64 each, and each thread holds half as much: that is how
 # FlashAttention-3 and Triton's own fused-attention tutorial arrange 128 query rows. The search
 # offers both, and a spilling configuration is not always the slowest: the autotuner keeps the
-# fastest for each shape (the profile further down shows the one it picked for one shape).
+# fastest for each shape (the profile further down shows the one its own run picked for one shape).
 #
 # ## Exercise 1 · Attention on the projection's layout
 #
@@ -338,16 +338,18 @@ for group, by_gpu in attention_rows.items():      # the first panel, every GPU
 #   other runs its matrix multiplies, then they swap: the tensor cores stay busy through the
 #   exponentials.
 # - **Softmax overlapped with the matmuls inside one warpgroup.** `wgmma` is asynchronous: a
-#   warpgroup starts the next tile's score matrix multiply, then computes the current tile's softmax
-#   while it runs, with two tiles of scores alive at once.
+#   warpgroup issues this tile's score matrix multiply together with the previous tile's `P V`, waits
+#   for the scores only, and computes this tile's softmax while the `P V` runs, one tile of scores
+#   alive at a time.
 # - **FP8.** Hopper's tensor cores run 8-bit floating point at twice the 16-bit rate. FlashAttention-3
 #   makes that usable for attention: it rearranges V in the kernel into the layout the FP8
 #   instruction requires for its second operand, scales in blocks, and multiplies Q and K by a random
 #   orthogonal matrix first, which spreads outlier values and keeps the 8-bit error small.
 #
-# Plain Triton can write the overlap inside one warpgroup: rotate the loop so that each step issues
-# `tl.dot(q, k_next.T)` for the next tile before the current tile's softmax, two score tiles alive at
-# once; the compiled `wgmma` is asynchronous, and whether the two overlap is then the compiler's
+# Plain Triton can write an overlap inside one warpgroup of its own kind: rotate the loop so that each
+# step issues `tl.dot(q, k_next.T)` for the next tile before the current tile's softmax, two score
+# tiles alive at once (more registers than FlashAttention-3's shift, which the Gluon section below
+# writes); the compiled `wgmma` is asynchronous, and whether the two overlap is then the compiler's
 # scheduling. It cannot write the rest: which warpgroup waits at which barrier so that two alternate,
 # and how many registers each holds (`warp_specialize=True` asks for a producer, no more). FP8
 # attention with its safeguards is a kernel of its own, beyond this course. CUTLASS and CuTe in C++,
@@ -358,7 +360,7 @@ for group, by_gpu in attention_rows.items():      # the first panel, every GPU
 #
 # `make bench` also runs the lesson's kernels and their rivals under Nsight Compute (lesson 08's
 # `ncu`, with `course.ncu_targets()` as its list) and records a few figures. The forward, causal,
-# D = 128, N = 2,048, one of the shapes where the lesson's kernel trails cuDNN: time, launch
+# D = 128, N = 2,048 (the lesson's kernel trails cuDNN at every recorded shape): time, launch
 # (programs, threads, registers per thread), the share of the SM's active cycles the tensor cores
 # were busy, requests to spilled registers, and bytes through L2:
 
@@ -400,12 +402,14 @@ profiled(["attention forward (10)", "cuDNN forward"],
 
 # %% [markdown]
 # Two different designs. The lesson's kernel launches one program per query block, with the
-# configuration the autotuner picked for this shape (its rows per program are printed below), and
-# that one does not spill. cuDNN launches one program per SM (the programs column is the SM count)
-# of 384 threads: three warpgroups, the arrangement FlashAttention-3 describes, one warpgroup issuing
-# the TMA copies and two computing in turns, each program walking many query blocks. The tensor-core
-# column is the gap in one number: cuDNN keeps its tensor cores busy a larger share of the time,
-# because while one of its warpgroups computes exponentials the other's matrix multiplies run.
+# configuration the profiling run's own autotuner picked for this shape (its rows per program are
+# printed below; the bench run's pick, printed earlier, can differ: the choice is not stable from run
+# to run), and that one does not spill. cuDNN launches one program per SM (the programs column is the
+# SM count) of 384 threads: three warpgroups, the arrangement FlashAttention-3 describes, one
+# warpgroup issuing the TMA copies and two computing in turns, each program walking many query blocks.
+# The tensor-core column is the gap in one number: cuDNN keeps its tensor cores busy a larger share of
+# the time, because while one of its warpgroups computes exponentials the other's matrix multiplies
+# run.
 #
 # The registers column understates what cuDNN's consumers hold. `ncu` reports the registers per
 # thread the kernel was *launched* with, the same for every warp; `setmaxnreg` moves them afterwards.
@@ -527,10 +531,11 @@ if gluon_runs:
     plt.show()
 
 # %% [markdown]
-# Compare the columns: warp specialisation alone does not carry the Gluon kernel clear of the
-# lesson's kernel or of cuDNN. Each consumer still waits for its own softmax between its two matrix
-# multiplies, and the tensor cores wait with it. FlashAttention-3 takes two more steps, and at D = 64
-# arranges its blocks differently; the kernel has all three behind arguments of `gluon_attention`:
+# Compare the columns: warp specialisation alone does not carry the Gluon kernel ahead of the lesson's
+# kernel (at some shapes it is behind it), nor of cuDNN. Each consumer still waits for its own softmax
+# between its two matrix multiplies, and the tensor cores wait with it. FlashAttention-3 takes two
+# more steps, and at D = 64 arranges its blocks differently; the kernel has all three behind arguments
+# of `gluon_attention`:
 #
 # - `overlap=True`: the loop is shifted by one matrix multiply. Each consumer issues this tile's
 #   `S = Q Kᵀ` together with the previous tile's `O += P V`, waits for the scores only, and runs this
@@ -691,7 +696,7 @@ for gpu, record in gluon_runs.items():
 # %% [markdown]
 # Both GPUs tell the same story:
 #
-# - **Plain schedule, causal.** Persistence pays at every causal shape, most at D = 64 and N = 4096.
+# - **Plain schedule, causal.** Persistence pays at every causal shape, most at N = 4096.
 #   That is where the fixed part weighed most against the tiles, and where the one-block kernel was
 #   furthest behind cuDNN. It does not take the kernel past cuDNN at that shape, and no schedule here
 #   does: see below the list.
@@ -703,33 +708,34 @@ for gpu, record in gluon_runs.items():
 # - **Three consumers.** At D = 64 it is about even. At D = 128 it is behind, or at best even. Three
 #   consumers already have the fewest registers a thread, and the loop over blocks keeps more values
 #   alive. At D = 128 ptxas spills them, both with Triton 3.6 (the recorded one) and with 3.9
-#   (`tests/test_gluon_compile.py` records how much).
+#   (`tests/test_gluon_compile.py` allows it for this case; the one-block kernel at D = 128, causal,
+#   spills a little too).
 #
 # Then hold the three-consumer column against the model's promise. The `model, cuDNN fixed` column of
 # the previous section put three consumers, with a block's start hidden as well as cuDNN hides it,
 # clearly ahead of cuDNN at the causal mean length. The persistent version gains a hundredth or two
-# over the one-block one at D = 64 and none at D = 128, so it hides far less of the fixed part than
-# cuDNN's programs do. (The previous
-# section's fit, run once with the persistent kernel on an H100 while this was written and not kept in
-# the record, agrees: its fixed part is a little under the one-block kernel's and still well above
-# cuDNN's; at D = 128 its cost per tile rises too, as spilling would predict.) Two things in the kernel
-# keep a block's start exposed. The first has been measured:
+# over the one-block one at D = 64 and loses up to a few hundredths at D = 128, so it hides far less
+# of the fixed part than cuDNN's programs do. (The previous section's fit, run once with the
+# persistent kernel on an H100 while this was written and not kept in the record, agrees: its fixed
+# part is a little under the one-block kernel's and still well above cuDNN's; at D = 128 its cost per
+# tile rises too, as spilling would predict.) Two things in the kernel keep a block's start exposed.
+# The first has been measured:
 #
 # - **Q has one buffer.** The next block's Q is loaded only once every consumer has finished this
 #   block's last S = Q Kᵀ. Unless the last P V and the epilogue take longer than that load, the
-#   consumers wait for it. `gluon_attention(..., persistent=True, q_buffers=2)` (the `pers 2Q`
-#   column) gives the program a second Q buffer, each with its own barrier pair: block k's Q goes to
-#   buffer k mod 2, so the producer loads the next block's Q as soon as it gets there, while this
-#   block still runs. The last column of the table above is its speed over the one-buffer kernel,
-#   timed in the same run. It gains a few hundredths at every full-attention shape, which brings the
-#   plain persistent schedule level with the one-block kernel there. At D = 128, causal, it is about
-#   even, and at D = 64, causal, it loses, most at N = 16,384. So waiting for Q was part of the fixed
-#   part, but not what keeps D = 64 causal behind cuDNN. Why two buffers cost there is not measured.
-#   One difference to start from: each consumer's code for a block is compiled twice, once per
-#   buffer, because picking the buffer at run time broke the kernel. With Q indexed by a run-time
-#   buffer number, Triton 3.6 compiled causal attention into a wgmma that read shared memory past the
-#   allocation (full attention passed). compute-sanitizer on an H100 found it, and
-#   `tests/gpu_gluon_check.py --small` now runs the small cases under it. With the buffer named by a
+#   consumers wait for it. `gluon_attention(..., persistent=True, q_buffers=2)` (the `pers 2Q` column)
+#   gives the program a second Q buffer, each with its own barrier pair: block k's Q goes to buffer k
+#   mod 2, so the producer loads the next block's Q as soon as it gets there, while this block still
+#   runs. The last column of the table above is its speed over the one-buffer kernel, timed in the
+#   same run. It gains a few hundredths at every full-attention shape, which brings the plain
+#   persistent schedule level with the one-block kernel there. At D = 128, causal, it is about even,
+#   and at D = 64, causal, it loses, most at N = 16,384. So waiting for Q was part of the fixed part,
+#   but not what keeps D = 64 causal behind cuDNN. Why two buffers cost there is not measured. One
+#   difference to start from: each consumer's code for a block is compiled twice, once per buffer,
+#   because picking the buffer at run time broke the kernel. With Q indexed by a run-time buffer
+#   number, Triton 3.6 compiled causal attention into a wgmma that read shared memory past the
+#   allocation (full attention passed). compute-sanitizer on an H100 found it, and `compute-sanitizer
+#   python tests/gpu_gluon_check.py --small` runs the small cases under it. With the buffer named by a
 #   constant in each copy, every check passes, and the sanitizer finds nothing.
 # - **The consumers change blocks together.** They wait for the same Q, so they normalise and store
 #   their rows at about the same time, then each starts the next block with a tile of scores and a
@@ -786,7 +792,7 @@ check("ring_waits", ring_waits)
 # %% [markdown]
 # In `solutions/gluon_attention.py` the producer's loop and the consumers' share one formula for the
 # slot and the parity (`phase = (j // NUM_STAGES) & 1`), and the producer waits for `phase ^ 1`. The
-# GPU check runs it with rings of 2, 3 and 4 slots, where a wrong parity would show as a hang or as
+# GPU check runs it with rings of 1 to 4 slots, where a wrong parity would show as a hang or as
 # different bits on a second run.
 #
 # ## The backward pass: dQ added up by atomics
@@ -1095,18 +1101,18 @@ for gpu in recorded_devices():
     print("\n".join(lines))
 
 # %% [markdown]
-# Read the two right-hand columns against each other. Where a call keeps the GPU busy long enough,
-# the host prepares the next call while the GPU runs this one: launched and graphed agree, and so do
-# the two ratios. `*` marks a call whose host time, measured alone with the GPU idle, exceeds its GPU
+# Read the two right-hand columns against each other. Where a call keeps the GPU busy long enough, the
+# host prepares the next call while the GPU runs this one: launched and graphed agree, and so do the
+# two ratios. `*` marks a call whose host time, measured alone with the GPU idle, exceeds its GPU
 # time. Back to back the host can be quicker than that, and where it is not, the GPU waits for it.
-# That happens to the lesson's forward and backward together at the shortest sequence at D = 64,
-# where the GPU's share is smallest: launched, the step takes well over its graphed time while
-# cuDNN's stays close to its own, and it loses more to cuDNN than its kernels do. The launches are
-# prepared already; what is left is Python that cuDNN's step does not run: autograd calls the
-# backward of a `torch.autograd.Function` in Python, on autograd's own thread, and each call builds
-# its descriptors and allocations anew. The cure left is the one lesson 11 applies to the decoding
-# step: capture the whole step in a CUDA graph (the graphed column), where the same shapes come back
-# step after step.
+# That happens most to the lesson's forward and backward together at the shortest sequence at D = 64,
+# where the GPU's share is smallest (and, less, to the D = 128 forward at that length): launched, the
+# step takes well over its graphed time while cuDNN's stays close to its own, and it loses more to
+# cuDNN than its kernels do. The launches are prepared already; what is left is Python that cuDNN's
+# step does not run: autograd calls the backward of a `torch.autograd.Function` in Python, on
+# autograd's own thread, and each call builds its descriptors and allocations anew. The cure left is
+# the one lesson 11 applies to the decoding step: capture the whole step in a CUDA graph (the graphed
+# column), where the same shapes come back step after step.
 #
 # ## The long-row softmax
 #
@@ -1275,8 +1281,9 @@ profiled(["long softmax (10)", "torch.compile softmax, long rows"], MEMORY)
 
 # %% [markdown]
 # Both read the input from memory nearly twice: L2 kept only a few percent of each row until pass 2,
-# less than even the estimate's share, and memory was about as busy as it gets (a copy does not reach
-# 100% either). That is the two-read ceiling, measured: with rows this long, a two-pass softmax can
+# less than even the estimate's share, and memory was busy (compare the DRAM column with a copy's,
+# which does not reach 100% either; on the H200 Inductor's kernel kept it less busy than the
+# lesson's). That is the two-read ceiling, measured: with rows this long, a two-pass softmax can
 # only pass it by dropping the second read.
 #
 # The ceiling itself moves only if the second read goes: keep the row on chip between the passes (a
@@ -1360,8 +1367,9 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 #   causal loop over key tiles needs `BLOCK_N` to divide `BLOCK_M`; `tl.static_assert` makes a
 #   configuration that breaks the rule fail to compile.
 # - Against cuDNN, what remains is what plain Triton does not express: warpgroups taking turns,
-#   registers moved from producer to consumers (`setmaxnreg`, hidden from ncu's launch figure), one
-#   program per SM, FP8. A rotated loop can overlap the next scores with this softmax in one warpgroup.
+#   registers moved from producer to consumers (`setmaxnreg`, hidden from ncu's launch figure). cuDNN
+#   also runs one program per SM, and FP8 is beyond this course. A rotated loop can overlap the next
+#   scores with this softmax in one warpgroup.
 # - Gluon says the arrangement itself: partitions (`gl.warp_specialize`), their register budgets,
 #   shared-memory rings and mbarriers. Its kernels compile without a GPU but run only on one, and a
 #   barrier waited on with the wrong parity gives no error: it hangs, or returns early and the numbers
@@ -1375,7 +1383,7 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 # - A program costs a fixed part besides its key tiles, and causal blocks walk fewer tiles, so there
 #   it weighs more. Persistent programs fed by a counter (the plain schedule) gain at causal shapes
 #   when the programs at work at once share few heads' K and V. On full attention they cost a little,
-#   and with three consumers at D = 128 the loop over blocks makes ptxas spill.
+#   and with three consumers at D = 128 ptxas spills (the loop over blocks keeps more values alive).
 # - Adding dQ's shares with float32 atomics drops two of seven matrix multiplies per tile, yet on
 #   Hopper the one-kernel backward is behind two kernels at D = 128 and ahead only a little, at
 #   D = 64 on long sequences; and dQ is not bit-for-bit reproducible.

@@ -353,8 +353,8 @@ verdicts(swiglu, "course: one matmul, SiLU*mul epilogue",
 # Read the verdicts against the savings printed at the top. Against the same mainloop unfused, the
 # only difference is the epilogue: the gate and up products never reach memory, and two element-wise
 # kernels are gone. Against eager, the mainloop's speed counts too: the epilogue wins back at most
-# the share printed at the top, so on a mainloop as far from cuBLAS as lesson 04's (lesson 09's
-# `block_matmuls_fp16` verdicts, printed again below) the fused kernel would still lose.
+# the share printed at the top, so on a mainloop as far from cuBLAS as lesson 04's is on these
+# matmuls (lesson 09's `block_matmuls_fp16` record) the fused kernel would still lose.
 # `torch.compile` in its default mode, the one timed here, calls cuBLAS for both matmuls without
 # timing anything else: Inductor benchmarks its Triton matmul templates against cuBLAS only in
 # `mode="max-autotune"` (its `max_autotune` and `max_autotune_gemm` settings). It fuses SiLU and the
@@ -552,9 +552,10 @@ for gpu, record in block_records().items():
 #   what the default mode's runs.
 # - **Memory.** Eager holds every intermediate of a line until the next line has read it. Inductor
 #   plans the buffers of the whole graph and reuses them as soon as they are dead. The course's
-#   forward never writes the normalised activations or the gate and up products, and drops each
-#   intermediate (`del`) as soon as the next kernel has read it, so PyTorch's caching allocator can
-#   hand the same memory to the next output.
+#   forward never writes the attention norm's output or the gate and up products (the MLP norm's
+#   output is written once, by step 6, and read by step 7), and drops each intermediate (`del`) as
+#   soon as the next kernel has read it, so PyTorch's caching allocator can hand the same memory to
+#   the next output.
 # - **Launches.** The course's block launches its eight Triton kernels and nothing else: no copy,
 #   since the attention reads and writes the projections' layout. Eager launches several kernels per
 #   line of the block. At prefill sizes each kernel runs long enough that launching costs little: the count
@@ -582,7 +583,7 @@ for gpu in profiled_devices():
 
 # %% [markdown]
 # The idle share is time the GPU waits for Python to launch the next kernel. The course's block
-# launches eight kernels where eager launches about sixty (the kernel counts above). How much launch
+# launches eight kernels where eager launches many more (the kernel counts above). How much launch
 # time did that remove? `make bench` times the block at two decoding-sized shapes both ways: launched
 # from Python, one call after another as a decoding loop makes them, and replayed as a **CUDA
 # graph**, which records the whole sequence of launches once and replays it with one call: the
@@ -634,11 +635,18 @@ for gpu, rows in graphed.items():
 
 # %% [markdown]
 # Read the last column against eager's, and against lesson 01's plain launch. The ratio under each
-# shape compares one of the course's launches with one of eager's. Above 1, fusing about sixty
-# kernels into eight cut the launch bill by less than the count suggests. Below 1, the course's few
+# shape compares one of the course's launches with one of eager's. Above 1, fusing eager's kernels
+# into eight cut the launch bill by less than the count suggests. Below 1, the course's few
 # launches hid behind its kernels: launches cost a step only where the CPU issues them more slowly
-# than the GPU runs them, and how far that holds changes with the shape and with the host. Why can a
-# Triton launch from Python cost more than an eager one?
+# than the GPU runs them, and how far that holds changes with the shape and with the host.
+#
+# The record from Python has one row more in its table, `course kernels, captured once
+# (CapturedStep)`: `course.CapturedStep` wraps the course's forward in one CUDA graph per input shape,
+# captured at its first call; every later call copies x into the graph's input, replays the graph and
+# copies its output out, three launches from Python where the forward makes eight. That is how a
+# decoding loop, whose shapes repeat step after step, gets close to the graphed time from Python.
+#
+# Why can a Triton launch from Python cost more than an eager one?
 # `kernel[grid](...)` runs Python at every launch before anything reaches the GPU:
 #
 # - **argument binding**: the arguments are matched to the kernel's signature, and each is examined
@@ -647,11 +655,12 @@ for gpu, rows in graphed.items():
 # - **the autotuner's key lookup**: an autotuned kernel first builds its key from the `key=`
 #   arguments (M, N, K, and the dtypes), looks up the best config, and calls the grid function with it;
 # - **descriptor scratch**: a kernel that builds tensor descriptors in its programs
-#   (`tl.make_tensor_descriptor`, as the course's matmuls do) needs global memory to write them
-#   into, and Triton calls the allocator given to `triton.set_allocator` for it at every launch (the
-#   course's checks for a graph capture, then hands back the address of one buffer per stream, made
-#   on the stream's first launch: lesson 09's solutions; the record times it against an allocator of
-#   one line that hands back a buffer made beforehand, "scratch allocated once");
+#   (`tl.make_tensor_descriptor`, as the course's matmuls do) needs global memory to write them into,
+#   and Triton calls the allocator given to `triton.set_allocator` for it at every launch (the
+#   course's checks for a graph capture, then hands back the address of one of two buffers per stream,
+#   taken in turn (a PDL launch may start while the one before still reads its descriptors), made on
+#   the stream's first launch: lesson 09's solutions; the record times it against an allocator of one
+#   line that hands back a buffer made beforehand, "scratch allocated once");
 # - the launcher's own Python: the course's checks of shapes, strides and alignment, the output's
 #   allocation, the grid. Even `triton.cdiv` counts there: it is a `constexpr_function` (callable
 #   inside kernels too), and a call from Python goes through Triton's wrapper for that. The course's
@@ -793,19 +802,21 @@ for target, group, ours, baseline in FUSION_TARGETS:
         print(f"    {gpu}: {gains or 'not measured'}   ({baseline!r} time / {ours!r} time)")
 
 # %% [markdown]
-# A ratio above one is a gain. The fusions are not of one size. The attention's saves the N × N
-# scores of every head, bytes that grow with N², against the few T × d or T × f tensors the other
-# fusions save; its ratio can grow with N, which the attention rows let you check. The
-# matmul-attached fusions can gain at most the shares printed at the top of the lesson, and only on
-# a mainloop that keeps up: a ratio below one there says the mainloop lost more than the epilogue
-# saved. Dequantisation (reading int8 or int4 weights and expanding them in registers) matters for
-# decoding, where the matmuls are bound by reading the weights. Matmul + residual + RMSNorm does not
-# need whole rows in one program: the norm needs only Σy² of each row, and each program can add its
-# tile's share of it in the epilogue, where y is already in registers (`tl.atomic_add` into a (T,)
-# float32 buffer, or one partial sum per tile, added up by the next kernel). The next matmul then
-# applies 1/rms as its row scale, with γ folded into its weights: steps 1 and 2 of the block, with the
-# 1/rms pass gone. In the block that would remove step 6 (the output projection's epilogue adds up
-# Σy², and the gate|up matmul scales its rows before SiLU). Both are left for later.
+# A ratio above one is a gain. The fusions are not of one size. The attention's saves the N × N scores
+# of every head, bytes that grow with N², against the few T × d or T × f tensors the other fusions
+# save; its ratio can grow with N, which the attention rows let you check. The matmul-attached fusions
+# can gain at most their share at that matmul's width (the shares at the top of the lesson are for the
+# block's shapes; a narrower benchmark shape, such as the RMSNorm rows' N = 1024, allows more), and
+# only on a mainloop that keeps up: a ratio below one there says the mainloop lost more than the
+# epilogue saved. Dequantisation (reading int8 or int4 weights and expanding them in registers)
+# matters for decoding, where the matmuls are bound by reading the weights. Matmul + residual +
+# RMSNorm does not need whole rows in one program: the norm needs only Σy² of each row, and each
+# program can add its tile's share of it in the epilogue, where y is already in registers
+# (`tl.atomic_add` into a (T,) float32 buffer, or one partial sum per tile, added up by the next
+# kernel). The next matmul then applies 1/rms as its row scale, with γ folded into its weights: steps
+# 1 and 2 of the block, with the 1/rms pass gone. In the block that would remove step 6 (the output
+# projection's epilogue adds up Σy², and the gate|up matmul scales its rows before SiLU). Both are
+# left for later.
 #
 # ## What is left
 #

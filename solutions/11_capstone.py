@@ -363,7 +363,8 @@ def _launch_parts(h, w_gate_up):
     """Host microseconds of one launch of swiglu_linear_kernel, piece by piece: a kernel that does
     nothing; a grid's ceiling division through triton.cdiv and through plain Python; the kernel with
     its best config given (no autotuner) and descriptor scratch taken from a buffer allocated once; the
-    same with the course's allocator (lesson 09's: one buffer per stream, handed over as its address);
+    same with the course's allocator (lesson 09's: two buffers per stream, taken in turn, each handed
+    over as its address);
     through the autotuner; and through a launcher prepared once (helpers.launch), as swiglu_linear
     launches it (launch_steps_us times swiglu_linear whole: its checks, its output, that launch)."""
     from triton.runtime import _allocation

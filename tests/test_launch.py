@@ -169,13 +169,15 @@ def test_a_bucket_is_the_power_of_2_at_or_below_the_length():
 def test_a_new_length_in_a_tuned_bucket_runs_that_buckets_choice_untimed():
     """Launcher(kernel, buckets=...): the autotuner times its configurations at a bucket's first length
     only; another length in that bucket runs the same choice, right, and a length in another bucket, or
-    the bucket under other configurations, is timed again (each timing adds to the autotuner's cache)."""
+    the bucket under other configurations, is timed again (each timing adds to the autotuner's cache).
+    The autotuner's best_config stays the configuration of the last launch, prepared or not."""
     launcher = Launcher(scaled_add, buckets={"n": power_of_2_bucket})
     timed_before = len(scaled_add.cache)
     for n in (5000, 5001, 4100, 8000):          # 4096's bucket; the lengths are this test's own
         x, y = (torch.randn(n, device=DEVICE) for _ in range(2))
         torch.testing.assert_close(launch(launcher, x, y), 2.0 * x + y)
     assert len(scaled_add.cache) == timed_before + 1
+    chosen = scaled_add.best_config
     assert len({prepared[1]["BLOCK"] for prepared in launcher.prepared.values()}) == 1
     x, y = (torch.randn(9000, device=DEVICE) for _ in range(2))   # 8192's bucket
     torch.testing.assert_close(launch(launcher, x, y), 2.0 * x + y)
@@ -184,6 +186,9 @@ def test_a_new_length_in_a_tuned_bucket_runs_that_buckets_choice_untimed():
         x, y = (torch.randn(5002, device=DEVICE) for _ in range(2))
         torch.testing.assert_close(launch(launcher, x, y), 2.0 * x + y)
         assert scaled_add.best_config.kwargs["BLOCK"] == 32
+    x, y = (torch.randn(5001, device=DEVICE) for _ in range(2))
+    launch(launcher, x, y)                        # prepared before, in 4096's bucket
+    assert scaled_add.best_config is chosen
 
 
 @triton.jit
