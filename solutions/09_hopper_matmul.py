@@ -544,7 +544,7 @@ def print_launch_against_flush(record):
     timed_us = record["timed_us"]
     both = ", ".join(f"{how} {us:.1f} µs" for how, us in timed_us.items())
     leak = timed_us["launched from Python"] - timed_us["graph replays"]
-    print(f"  one candidate timed by do_bench: {both}: {leak:+.1f} µs more launched from Python")
+    print(f"  one candidate timed by do_bench: {both}: launched minus graphed, {leak:+.1f} µs")
 
 
 # ---------------------------------------------------------------- make bench (GPU)
