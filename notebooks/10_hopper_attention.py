@@ -1189,8 +1189,9 @@ for gpu in hopper:
 #
 # Beside the values, the check counts how many times x is read (exactly twice), counts the
 # interpreter's exponentials against the tiles loaded, and watches the order in which each program's
-# passes visit the tiles of its row: the first forwards, the second backwards. On a GPU one case has
-# rows 2³⁰ + 64 values apart, so the third row starts past 2³¹: an int32 row index wraps there.
+# passes visit the tiles of its row: the first forwards, the second backwards. On a GPU one case is
+# a matrix of more than 2³¹ values, and so is its softmax: its last rows start past 2³¹, where an
+# int32 row offset wraps, the output's as well as the input's.
 
 # %% tags=["exercise"]
 @triton.jit

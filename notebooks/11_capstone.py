@@ -206,8 +206,9 @@ print("q view:", tuple(q_view.shape), "strides", q_view.stride(), "contiguous:",
 # check gives every operand whose strides the kernel takes as a strided view somewhere: Q and K as the
 # projection's views, a Q and a K whose head dimension is not contiguous, cos and sin as column slices
 # of wider tables, each with its own row stride; on a GPU, Q's positions and K's sequences 2³⁰ + 64
-# values apart, so that offsets pass 2³¹. Then it watches one run: one launch, each value of cos and
-# sin loaded once per (batch, head), and contiguous outputs.
+# values apart, so that offsets pass 2³¹, and Q and K of more than 2³¹ values each, outputs as large,
+# where the outputs' head offsets pass it too. Then it watches one run: one launch, each value of cos
+# and sin loaded once per (batch, head), and contiguous outputs.
 
 # %% tags=["exercise"]
 @triton.jit
