@@ -21,9 +21,11 @@ looked up the slow way once.
 
 An autotuner keyed on a length times every configuration again at each new length: seconds, where a
 launch is microseconds. `Launcher(kernel, buckets={"n_ctx": power_of_2_bucket})` chooses once per
-bucket instead: a new key whose bucket (the key with n_ctx replaced by power_of_2_bucket(n_ctx): the
-lengths 1024 to 2047 share one) was tuned before runs that bucket's configuration, and the autotuner
-is not asked.
+bucket instead. A key's bucket is what decides the autotuner's choice (the integers its `key=` names,
+the tensors' dtypes, the constexprs), with n_ctx replaced by power_of_2_bucket(n_ctx): the lengths
+1024 to 2047 share one. A new key whose bucket was tuned before runs that bucket's configuration, as
+the autotuner runs its choice, and the autotuner is not asked (Triton still compiles the kernel if
+the new key needs another specialisation).
 
 A host tensor descriptor is passed as it is: Triton's launch function encodes it into a TMA descriptor
 at every call (its base address is the tensor's), with the box the compiled kernel was built for. So
