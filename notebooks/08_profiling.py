@@ -9,11 +9,12 @@
 # %% [markdown]
 # # 08 · Profiling: where the time goes, and why
 #
-# So far you have timed kernels one at a time and counted their bytes by hand. A real model step
-# runs dozens of kernels, launched one after another from Python, and you cannot fix all of them. A
+# So far you have timed kernels one at a time and counted their bytes by hand. A real model step runs
+# dozens of kernels, launched one after another from Python, and you cannot fix all of them. A
 # profiler tells you which ones matter, then what holds each back. This lesson profiles a Llama-style
-# decoder block from the top (which kernels take the time) down to one kernel's hardware counters,
-# and practises the loop a kernel engineer runs every day: profile, hypothesis, change, measure.
+# decoder block from the top (which kernels take the time), then looks inside the course's own kernels
+# through their hardware counters, and practises the loop a kernel engineer runs every day: profile,
+# hypothesis, change, measure.
 #
 # **You will learn:**
 # - to profile a step with `torch.profiler`: the kernel table, the trace you open in Perfetto, the
@@ -74,9 +75,9 @@ print("recorded profiles:", "; ".join(said(recorded_profile("stamp.json", gpu)) 
 # `helpers/block.py` holds one layer of a Llama-style transformer, written the way a model's code is
 # usually first written: plain PyTorch calls, each launching one or more kernels. RMSNorm, the Q, K, V
 # projections, rotary embeddings, causal attention, the output projection and a residual add, then a
-# second RMSNorm and the SwiGLU MLP. Its attention comes in two forms: `"naive"` writes the N × N
-# scores of every head to memory (lesson 06's starting point), `"sdpa"` calls PyTorch's fused
-# attention.
+# second RMSNorm, the SwiGLU MLP and a second residual add. Its attention comes in two forms:
+# `"naive"` writes the N × N scores of every head to memory (lesson 06's starting point), `"sdpa"`
+# calls PyTorch's fused attention.
 
 # %%
 print(inspect.getsource(decoder_block))
@@ -119,8 +120,10 @@ print(prof.key_averages().table(sort_by=sort_by, row_limit=12, max_name_column_w
 # the same columns for CUDA. The row `step` is our own `record_function` span: the whole step.
 #
 # Sort by self time to find the operator that is slow itself; sort by total time to find the part of
-# the model that is slow. On a CPU the table times the CPU doing the work. On a GPU the CPU time is
-# only the cost of *launching*, and the CUDA columns hold the work.
+# the model that is slow. On a CPU the table times the CPU doing the work; the first profiled step
+# of a session can read far slower than the next ones (the profiler's own start-up), so run the cell
+# twice before you trust its times. On a GPU the CPU time is only the cost of *launching*, and the
+# CUDA columns hold the work.
 #
 # ### The trace, in Perfetto
 #
@@ -221,13 +224,14 @@ if passed("kernel_table"):
     show_table("sdpa")
 
 # %% [markdown]
-# Read the naive table from the top. Much of the time is not matmul at all: the softmax, the
-# `masked_fill` of the causal mask and the copy before it (it returns a clone of its input), and the
-# casts (`direct_copy`, `float16_copy`), the big ones being the `.float()` and `.to(q.dtype)` around
-# the softmax (N × N values per head; the norms' and RoPE's casts move N × d). All but those small
-# casts read or write the heads' N × N scores: lesson 06's problem, seen from the profiler. In the
-# `sdpa` table the N × N kernels are gone (the casts left are the norms' and RoPE's), replaced by one
-# fused kernel (cuDNN's FlashAttention), and the matmuls (`nvjet_...`) lead.
+# Read the naive table from the top. Much of the time is not matmul at all: the softmax, the scaling
+# of the scores (`[Mul]`), the `masked_fill` of the causal mask and the copy before it (it returns a
+# clone of its input), and the casts (`direct_copy`, `float16_copy`), the big ones being the
+# `.float()` and `.to(q.dtype)` around the softmax (N × N values per head; the norms' and RoPE's casts
+# move N × d). All but those small casts read or write the heads' N × N scores: lesson 06's problem,
+# seen from the profiler. In the `sdpa` table the N × N kernels are gone (the casts left are the
+# norms' and RoPE's), replaced by one fused kernel (cuDNN's FlashAttention), and the matmuls
+# (`nvjet_...`) lead.
 #
 # ## When the GPU waits for Python
 #
@@ -303,8 +307,8 @@ if passed("gpu_idle_share"):
 
 # %% [markdown]
 # Counted as idle, the naive step's long device copy nearly doubles its idle share. `tiny`, the
-# SMALL block, has hundreds of times fewer FLOPs than `small` and takes about as long: both are
-# launch-bound, their time the CPU's time to launch about sixty kernels.
+# SMALL block, has far fewer FLOPs than `small` (the GFLOP column) and takes about as long: both are
+# launch-bound, their time the CPU's time to launch their kernels (the kernels column).
 #
 # Each GPU event is linked to the CPU call that launched it by a `correlation` id, so `launch_waits`
 # (in `helpers/profile.py`) measures how long each waited from launch to start: short if the GPU was
@@ -320,11 +324,12 @@ for variant in ("sdpa", "small"):
           f"median GPU event {gpu:5.1f} us")
 
 # %% [markdown]
-# In the `small` step an operator costs the CPU several times what its kernel costs the GPU, and
-# kernels start soon after their launch: nothing is queued. The cures work on the CPU side: fewer,
-# larger kernels (fusion: lessons 02, 05 and the capstone, 11), a CUDA graph launching the whole
-# sequence at once (`torch.compile(mode="reduce-overhead")`, lesson 07; lesson 09 measures what a
-# launch costs from Python), or larger batches. A faster kernel would change almost nothing.
+# In the `small` step an operator costs the CPU many times what its kernel costs the GPU (compare the
+# two medians), and kernels start soon after their launch: nothing is queued. The cures work on the
+# CPU side: fewer, larger kernels (fusion: lessons 02, 05 and the capstone, 11), a CUDA graph
+# launching the whole sequence at once (`torch.compile(mode="reduce-overhead")`, lesson 07; lesson 09
+# measures what a launch costs from Python), or larger batches. A faster kernel would change almost
+# nothing.
 #
 # ## Exercise 3 · Which operator caused it?
 #
@@ -486,8 +491,9 @@ print(ncu_command("08", python="python"))
 #   steadier but slower than what `do_bench` sees;
 # - `--section ...`: the groups of metrics to collect (speed of light, memory, occupancy, launch
 #   statistics, warp states, compute); `--metrics`: a few more by name (the DRAM bytes and the L2's);
-# - `-o ncu_report`: write a report file, which `ncu --import ncu_report.ncu-rep --csv --page details`
-#   prints as CSV (the recordings keep it as `ncu_details.csv`) and `ncu-ui` opens in a GUI.
+# - `-o ncu_report`: write a report file, which `ncu --import ncu_report.ncu-rep --csv --print-units
+#   base --page details` prints as CSV, in base units (the recordings keep it as `ncu_details.csv`),
+#   and `ncu-ui` opens in a GUI.
 #   `--set full` would collect every section, among them a roofline chart and the sampling behind
 #   the GUI's Source page, which puts the stalls on the instructions that caused them.
 #
@@ -643,9 +649,10 @@ if passed("diagnose"):
 #   well under the share of SMs that got one. In a kernel of a few microseconds, starting the
 #   programs, filling the pipeline and draining it are a large part of the run: ramp-up and tail.
 # - **FlashAttention** keeps every SM active, yet stays below 60% on both units. No stall reason is
-#   large (about a cycle per instruction at most); together they make a warp issue once every five or
-#   six cycles, and with two warps per scheduler (the occupancy rule above) nothing fills the cycles
-#   between: the schedulers issue in about a third of theirs. More independent work per scheduler
+#   large on its own (the largest are printed above, in cycles per instruction); together they make
+#   a warp issue only once every several cycles (its cycles per instruction), and with two warps per
+#   scheduler (the occupancy rule above) nothing fills the cycles between: issue slots busy says how
+#   few of their cycles the schedulers issue in. More independent work per scheduler
 #   (one tile's softmax overlapping the next tile's matmul) is what lesson 10's FlashAttention-3
 #   techniques provide.
 #
@@ -829,7 +836,8 @@ for shape in SHAPES:
 # order, so its code is not shown here.)
 #
 # **4 · Measure.** ncu's counters before and after, and `do_bench`'s times (as GB/s over the ideal
-# two passes' bytes, and as a fraction of the copy ceiling). On a GPU the timings are also taken now.
+# bytes, one read and one write of the matrix, and as a fraction of the copy ceiling). On a GPU the
+# timings are also taken now.
 
 # %%
 print(f"ncu, recorded on {said(ncu)}")
@@ -881,17 +889,18 @@ for shape in SHAPES:
 # The rows in flight do not fit in L2, and the share bounds what survives of each row, the same at
 # both shapes. If each program keeps about the same bytes of its row, the fraction of the second read
 # saved falls as the row grows: four times longer, about a quarter. The "measured" lines agree in
-# direction: bytes saved per row of a similar size (within about a fifth on the recorded GPUs), and a
-# much smaller fraction for the longer rows. The saving is well below the
-# bound (L2 also holds pass 2's output and other programs' tiles, and does not evict in a perfect
-# "least recently used" order): the bound explains the direction and the trend, not the figure.
+# direction: bytes saved per row of a similar size (compare the two shapes' lines), and a much smaller
+# fraction for the longer rows. The saving is well below the bound (L2 also holds pass 2's output and
+# other programs' tiles, and does not evict in a perfect "least recently used" order): the bound
+# explains the direction and the trend, not the figure.
 #
-# **What is left.** The kernel still reads most of its input twice: counted as two passes, a kernel
-# that moves three can reach at most two thirds of the copy ceiling from DRAM, and the reversal buys
-# only what L2 holds. To go further, the second read has to go: keep the row on chip between the
-# passes (shared memory across a cluster of SMs on a Hopper), or need no second pass. Lesson 10 comes
-# back to this kernel. Whatever you change, the loop is the same: profile, say what you expect and
-# why, change one thing, measure, and explain the result with numbers, shortfalls included.
+# **What is left.** The kernel still reads most of its input twice: counted as one read and one write,
+# a kernel that moves three can reach at most two thirds of the copy ceiling from DRAM, and the
+# reversal buys only what L2 holds. To go further, the second read has to go: keep the row on chip
+# between the passes (shared memory across a cluster of SMs on a Hopper), or need no second pass.
+# Lesson 10 comes back to this kernel. Whatever you change, the loop is the same: profile, say what
+# you expect and why, change one thing, measure, and explain the result with numbers, shortfalls
+# included.
 #
 # ## Takeaways
 # - Profile the real step before optimising anything: the kernel table, sorted by self time, names
