@@ -93,7 +93,9 @@ def _grouped_order_cases():
              Case("7x5 tiles, groups of 3 rows (the last group has only one)", (7, 5, 3)),
              Case("3x6 tiles, group_m = 1: plain row-major order", (3, 6, 1)),
              Case("2x9 tiles, groups of 8 rows (more than there are)", (2, 9, 8)),
-             Case("9x1 tiles, one tile column", (9, 1, 4))]
+             Case("9x1 tiles, one tile column", (9, 1, 4)),
+             Case("5x5 tiles, groups of 3 rows (the last group, 2 rows, starts at program 15: not a "
+                  "multiple of its rows)", (5, 5, 3))]
     for _ in range(2):
         g = r.choice([3, 4, 8])
         m, n = r.randint(2, 5) * g + r.randint(1, g - 1), r.randint(5, 40)  # a short last group
@@ -126,26 +128,30 @@ def _one_kernel(fn):
 
 def _unequal_blocks(kernel_name, with_bias):
     """A structure check: one more product in the interpreter with the autotuner of `kernel_name` given
-    tiles of 32 x 64 x 16 for the call (rerun_with_config). The CPU's configuration, 64 x 64 x 64, has
-    BLOCK_M, BLOCK_N and BLOCK_K equal, and a GPU's autotuner may choose square tiles: there a kernel
-    that uses one where another belongs gets the values right. A (70, 40) @ (40, 136) float16 product:
-    3 x 3 tiles, the last row and column cut, K in 3 steps of 16, the last partial."""
+    tiles of 32 x 64 x 16 in groups of 2 tile rows for the call (rerun_with_config). The CPU's
+    configuration, 64 x 64 x 64, has BLOCK_M, BLOCK_N and BLOCK_K equal, and a GPU's autotuner may
+    choose square tiles: there a kernel that uses one where another belongs gets the values right; and
+    the CPU's cases have fewer tile rows than a group, where a slip in the grouped order goes unseen. A
+    (70, 40) @ (40, 200) float16 product: 3 x 4 tiles, the last row and column cut, in two groups (the
+    second of one tile row), K in 3 steps of 16, the last partial."""
     def check(fn):
         import triton
 
-        M, K, N = 70, 40, 136
+        M, K, N = 70, 40, 200
         a = torch.randn(M, K, device=DEVICE, dtype=torch.float16)
         b = (torch.randn(K, N, device=DEVICE) / K**0.5).half()
         args = (a, b, torch.randn(N, device=DEVICE, dtype=torch.float16)) if with_bias else (a, b)
-        config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 4}, num_warps=4,
+        config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 2}, num_warps=4,
                                num_stages=1)
         why = UNEQUAL_BLOCKS_WHY + ("the tile's rows (offs_m) go with BLOCK_M, its columns (offs_n) with "
                                     "BLOCK_N, the K loop's step and offs_k with BLOCK_K, and the grid's tile "
-                                    "counts divide M by BLOCK_M and N by BLOCK_N.")
+                                    "counts divide M by BLOCK_M and N by BLOCK_N. This product also has "
+                                    "more tile rows than a group: if the blocks are right, check the grouped "
+                                    "order (step 1) past the first group, as `grouped_order` computes it.")
         want = (matmul_bias_gelu_reference if with_bias else matmul_reference)(*(t.float() for t in args))
-        where = (f"run with BLOCK_M, BLOCK_N, BLOCK_K = 32, 64, 16 (the check gave your autotuner this one "
-                 f"configuration for one call) on a ({M}, {K}) @ ({K}, {N}) float16 product in the "
-                 f"interpreter, your kernel")
+        where = (f"run with BLOCK_M, BLOCK_N, BLOCK_K = 32, 64, 16 and GROUP_M = 2 (the check gave your "
+                 f"autotuner this one configuration for one call) on a ({M}, {K}) @ ({K}, {N}) float16 "
+                 f"product in the interpreter (3 x 4 tiles, two groups of tile rows), your kernel")
         # float16 output: rounded once at the store
         return rerun_with_config(fn, kernel_name, config, args, want, where, why, tol=2e-3)
     return check

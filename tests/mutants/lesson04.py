@@ -59,6 +59,13 @@ WRONG += [
     Wrong("grouped_order", "column from // group_m instead of // rows", edit(
         "04", "grouped_order", ("pid_n = (pid % per_group) // rows             # ...then",
                                 "pid_n = (pid % per_group) // group_m          # ...then"))),
+    # right until a group starts at a program that is not a multiple of its rows (the check's 5x5, 3)
+    Wrong("grouped_order", "the row within the group from pid, not from its place in the group", edit(
+        "04", "grouped_order", ("pid_m = first_m + (pid % per_group) % rows    # walk",
+                                "pid_m = first_m + pid % rows    # walk"))),
+    Wrong("grouped_order", "the column from pid // rows over the whole grid", edit(
+        "04", "grouped_order", ("pid_n = (pid % per_group) // rows             # ...then",
+                                "pid_n = (pid // rows) % num_pid_n             # ...then"))),
 ]
 
 # ---------------------------------------------------------------- matmul: the mainloop, matmul_tile
@@ -83,6 +90,12 @@ _MAINLOOP_SLIPS = {
                                                                     "a_ptrs += BLOCK_K")],
     "the short last group of tile rows treated as a full one": [
         ("rows = min(num_pid_m - first_m, GROUP_M)", "rows = GROUP_M")],
+    # the grouped order slips past the first group: the CPU's cases have fewer tile rows than a group,
+    # so only the check's run with unequal blocks (3 x 4 tiles, GROUP_M = 2) sees these
+    "the group's first tile row not scaled by GROUP_M": [("first_m = (pid // per_group) * GROUP_M",
+                                                          "first_m = pid // per_group")],
+    "a group's programs counted with the tile rows (GROUP_M * num_pid_m)": [
+        ("per_group = GROUP_M * num_pid_n", "per_group = GROUP_M * num_pid_m")],
     "K loop one step short (K // BLOCK_K)": [("for k in range(0, tl.cdiv(K, BLOCK_K)):",
                                               "for k in range(0, K // BLOCK_K):")],
     # BLOCK_M, BLOCK_N and BLOCK_K mixed up: the CPU's tiles are 64 x 64 x 64, so only the check's run
