@@ -2,6 +2,7 @@
 
 import torch
 
+from helpers import interpreter
 from helpers.device import DEVICE, pick
 from helpers.exercises import Case, Exercise
 
@@ -39,9 +40,25 @@ def _axpy_cases():
     return cases
 
 
+def _one_launch(fn):
+    """axpy launches its kernel once, on enough programs: a launch per piece pays the CPU's cost of a
+    launch each time (the lesson measures it), however little the piece holds."""
+    n = 5000
+    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    before = interpreter.launch_count()
+    fn(0.5, x, y)
+    launched = interpreter.launch_count() - before
+    if launched != 1:
+        return (f"for vectors of {n:,} values it made {launched} launches. Launch axpy_kernel once, on "
+                f"cdiv(n, BLOCK) programs: every launch costs the CPU microseconds however few values it "
+                f"covers (the lesson's section on launch overhead, below, measures it).")
+    return None
+
+
 EXERCISES = [
     Exercise("01", "vector_add", "vector add", add_reference, lambda: vectors(2), kernel=True,
              copies_inputs=True),  # the lesson's launcher makes x and y contiguous
     Exercise("01", "axpy", "alpha * x + y", axpy_reference, _axpy_cases, kernel=True,
-             copies_inputs=True),  # the exercise says: make x and y contiguous
+             copies_inputs=True,  # the exercise says: make x and y contiguous
+             structure=_one_launch),
 ]

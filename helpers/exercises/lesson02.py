@@ -42,9 +42,10 @@ def matrices_and_bias(with_residual, low_precision=()):
 
 
 def fused(fn, *args):
-    """None if `fn` did its whole job in one Triton launch, else what ran besides it. On a GPU `fn`
-    runs once first, unmeasured: an autotuner times its configurations on the first call at a new
-    shape, and those runs are not the function's launches."""
+    """None if `fn` did its whole job in one Triton launch that stores each output element once, else
+    what ran besides it or what it stored more. On a GPU `fn` runs once first, unmeasured: an autotuner
+    times its configurations on the first call at a new shape, and those runs are not the function's
+    launches."""
     if ON_GPU:
         fn(*args)
     before = interpreter.launch_count()
@@ -58,6 +59,13 @@ def fused(fn, *args):
     if ops:
         return (f"PyTorch ran {', '.join(ops)} beside your kernel: each of those is another trip "
                 f"through memory. Do every step inside the kernel.")
+    with interpreter.record() as rec:
+        out = fn(*args)
+    stored = sum(launch.bytes_stored for launch in rec.launches)
+    if stored > out.nbytes:
+        return (f"its kernel stored {stored:,} bytes for an output of {out.nbytes:,} "
+                f"({stored / out.nbytes:.3g} times): an intermediate went through memory (stored, then "
+                f"loaded back). Keep every step in registers and store the result once.")
     return None
 
 

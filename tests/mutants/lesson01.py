@@ -31,6 +31,11 @@ WRONG = [
         "01", "axpy", ("alpha * x + y, mask=mask)", "alpha * y + x, mask=mask)"))),
     Wrong("axpy", "no mask on the store", edit(
         "01", "axpy", ("tl.store(out_ptr + offs, alpha * x + y, mask=mask)", "tl.store(out_ptr + offs, alpha * x + y)"))),
+    Wrong("axpy", "one launch per block of 1024 values", edit(
+        "01", "axpy", ("    axpy_kernel[(triton.cdiv(n, BLOCK),)](alpha, x, y, out, n, BLOCK=BLOCK)",
+                       "    for start in range(0, n, BLOCK):\n"
+                       "        axpy_kernel[(1,)](alpha, x[start:], y[start:], out[start:], min(BLOCK, n - start),\n"
+                       "                          BLOCK=BLOCK)"))),
     Wrong("axpy", "a single program (grid of 1)", edit(
         "01", "axpy", ("axpy_kernel[(triton.cdiv(n, BLOCK),)]", "axpy_kernel[(1,)]"))),
     Wrong("axpy", "strided inputs used without .contiguous()", edit(

@@ -20,6 +20,9 @@ GELU_LOADS_AS_IS = ("    x = tl.load(x_ptr + offs, mask=mask)\n"
 
 WRONG = [
     Wrong("fused_chain", "pure PyTorch, no kernel", lambda x, b, r, s: torch.relu(x + b) * s + r),
+    Wrong("fused_chain", "one kernel, but relu(x + bias) stored to out and loaded back", edit(
+        "02", "fused_chain", (CHAIN, "    tl.store(out_ptr + offs, tl.maximum(x + bias, 0.0), mask=mask)\n"
+                                     "    y = tl.load(out_ptr + offs, mask=mask) * scale + res"))),
     Wrong("fused_chain", "scale hard-coded to 0.5", edit(
         "02", "fused_chain", (CHAIN, "    y = tl.maximum(x + bias, 0.0) * 0.5 + res"))),
     Wrong("fused_chain", "scale applied before the relu", edit(
