@@ -98,19 +98,21 @@ def test_ridge_predictions_badly_formed(answers, message):
 @pytest.mark.parametrize("mistake, message", [
     (timer(warmup=False), "first launch compiles"),  # the median alone would hide it
     (one_shot, "first launch compiles"),
-    (timer(sync=False), r"Call synchronize\(\) after each launch"),
+    (timer(sync=False), r"after each timed launch, before reading the clock"),
     (timer(rotate=False), "still in the cache"),
     (timer(combine=statistics.mean), "the mean of its runs"),
     (timer(combine=sum), "the total of its 50 runs"),
     (timer(scale=1), "a time in seconds"),
     (timer(scale=1e6), "a time in microseconds"),
     (timer(per_run=False), "timed together"),
+    (timer(combine=min), "the time of its fastest run"),
+    (timer(warmup_sync=False), "after the warm-up and after each timed launch"),
 ], ids=["no warm-up", "one shot", "no sync", "one buffer", "mean", "sum", "seconds", "microseconds",
-        "one reading around all runs"])
+        "one reading around all runs", "fastest run", "no sync after the warm-up"])
 def test_each_timing_mistake_gets_its_own_message(mistake, message):
     with pytest.raises(CheckFailed, match=message) as caught:
         check("time_ms", mistake)
-    told_to_warm_up = "warm-up" in str(caught.value)
+    told_to_warm_up = "warm-up launches" in str(caught.value)
     assert told_to_warm_up == (message == "first launch compiles"), str(caught.value)
 
 
