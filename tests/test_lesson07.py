@@ -147,3 +147,16 @@ def test_prediction_matches_what_was_recorded_on_a_gpu():
     counts = {key: len(names) for key, names in recorded["block"].items()}
     assert counts == lesson07.predicted_kernels(), "the prediction holds on the CPU but not on the GPU"
     assert len(recorded["chain"]["generated"]) == 1 and not recorded["chain"]["library"]
+
+
+def test_a_setting_that_captures_item_does_not_hide_the_break():
+    """capture_scalar_outputs, set in a cell before the check, would let Dynamo capture `.item()`: the
+    check asks Dynamo with its defaults, and the break the exercise asks you to remove is still named.
+    (torch's config.patch, not monkeypatch: monkeypatch's undo would delete the setting.)"""
+    from mutants.lesson07 import WRONG
+
+    (wrong,) = [w for w in WRONG if (w.exercise, w.why) == ("no_graph_breaks", "keeps .item()")]
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        with pytest.raises(CheckFailed, match="graph break"):
+            check("no_graph_breaks", wrong.fn)
+        assert torch._dynamo.config.capture_scalar_outputs   # the learner's setting is left as it was

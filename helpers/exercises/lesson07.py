@@ -117,7 +117,10 @@ def _run_without_breaks(fn, *args):
     out = fn(*args)  # first, eagerly: an unfinished stub stops here with NotImplementedError
     if fn is gelu_residual_reference:
         return out  # one graph: tests/test_lesson07.py proves it once
-    report = graph_breaks(fn, *args)
+    # with Dynamo's defaults: a setting that captures .item() (capture_scalar_outputs) or outputs of
+    # data-dependent shape hides a break's cause instead of removing it
+    with torch._dynamo.config.patch(capture_scalar_outputs=False, capture_dynamic_output_shape_ops=False):
+        report = graph_breaks(fn, *args)
     if report.graph_count == 0:
         raise CheckFailed("Dynamo captured no graph at all: none of your function's work went into a "
                           "graph (is it wrapped in torch.compiler.disable, or done outside PyTorch?).")
