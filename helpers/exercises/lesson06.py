@@ -129,6 +129,48 @@ KERNEL_SPECS = pick(
          (1, 2, 37, 32, KERNEL_DTYPE, FAR, False, FAR_WHY)])
 
 
+# float16 cases whose running sums pass float16's largest value (65504) on the way to a result that
+# fits: an accumulator kept in float16 between tiles overflows to inf there; float32 ones do not.
+LARGE_SUMS_N, LARGE_SUMS_D = 701, 32
+F16_LARGE_SUMS_WHY = "float16; the running sums pass float16's largest value, 65504, before they come back"
+
+
+def _forward_large_sums_case():
+    """Every score equal (q = 0) and v near 100: the unnormalised output, the sum of p·v over the keys
+    with every p = 1, reaches about 100 N before the division by l."""
+    N, D = LARGE_SUMS_N, LARGE_SUMS_D
+    q = torch.zeros(1, 1, N, D, device=DEVICE, dtype=torch.float16)
+    k = torch.randn(1, 1, N, D, device=DEVICE, dtype=torch.float16)
+    v = (100 + torch.randn(1, 1, N, D, device=DEVICE)).half()
+    return Case(_label(1, 1, N, D, torch.float16, f"{F16_LARGE_SUMS_WHY}: every score equal (q = 0), v near "
+                       f"100, so the sum of p·v before the division by l is about 100 N"), (q, k, v))
+
+
+def _backward_large_sums_case(saved):
+    """Key 0 takes nearly all of every query's attention and v = 0, and dO is +200 on the first half of
+    the queries and -200 on the second: dV's running sum for key 0 passes 65504 halfway, then returns
+    to a few tens."""
+    N, D = LARGE_SUMS_N, LARGE_SUMS_D
+    k = torch.randn(1, 1, N, D, device=DEVICE)
+    k[..., 0, :] = 0.0
+    k[..., 0, 0] = 30.0
+    q = torch.randn(1, 1, N, D, device=DEVICE) * 0.3
+    q[..., 0] = 3.0
+    q, k = q.half(), k.half()
+    v = torch.zeros(1, 1, N, D, device=DEVICE, dtype=torch.float16)
+    dout = torch.randn(1, 1, N, D, device=DEVICE)
+    dout[..., : N // 2, :] += 200.0
+    dout[..., N // 2:, :] -= 200.0
+    dout = dout.half()
+    label = _label(1, 1, N, D, torch.float16, f"{F16_LARGE_SUMS_WHY}: key 0 takes every query's attention, "
+                   f"v = 0, dO = +200 on the first half of the queries and -200 on the second, so dV's "
+                   f"running sum for key 0 reaches about 200 N / 2") + ", full"
+    kwargs = {"causal": False}
+    if not saved:
+        return Case(label, (q, k, v, dout), kwargs)
+    return Case(label, (q, k, v, *_saved(q, k, v, False, None), dout), kwargs)
+
+
 def _label(B, H, N, D, dtype, why):
     return f"B{B} H{H} N{N} D{D} {str(dtype).removeprefix('torch.')} ({why})"
 
@@ -204,6 +246,7 @@ def _kernel_cases():
             label += f", sm_scale={kwargs['sm_scale']}"
         cases.append(Case(label, qkv(B, H, N, D, dtype, scale, strided), kwargs,
                           hint=STRIDED_HINT if strided else ""))
+    cases.append(_forward_large_sums_case())
     return cases + ([later("past 2**31 elements per tensor", past_int32_case)] if ON_GPU else [])
 
 
@@ -245,6 +288,7 @@ def _backward_cases(saved=True, gradients=2):
         strided = spec[6]
         cases.append(_backward_case(*spec, causal=i % 2 == 1 or strided,
                                     with_scale=i % 4 != 3 and spec[5] == 1.0, saved=saved))
+    cases.append(_backward_large_sums_case(saved))
     if saved and ON_GPU:
         cases.append(later("past 2**31 elements per tensor", lambda: backward_past_int32_case(gradients)))
     return cases
