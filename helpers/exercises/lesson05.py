@@ -461,6 +461,15 @@ def _rmsnorm_linear_cases():
     w = (torch.randn(k, n, device=DEVICE) / math.sqrt(k)).to(f32).t()
     cases.append(Case(f"M,K,N={m},{k},{n} {str(f32)[6:]}, x a slice of a wider matrix, w a transposed view",
                       make(m, k, n, f32, x=x, w=w), {"eps": 1e-6}))
+    # Outputs near 140 from 4001 terms: each of a float16 accumulator's roundings, once per K step, is
+    # up to 0.06 there, and they add up past the float16 tolerance (0.14); one rounding at the store
+    # stays within it.
+    m, k, n = 33, 4001, 33
+    x = (1 + torch.randn(m, k, device=DEVICE)).to(F16)
+    w = (0.05 + 0.01 * torch.randn(n, k, device=DEVICE)).to(F16)
+    cases.append(Case(f"M,K,N={m},{k},{n} float16, a long inner dimension, x near 1 and w near 0.05: "
+                      f"outputs near 140, whose running sums float16 rounds coarsely (accumulate in "
+                      f"float32)", make(m, k, n, F16, x=x, w=w), {"eps": 1e-6}))
     m, k, n = _odd(33, 47), _odd(65, 95), _odd(33, 63)
     x = torch.randn(m, 2 * k, device=DEVICE).to(F16)[:, ::2]
     w = (torch.randn(n, k + 7, device=DEVICE) / math.sqrt(k)).to(F16)[:, :k]
