@@ -19,10 +19,11 @@ Beyond the values, each check measures what the lesson teaches, with the interpr
 every load and store (on a GPU too, on small inputs): the bytes a tensor descriptor moved, the
 programs a launch ran, which elements each stored, how many tiles each program stored (no program
 more than its share, cdiv(tiles, programs)), and how often each residual element was read.
-Where the lesson's tile is square (a GPU's 128 x 128), one more product runs in the interpreter with
-tiles of 32 x 64 x 16, so that BLOCK_M and BLOCK_N mixed up show there too; `linear` runs one such
-product always, its autotuner given that one configuration for the call (on a GPU it may choose a
-square tile for every other case).
+`tma_matmul` and `persistent_matmul` run one more product in the interpreter with another tile of
+three sizes: 32 x 64 x 16 where the lesson's tile is square (a GPU's 128 x 128), so that BLOCK_M and
+BLOCK_N mixed up show there too, and 64 x 32 x 32 where the lesson's is the CPU's 32 x 64 x 16, so
+that tile sizes written into the kernel show; `linear` runs one such product always, its autotuner
+given 32 x 64 x 16 for the call (on a GPU it may choose a square tile for every other case).
 Cases whose operands are views carry a hint: NaN there most often means a row stride taken as the
 width. (No case needs int64 offsets: descriptors and the scale's row index stay far below 2**31.)
 """
@@ -166,36 +167,43 @@ MATMUL_TOL = {F32: pick(cpu=(1e-5, 1e-5), gpu=(1e-2, 1e-2))}
 
 # The exercises' launchers read the lesson's tile, course.TMA_TILE, at every call. On a GPU it is
 # 128 x 128 x 64: BLOCK_M == BLOCK_N, so a kernel that uses one where the other belongs still gets
-# every case right. The CPU's tile, 32 x 64 x 16, has three sizes. Where the lesson's tile is square,
-# each structure check runs one more product in the interpreter with the CPU's tile set for the call.
+# every case right. The CPU's tile, 32 x 64 x 16, has three sizes, and every case runs with it: there a
+# kernel with those sizes written in, where BLOCK_M, BLOCK_N and BLOCK_K belong, gets every case
+# right. So each structure check runs one more product in the interpreter with another tile set for
+# the call: the CPU's where the lesson's tile is square, OTHER_TILE where the lesson's is the CPU's.
 UNEQUAL_TILE = (32, 64, 16)
+OTHER_TILE = (64, 32, 32)
 
-# Said after _with_unequal_blocks finds a mix-up, {tile} the lesson's (square) tile.
+# Said after _with_unequal_blocks finds a mistake, {tile} the lesson's tile.
 _SQUARE_HERE = (" The lesson's tile on this device is {tile}: BLOCK_M and BLOCK_N are equal there, so a "
                 "kernel that uses one where the other belongs passes every other case. Check each use: "
                 "rows of tiles and row offsets go with BLOCK_M, columns with BLOCK_N, the K loop steps by "
                 "BLOCK_K.")
+_OTHER_HERE = (" The lesson's tile on this device is {tile}, and every other case ran with it: a kernel "
+               "with those sizes written in, where BLOCK_M, BLOCK_N or BLOCK_K belong, passes them. Use the "
+               "block sizes the kernel is given everywhere: rows of tiles and row offsets go with BLOCK_M, "
+               "columns with BLOCK_N, the K loop steps by BLOCK_K.")
 
 
 def _with_unequal_blocks(fn, *programs):
-    """None, or a message: where course.TMA_TILE has BLOCK_M == BLOCK_N (a GPU), fn(a, b, *programs)
-    run in the interpreter with TMA_TILE set to UNEQUAL_TILE for the call, against a @ b. A (70, 40) @
-    (40, 136) product: 3 x 3 tiles of 32 x 64, the last row and column of tiles cut by C's edge, and K
-    in 3 steps of 16, the last partial."""
+    """None, or a message: fn(a, b, *programs) run in the interpreter with course.TMA_TILE set for the
+    call to a tile of three sizes other than the lesson's (UNEQUAL_TILE where the lesson's is square, a
+    GPU's; OTHER_TILE where it is the CPU's), against a @ b. A (70, 40) @ (40, 136) product: its last row
+    and column of tiles cut by C's edge, and its last step along K partial."""
     from helpers.solutions import load_solution
 
     course = load_solution("09")
-    lesson_tile = course.TMA_TILE
-    if lesson_tile[0] != lesson_tile[1]:
-        return None
+    lesson_tile = tuple(course.TMA_TILE)
+    square = lesson_tile[0] == lesson_tile[1]
+    other = UNEQUAL_TILE if square or lesson_tile != UNEQUAL_TILE else OTHER_TILE
     M, K, N = 70, 40, 136
     a, b = _operands(M, K, N, F32)
-    tile = " x ".join(map(str, UNEQUAL_TILE))
+    tile = " x ".join(map(str, other))
     where = (f"with course.TMA_TILE set to {tile} (BLOCK_M, BLOCK_N, BLOCK_K) for one ({M}, {K}) @ ({K}, "
              f"{N}) float32 product, run in the interpreter, your function")
-    why = _SQUARE_HERE.format(tile=" x ".join(map(str, lesson_tile)))
+    why = (_SQUARE_HERE if square else _OTHER_HERE).format(tile=" x ".join(map(str, lesson_tile)))
     # columns of tiles counted with BLOCK_M: tiles past C's last column (_past_the_last_tile)
-    return rerun(_tile_set(course, UNEQUAL_TILE), fn, (a, b, *programs), a @ b, where, why, names=("C",),
+    return rerun(_tile_set(course, other), fn, (a, b, *programs), a @ b, where, why, names=("C",),
                  each_launch=_past_the_last_tile)
 
 
@@ -211,8 +219,8 @@ def _tile_set(course, tile):
 
 
 def _through_descriptors(fn):
-    """Every byte the kernel loaded and stored went through a tensor descriptor; and where the lesson's
-    tile is square, the product right with unequal blocks (_with_unequal_blocks)."""
+    """Every byte the kernel loaded and stored went through a tensor descriptor; and the product right
+    with another tile of unequal blocks (_with_unequal_blocks)."""
     M, K, N = _odd(33, 63), 40, 24
     a, b = _operands(M, K, N, F32)
     launches, problem = _recorded(fn, a, b)
@@ -318,8 +326,8 @@ def _past_the_last_tile(launch, where):
 
 def _each_tile_once(fn):
     """The launch has `programs` programs, every element of C is stored exactly once, and no program
-    stores more than its share of the tiles, or a tile past the last; and where the lesson's tile is
-    square, the product right with unequal blocks (_with_unequal_blocks).
+    stores more than its share of the tiles, or a tile past the last; and the product right with
+    another tile of unequal blocks (_with_unequal_blocks).
 
     C has more tiles than programs at any tile up to 128 x 128 (a launcher that caps the grid at the
     number of tiles still launches `programs` programs), and a number of tiles that `programs` does not

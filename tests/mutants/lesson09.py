@@ -73,6 +73,11 @@ TMA_OUT = "    c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n    BM, 
 
 WRONG = [
     Wrong("tma_matmul", "pure PyTorch, no kernel", lambda a, b: a @ b),
+    # the CPU's tile written in: right at the lesson's tile on the CPU, wrong at any other (the check's
+    # product with another tile sets course.TMA_TILE for a call: launched as the notebook does)
+    Wrong("tma_matmul", "the K loop steps by 16, the CPU's BLOCK_K", launched_as_in_the_notebook(edit(
+        "09", "tma_matmul_kernel", ("    for k in range(0, K, BLOCK_K):\n        a = a_desc.load([off_m, k])",
+                                    "    for k in range(0, K, 16):\n        a = a_desc.load([off_m, k])")))),
     Wrong("tma_matmul", "B's tiles loaded through pointers", lambda a, b: device_side(a, b, b_desc=False)),
     Wrong("tma_matmul", "A's tiles loaded through pointers", lambda a, b: device_side(a, b, a_desc=False)),
     Wrong("tma_matmul", "C stored through pointers", lambda a, b: device_side(a, b, c_desc=False)),
@@ -125,6 +130,13 @@ PERSISTENT_OUT = ("    c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n
 
 WRONG += [
     Wrong("persistent_matmul", "pure PyTorch, no kernel", lambda a, b, programs: a @ b),
+    Wrong("persistent_matmul", "the tile counts with 32 and 64, the CPU's tile, written in",
+          launched_as_in_the_notebook(edit(
+              "09", "persistent_matmul_kernel", (
+                  "    num_pid_m = tl.cdiv(M, BLOCK_M)\n    num_pid_n = tl.cdiv(N, BLOCK_N)\n"
+                  "    for tile in range(tl.program_id(0)",
+                  "    num_pid_m = tl.cdiv(M, 32)\n    num_pid_n = tl.cdiv(N, 64)\n"
+                  "    for tile in range(tl.program_id(0)")), persistent=True)),
     Wrong("persistent_matmul", "one program per tile, whatever `programs` says", edit(
         "09", "persistent_matmul", (LAUNCH, "    persistent_matmul_kernel[(triton.cdiv(M, BM) * triton.cdiv(N, BN),)]("))),
     Wrong("persistent_matmul", "`programs` ignored: one program per SM", edit(
