@@ -503,11 +503,12 @@ def exponentials():
 
 @dataclasses.dataclass
 class Dot:
-    """One tl.dot call: the program that made it and its shape (M, K, N), for (M, K) @ (K, N)
-    (a batch dimension folded into M)."""
+    """One tl.dot call: the program that made it, its shape (M, K, N), for (M, K) @ (K, N) (a batch
+    dimension folded into M), and its operands' dtypes as NumPy names ("float16", "float32", ...)."""
 
     program: tuple
     shape: tuple
+    dtypes: tuple = ()
 
     @property
     def multiply_adds(self):
@@ -520,7 +521,7 @@ def dots():
     def dot(a, b, *_):
         a, b = np.asarray(a.data), np.asarray(b.data)
         program = tuple(int(i) for i in _State.grid_idx or ())
-        return Dot(program, (a.size // a.shape[-1], a.shape[-1], b.shape[-1]))
+        return Dot(program, (a.size // a.shape[-1], a.shape[-1], b.shape[-1]), (a.dtype.name, b.dtype.name))
     return _counting(("create_dot",), dot)
 
 

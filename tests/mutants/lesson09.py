@@ -219,6 +219,24 @@ def residual_in_a_second_kernel(h, w, scale=None, residual=None):
 
 
 WRONG += [
+    Wrong("linear", "the scale loaded once a tile, applied to each K step's tile of h (float32 products)", edit(
+        "09", "linear", (
+            "        acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)\n"
+            "        if HAS_SCALE:                                   # one float32 per row: RMSNorm's 1 / rms\n"
+            "            rows = off_m + tl.arange(0, BLOCK_M)\n"
+            "            acc = acc * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]\n",
+            "        rows = off_m + tl.arange(0, BLOCK_M)\n"
+            "        s = tl.full((BLOCK_M,), 1.0, tl.float32)\n"
+            "        if HAS_SCALE:\n"
+            "            s = tl.load(s_ptr + rows, mask=rows < M, other=0.0)\n"
+            "        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n"
+            "        for k in range(0, tl.cdiv(K, BLOCK_K)):\n"
+            "            a = h_desc.load([off_m, k * BLOCK_K]).to(tl.float32) * s[:, None]\n"
+            "            acc = tl.dot(a, w_desc.load([off_n, k * BLOCK_K]).to(tl.float32).T, acc)\n"))),
+    Wrong("linear", "the accumulator rounded to the output's dtype before the epilogue", edit(
+        "09", "linear", ("        acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)\n",
+                         "        acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)"
+                         ".to(out_desc.dtype).to(tl.float32)\n"))),
     Wrong("linear", "pure PyTorch, no kernel",
           lambda h, w, s=None, r=None: ((h.float() @ w.float().T) * (1 if s is None else s[:, None])
                                         + (0 if r is None else r.float())).to(h.dtype)),
