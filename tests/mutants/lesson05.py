@@ -23,6 +23,8 @@ ROW_LOAD = "    x = tl.load(x_ptr + row * stride_xm + offs * stride_xn, mask=mas
 
 WRONG = [
     Wrong("softmax_rows", "pure PyTorch, no kernel", torch_softmax),
+    Wrong("softmax_rows", "the block written in as 2048 columns", edit(
+        "05", "softmax_rows", ("BLOCK_N = triton.next_power_of_2(n_cols)", "BLOCK_N = 2048"))),
     Wrong("softmax_rows", "no max subtracted", edit("05", "softmax_rows", ("    e = tl.exp(x - m)\n", "    e = tl.exp(x)\n"))),
     Wrong("softmax_rows", "no safe max for fully masked rows", edit(
         "05", "softmax_rows", ("    m = tl.where(m == -float(\"inf\"), 0.0, m)   # fully", "    # fully"))),
