@@ -64,13 +64,24 @@ def stamp():
 # ---------------------------------------------------------------- profiling a step
 
 
+_profiler_started = False   # whether this process has run a profiler session (profile_step)
+
+
 def profile_step(fn, warmup=2, memory=True):
-    """Run fn() `warmup` times, then once under torch.profiler; return the profiler."""
+    """Run fn() `warmup` times, then once under torch.profiler; return the profiler. The first call in
+    a process runs a session around one tiny operation first, and throws it away: the profiler's own
+    start-up would otherwise land in the step it profiles (on a 2-core CPU, a small step's operators
+    read about ten times slower in a process's first session than in its second)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    global _profiler_started
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
+    if not _profiler_started:
+        with compiler_quiet(), profile(activities=activities):
+            torch.ones(1) + 1
+        _profiler_started = True
     for _ in range(warmup):
         fn()
     sync()

@@ -120,10 +120,10 @@ print(prof.key_averages().table(sort_by=sort_by, row_limit=12, max_name_column_w
 # the same columns for CUDA. The row `step` is our own `record_function` span: the whole step.
 #
 # Sort by self time to find the operator that is slow itself; sort by total time to find the part of
-# the model that is slow. On a CPU the table times the CPU doing the work; the first profiled step
-# of a session can read far slower than the next ones (the profiler's own start-up), so run the cell
-# twice before you trust its times. On a GPU the CPU time is only the cost of *launching*, and the
-# CUDA columns hold the work.
+# the model that is slow. On a CPU the table times the CPU doing the work. On a GPU the CPU time is
+# only the cost of *launching*, and the CUDA columns hold the work. (The profiler has a start-up cost
+# of its own, which would land in the first step it profiles: the first `profile_step` of a process
+# runs a throwaway session around one tiny operation first.)
 #
 # ### The trace, in Perfetto
 #
