@@ -378,10 +378,11 @@ if passed("grouped_order"):
 #
 # The launcher is written for you; the grid is a function of the chosen config, so that autotuning
 # can change the tile size. The check's sizes are multiples of no block (except one case), and one
-# case has a K of a few thousand, where a float16 accumulator drifts past the tolerance. Last, it
-# gives your autotuner tiles of 32 × 64 × 16 for one more product: on the CPU every tile is
-# 64 × 64 × 64 (and a GPU's autotuner may choose square ones), where `BLOCK_M`, `BLOCK_N` and
-# `BLOCK_K` mixed up go unnoticed.
+# case has a K of a few thousand, where a float16 accumulator drifts past the tolerance; on the CPU
+# one case is float32, where C keeps a's dtype. Last, it gives your autotuner tiles of 32 × 64 × 16
+# in groups of 2 tile rows for one more product: on the CPU every tile is 64 × 64 × 64 (and a GPU's
+# autotuner may choose square ones), where `BLOCK_M`, `BLOCK_N` and `BLOCK_K` mixed up go unnoticed,
+# and the other cases have fewer tile rows than a group, where a slip in the grouped order does.
 
 # %% tags=["exercise"]
 @triton.jit

@@ -78,7 +78,8 @@ def sloppy_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, str
         else:
             acc = tl.dot(a, b, acc)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N) if MASK_M_STORE else offs_n[None, :] < N
-    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(tl.float16), mask=mask)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 def sloppy_matmul(mask_k=True, b_contiguous=False, mask_m_store=True, acc16=False):

@@ -197,12 +197,17 @@ def _matmul_cases():
     long_k = sizes(k_cpu=(2001, 3001), k_gpu=(15, 17))
     if not ON_GPU:
         long_k = (_odd(r, 33, 95), _odd(r, 33, 95), long_k[2])  # fewer tiles: the interpreter stays quick
+    # float32 on the CPU only (the interpreter's tl.dot sums float32 products exactly; a GPU's takes
+    # float32 operands as TF32): the output converted to float16 whatever C's dtype shows there
+    in_float32 = pick(cpu=[Case(f"{shape(*plain)} float32: C in a's dtype",
+                                tuple(t.float() for t in operands(*plain)))], gpu=[])
     return [Case("1x1x1", operands(1, 1, 1)),
             Case(f"{shape(*exact)} (exact multiples of the blocks)", operands(*exact)),
             Case(f"{shape(*plain)}: no size a multiple of any block", operands(*plain)),
             Case(f"{shape(*transposed)}, b a transposed view", operands(*transposed, "b transposed")),
             Case(f"{shape(*strided)}, a every other column of a wider one", operands(*strided, "a strided")),
-            Case(f"{shape(*long_k)}: a long inner dimension (float16 partial sums drift)", operands(*long_k))]
+            Case(f"{shape(*long_k)}: a long inner dimension (float16 partial sums drift)", operands(*long_k)),
+            *in_float32]
 
 
 def _epilogue_cases():
