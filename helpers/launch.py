@@ -161,8 +161,8 @@ class Launcher:
         self.kernel = kernel
         self.boxes = boxes
         self.jit = _jit_function(kernel) if ON_GPU else None   # the interpreter has no compiled form
-        # key -> (the compiled kernel, {name: value} of the parameters after the positional arguments,
-        #         the autotuner's list of configurations it was chosen from)
+        # key -> what a prepared launch needs (see _prepare): the compiled kernel, its trailing values,
+        #        the autotuner's list of configurations it was chosen from, the configuration, ...
         self.prepared = {}
         # bucket key -> (the autotuner's list of configurations, the one it chose from them for the first
         # key of that bucket)
