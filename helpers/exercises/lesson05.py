@@ -84,9 +84,10 @@ def _rows(n_rows, n_cols, dtype=torch.float32, kind="randn"):
         x[torch.rand(n_rows, n_cols, device=DEVICE) < 0.3] = NEG_INF
         x[1::4, : n_cols // 2] = NEG_INF   # the first half of some rows is masked, like a causal prefix
         x[3::4] = NEG_INF                  # every fourth row is masked entirely
-    elif kind == "negative":        # odd rows wholly in [-1e4 - 20, -1e4]: exp(x) is 0 there without the max
+    elif kind == "negative":        # odd rows wholly in [-1e5 - 20, -1e5]: exp(x) is 0 there without the max
         x = torch.randn(n_rows, n_cols, device=DEVICE) * 3
-        x[1::2] = -1e4 - torch.rand(n_rows // 2, n_cols, device=DEVICE) * 20
+        # -1e5, not -1e4: a running max started at -1e4 (a common stand-in for -inf) is then far off too
+        x[1::2] = -1e5 - torch.rand(n_rows // 2, n_cols, device=DEVICE) * 20
     else:
         raise ValueError(kind)
     return x.to(dtype)
@@ -151,8 +152,9 @@ def past_int32_case(label, n_cols, dtype, compared, hint, kwargs=None, extra=(),
 FLAT_WHY = "near-constant rows, every output about 1/N: float16 exponentials or sums lose those digits"
 ASCENDING_WHY = "rows ascending from -1e4 to 1e4: the max grows at every "
 MASKED_WHY = "-inf entries, -inf prefixes, fully masked rows (0s)"
-NEGATIVE_WHY = ("rows 1, 3, 5, ... have every value far below zero, in [-1e4 - 20, -1e4]: exp(x) underflows "
-                "to 0 in those rows unless the row's true max is subtracted (a max that starts at 0 stays 0)")
+NEGATIVE_WHY = ("rows 1, 3, 5, ... have every value far below zero, in [-1e5 - 20, -1e5]: exp(x) underflows "
+                "to 0 in those rows unless the row's true max is subtracted (a max that starts at 0, or at "
+                "a stand-in for -inf such as -1e4, stays there)")
 
 
 # ---------------------------------------------------------------- 1. softmax_rows

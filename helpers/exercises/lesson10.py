@@ -152,7 +152,8 @@ CAUSAL_SPECS = pick(
           "every score near -280: each exp underflows unless the running max is subtracted"),
          (1, 1, 45, 16, F16, "mixed", "positive", "float16, scores near +400: exp overflows unless the "
                                                   "running max is subtracted"),
-         (1, 1, 40, 128, F16, "mixed", "randn", "head dimension 128, float16")],
+         (1, 1, 40, 128, F16, "mixed", "randn", "head dimension 128, float16"),
+         (1, 2, 64, 32, F32, "projection", "randn", "N = 64: whole query blocks, none partial")],
     gpu=[(1, 1, 1, 64, F16, "projection", "randn", "one token"),
          (2, 4, 1001, 64, F16, "projection", "randn", "q, k, v column slices of one projection"),
          (1, 8, 777, 128, F16, "projection", "randn", "16 heads' worth of rows, head dimension 128"),
@@ -161,7 +162,8 @@ CAUSAL_SPECS = pick(
           "every score near -200: each exp underflows unless the running max is subtracted"),
          (1, 2, 259, 32, F32, "mixed", "positive", "float32, scores near +280: exp overflows unless the "
                                                    "running max is subtracted"),
-         (1, 2, 129, 128, F16, "mixed", "randn", "head dimension 128, one row past a block")])
+         (1, 2, 129, 128, F16, "mixed", "randn", "head dimension 128, one row past a block"),
+         (1, 2, 512, 64, F16, "projection", "randn", "N = 512: whole query blocks, none partial")])
 
 
 # On a GPU, a case whose offsets pass 2**31: a few rows, far apart. A tensor's rows (or sequences) are
@@ -550,9 +552,10 @@ def _rows(M, n, dtype, kind="randn", view=False):
         x = torch.linspace(-1e4, 1e4, width, device=DEVICE).repeat(M, 1) + torch.rand(M, 1, device=DEVICE)
     elif kind == "flat":          # a level plus noise of 0.1: every output about 1 / n
         x = torch.rand(M, 1, device=DEVICE) * 10 - 5 + torch.rand(M, width, device=DEVICE) * 0.1
-    elif kind == "negative":      # odd rows wholly in [-1e4 - 20, -1e4]: exp(x) is 0 there without the max
+    elif kind == "negative":      # odd rows wholly in [-1e5 - 20, -1e5]: exp(x) is 0 there without the max
         x = torch.randn(M, width, device=DEVICE) * 3
-        x[1::2] = -1e4 - torch.rand(M // 2, width, device=DEVICE) * 20
+        # -1e5, not -1e4: a running max started at -1e4 (a common stand-in for -inf) is then far off too
+        x[1::2] = -1e5 - torch.rand(M // 2, width, device=DEVICE) * 20
     elif kind == "-inf head":     # the first half of each row -inf (a whole tile of any size up to n / 2)
         x = torch.randn(M, width, device=DEVICE) * 3
         x[2::4] = -1e4 - torch.rand(x[2::4].shape, device=DEVICE) * 20   # row 2: finite values far below 0
@@ -580,8 +583,11 @@ def _softmax_cases():
              (2, _odd(*long), F32, "ascending", False, "rows ascending from -1e4 to 1e4: a new max in "
                                                       "every tile"),
              (4, _odd(*long), F32, "negative", False, "rows 1 and 3 have every value far below zero, in "
-              "[-1e4 - 20, -1e4]: exp(x) underflows to 0 in those rows unless the row's true max is "
-              "subtracted (a running max that starts at 0 stays 0)"),
+              "[-1e5 - 20, -1e5]: exp(x) underflows to 0 in those rows unless the row's true max is "
+              "subtracted (a running max that starts at 0, or at a stand-in for -inf such as -1e4, "
+              "stays there)"),
+             (3, pick(2048, 32768), F32, "randn", False, "rows of whole tiles: n a multiple of every tile "
+                                                         "size, so the last tile is a full one"),
              (2, _odd(*long), F16, "flat", False, "float16, every output about 1/n: float16 sums lose it"),
              (3, _odd(*long), F32, "randn", True, "a slice of a wider matrix: rows n + 13 values apart"),
              (2, _odd(*long), F16, "randn", True, "float16, a slice of a wider matrix"),

@@ -295,6 +295,11 @@ def _product_in_the_epilogue(fn):
     if main.bytes_stored != out_bytes:
         return (f"{where} stored {main.bytes_stored:,} bytes, where the (M, f) = ({M}, {f}) output is "
                 f"{out_bytes:,}: store each output element once, and nothing of the (M, 2f) product.")
+    if main.descriptor_bytes_stored != main.bytes_stored:
+        return (f"{where} stored {main.bytes_stored - main.descriptor_bytes_stored:,} of the output's "
+                f"{main.bytes_stored:,} bytes through pointers (tl.store), not through out_desc: the "
+                f"exercise stores each output tile by tensor descriptor, one TMA store of (BLOCK_M, "
+                f"BLOCK_N / 2) per tile, the output's edges dropped by the descriptor, not by a mask.")
     past = _past_the_last_tile(main, where)
     if past:
         return past

@@ -200,6 +200,9 @@ def three_pass_tiled(x, block=1024):
 
 
 WRONG += [
+    Wrong("softmax_tiled", "the lanes' running max starts at -1e4 (a stand-in for -inf), with no guard", edit(
+        "05", "softmax_tiled", ('    m = tl.full((BLOCK,), -float("inf"), tl.float32)', "    m = tl.full((BLOCK,), -1e4, tl.float32)"),
+        ('        safe = tl.where(m_new == -float("inf"), 0.0, m_new)', "        safe = m_new"))),
     Wrong("softmax_tiled", "pure PyTorch, no kernel", torch_softmax),
     Wrong("softmax_tiled", "three passes: max, sum, output", three_pass_tiled),
     Wrong("softmax_tiled", "exercise 1's kernel: the whole row in registers, one read",

@@ -24,6 +24,10 @@ def _sdpa_heads_side_by_side(q, k, v):
 
 
 CAUSAL_WRONG = [
+    Wrong("causal_attention", "the last block placed at (n_ctx // BLOCK_M) * BLOCK_M: where N is a whole number "
+          "of blocks, block 0 is never computed", edit(
+        "10", "causal_attention", ("    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M      # the longest",
+                                   "    start_m = (n_ctx // BLOCK_M - tl.program_id(0)) * BLOCK_M      # the longest"))),
     Wrong("causal_attention", "pure PyTorch, no kernel", _sdpa_heads_side_by_side),
     Wrong("causal_attention", "the running max starts at 0, not -inf", edit(
         "10", "causal_attention", ('    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)\n',
@@ -178,6 +182,14 @@ LOAD_1 = ('        x = tl.load(x_row + start + offs, mask=start + offs < n_cols,
           ".to(tl.float32)\n")
 PASS_1 = ("    for start in range(0, n_cols, BLOCK):\n" + LOAD_1 +
           "        m_new = tl.maximum(m, tl.max(x, axis=0))\n" + SHIFT + SUM + "        m = m_new\n")
+# pass 1 with the whole tiles loaded unmasked and one masked tail after the loop: right unless the row
+# is a whole number of tiles, where the tail lies past the end and the last whole tile is never read
+PEELED = ("    for start in range(0, n_cols - BLOCK, BLOCK):\n"
+          "        x = tl.load(x_row + start + offs).to(tl.float32)\n"
+          "        m_new = tl.maximum(m, tl.max(x, axis=0))\n" + SHIFT + SUM + "        m = m_new\n"
+          "    start = (n_cols // BLOCK) * BLOCK\n" + LOAD_1.replace(" " * 8, " " * 4, 1)
+          + "    m_new = tl.maximum(m, tl.max(x, axis=0))\n" + SHIFT.replace(" " * 8, " " * 4, 1)
+          + SUM.replace(" " * 8, " " * 4, 1) + "    m = m_new\n")
 PER_LANE = ('    m = tl.full((BLOCK,), -float("inf"), tl.float32)\n'
             "    l = tl.zeros((BLOCK,), tl.float32)\n"
             "    for start in range(0, n_cols, BLOCK):\n" + LOAD_1 +
@@ -220,6 +232,11 @@ SOFTMAX_WRONG = [
         "10", "softmax_long", ("    out_row = out_ptr + row * stride_om\n",
                                "    out_row = out_ptr + tl.program_id(0) * stride_om\n")),
           gpu_only=True),
+    Wrong("softmax_long", "the running max starts at -1e4 (a stand-in for -inf), with no guard", edit(
+        "10", "softmax_long", ("    m = tl.full((1,), -float(\"inf\"), tl.float32)", "    m = tl.full((1,), -1e4, tl.float32)"),
+        (SHIFT, "        shift = m_new\n"))),
+    Wrong("softmax_long", "pass 1 peeled: the whole tiles unmasked, then one masked tail (a row of whole "
+          "tiles loses its last)", edit("10", "softmax_long", (PASS_1, PEELED))),
     Wrong("softmax_long", "three passes: the max, then the sum, then the output", edit(
         "10", "softmax_long", (PASS_1, THREE_PASSES))),
     Wrong("softmax_long", "exp(m - m_new) while both are -inf: NaN after a tile of -inf", edit(

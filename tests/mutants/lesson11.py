@@ -122,6 +122,13 @@ W_DESC = "    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[s
 
 WRONG += [
     Wrong("swiglu_linear", "pure PyTorch, no kernel", course.swiglu_linear_reference),
+    Wrong("swiglu_linear", "the output stored through pointers, not out_desc", edit(
+        "11", "swiglu_linear", ("        out_desc.store([off_m, off_n // 2], y.to(out_desc.dtype))",
+                                "        rows = off_m + tl.arange(0, BLOCK_M)\n"
+                                "        cols = off_n // 2 + tl.arange(0, BLOCK_N // 2)\n"
+                                "        tl.store(out_ptr + rows[:, None] * (N // 2) + cols[None, :],"
+                                " y.to(out_ptr.dtype.element_ty),\n"
+                                "                 mask=(rows[:, None] < M) & (cols[None, :] < N // 2))"))),
     Wrong("swiglu_linear", "gate and up swapped: SiLU of the up projection", edit(
         "11", "swiglu_linear", (SPLIT, SPLIT.replace("gate, up =", "up, gate =")))),
     Wrong("swiglu_linear", "no SiLU: gate * up", edit(
