@@ -202,14 +202,14 @@ attention_tiles = course.attention_tiles
 #   `acc / l` stored through O's descriptor in O's dtype (`o_desc.dtype`).
 #
 # The check compares with PyTorch's attention on slices of one projection and on three layouts at
-# once, N = 1 and lengths no block divides, float32 and float16, rows whose every exponential
-# underflows unless the running max is subtracted, and scores that overflow. Then it checks that
-# every tile moves through a descriptor, counts the bytes of K read against the causal count, checks
-# that V's loads land in V's own memory (not a copy), compiles your kernel with 16 query rows and
-# tiles of 32 keys, and runs it with 32 query rows and tiles of 16 (on a GPU the autotuner may choose
-# square blocks for every case, where `BLOCK_M` and `BLOCK_N` mixed up go unnoticed). On a GPU one
-# more case has q's sequences 2³⁰ + 64 values apart, so that `b * sq_b` passes 2³¹ for the third: it
-# needs `b` in int64.
+# once, N = 1, lengths no block divides and one of whole blocks, float32 and float16, rows whose every
+# exponential underflows unless the running max is subtracted, and scores that overflow. Then it
+# checks that every tile moves through a descriptor, counts the bytes of K read against the causal
+# count, checks that V's loads land in V's own memory (not a copy), compiles your kernel with 16 query
+# rows and tiles of 32 keys, and runs it with 32 query rows and tiles of 16 (on a GPU the autotuner
+# may choose square blocks for every case, where `BLOCK_M` and `BLOCK_N` mixed up go unnoticed). On a
+# GPU one more case has q's sequences 2³⁰ + 64 values apart, so that `b * sq_b` passes 2³¹ for the
+# third: it needs `b` in int64.
 
 # %% tags=["exercise"]
 @triton.autotune(configs=course.CAUSAL_CONFIGS, key=["n_ctx", "HEAD_DIM"], prune_configs_by=lesson06.PRUNE)
@@ -1187,11 +1187,12 @@ for gpu in hopper:
 # - Pass 2, **backwards**: tile `n_tiles - 1` first, tile 0 last; load, write
 #   `exp(x - m) / l` in the output's dtype (`out_ptr.dtype.element_ty`), masked at the row's end.
 #
-# Beside the values, the check counts how many times x is read (exactly twice), counts the
-# interpreter's exponentials against the tiles loaded, and watches the order in which each program's
-# passes visit the tiles of its row: the first forwards, the second backwards. On a GPU one case is
-# a matrix of more than 2³¹ values, and so is its softmax: its last rows start past 2³¹, where an
-# int32 row offset wraps, the output's as well as the input's.
+# The check's rows include rows wholly below -1e5 (a running max started at a stand-in for `-inf` such
+# as -1e4 fails there) and rows of whole tiles. Beside the values, it counts how many times x is read
+# (exactly twice), counts the interpreter's exponentials against the tiles loaded, and watches the
+# order in which each program's passes visit the tiles of its row: the first forwards, the second
+# backwards. On a GPU one case is a matrix of more than 2³¹ values, and so is its softmax: its last
+# rows start past 2³¹, where an int32 row offset wraps, the output's as well as the input's.
 
 # %% tags=["exercise"]
 @triton.jit

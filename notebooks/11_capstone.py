@@ -283,9 +283,9 @@ print(course.pack_gate_up(w_gate_demo, w_up_demo))
 #   must still give SiLU's limits there (the gate itself, and zero), not NaN.
 #
 # Then the check watches one run: a single launch stores, and what it stores is the (M, f) output,
-# once; nothing of the (M, 2f) product goes to memory. Last, it gives your autotuner one configuration
-# of 32 × 64 × 16 tiles for one more small product (on a GPU the autotuner may choose square tiles for
-# every case, where `BLOCK_M` and `BLOCK_N` mixed up go unnoticed).
+# once, through `out_desc`; nothing of the (M, 2f) product goes to memory. Last, it gives your
+# autotuner one configuration of 32 × 64 × 16 tiles for one more small product (on a GPU the autotuner
+# may choose square tiles for every case, where `BLOCK_M` and `BLOCK_N` mixed up go unnoticed).
 
 # %%
 tile_origin, linear_tile = lesson09.tile_origin, lesson09.linear_tile   # for your kernel below
