@@ -218,13 +218,17 @@ def residual_in_a_second_kernel(h, w, scale=None, residual=None):
     return out
 
 
+# linear_kernel's mainloop call and its row scale, as the solution writes them
+LINEAR_TILE_AND_SCALE = (
+    "        acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)\n"
+    "        if HAS_SCALE:                                   # one float32 per row: RMSNorm's 1 / rms\n"
+    "            rows = off_m + tl.arange(0, BLOCK_M)\n"
+    "            acc = acc * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]\n")
+
 WRONG += [
     Wrong("linear", "the scale loaded once a tile, applied to each K step's tile of h (float32 products)", edit(
         "09", "linear", (
-            "        acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)\n"
-            "        if HAS_SCALE:                                   # one float32 per row: RMSNorm's 1 / rms\n"
-            "            rows = off_m + tl.arange(0, BLOCK_M)\n"
-            "            acc = acc * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]\n",
+            LINEAR_TILE_AND_SCALE,
             "        rows = off_m + tl.arange(0, BLOCK_M)\n"
             "        s = tl.full((BLOCK_M,), 1.0, tl.float32)\n"
             "        if HAS_SCALE:\n"
@@ -264,10 +268,7 @@ WRONG += [
                          "RMSNorm's 1 / rms\n            rows = off_m + tl.arange(0, BLOCK_N)"))),
     Wrong("linear", "the row scale applied to each K step's tile of h, not once in the epilogue", edit(
         "09", "linear", (
-            "        acc = linear_tile(h_desc, w_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K)\n"
-            "        if HAS_SCALE:                                   # one float32 per row: RMSNorm's 1 / rms\n"
-            "            rows = off_m + tl.arange(0, BLOCK_M)\n"
-            "            acc = acc * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]\n",
+            LINEAR_TILE_AND_SCALE,
             "        rows = off_m + tl.arange(0, BLOCK_M)\n"
             "        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n"
             "        for k in range(0, tl.cdiv(K, BLOCK_K)):\n"
