@@ -154,7 +154,7 @@ ASCENDING_WHY = "rows ascending from -1e4 to 1e4: the max grows at every "
 MASKED_WHY = "-inf entries, -inf prefixes, fully masked rows (0s)"
 NEGATIVE_WHY = ("rows 1, 3, 5, ... have every value far below zero, in [-1e5 - 20, -1e5]: exp(x) underflows "
                 "to 0 in those rows unless the row's true max is subtracted (a max that starts at 0, or at "
-                "a stand-in for -inf such as -1e4, stays there)")
+                "a stand-in for minus infinity such as -1e4, stays there)")
 
 
 # ---------------------------------------------------------------- 1. softmax_rows

@@ -584,7 +584,7 @@ def _softmax_cases():
                                                       "every tile"),
              (4, _odd(*long), F32, "negative", False, "rows 1 and 3 have every value far below zero, in "
               "[-1e5 - 20, -1e5]: exp(x) underflows to 0 in those rows unless the row's true max is "
-              "subtracted (a running max that starts at 0, or at a stand-in for -inf such as -1e4, "
+              "subtracted (a running max that starts at 0, or at a stand-in for minus infinity such as -1e4, "
               "stays there)"),
              (3, pick(2048, 32768), F32, "randn", False, "rows of whole tiles: n a multiple of every tile "
                                                          "size, so the last tile is a full one"),
