@@ -330,9 +330,10 @@ PRUNE = {"early_config_prune": small_problems_one_config}
 #   `acc / l_i[:, None]` and `lse = (m_i + log2(l_i)) * LN2`.
 #
 # The check covers head dimensions 16 to 128, a single token, sequence lengths that are not
-# multiples of any block, strided inputs, random `sm_scale`s, and scores large enough to overflow
-# without the running max. On the CPU the kernel runs in float32 (and once in float16); on a GPU in
-# float16. Whatever the inputs, the lse comes back in float32, as the launcher allocates it: it is a sum
+# multiples of any block, strided inputs, random `sm_scale`s, scores large enough to overflow
+# without the running max, and a float16 case whose unnormalised output passes float16's largest
+# value, 65,504, before the division by $l$ (an `acc` kept in float16 between tiles overflows there).
+# On the CPU the kernel runs in float32 (and in float16 in two cases); on a GPU in float16. Whatever the inputs, the lse comes back in float32, as the launcher allocates it: it is a sum
 # of $N$ exponentials, and the backward pass exponentiates it again. Last, the check gives your
 # autotuner blocks of 32 query rows and 16 keys for one more run: on a GPU short sequences run with
 # the first configuration, 64 × 64, where `BLOCK_M` and `BLOCK_N` mixed up go unnoticed.
@@ -708,8 +709,10 @@ DQ_CONFIGS = configs(cpu=[(64, 32, 4, 1)],
 # - Multiply $dK$ by `sm_scale` once, before storing.
 #
 # The check gives your launcher what the forward pass saved and a random $dO$, and compares $dK$ and
-# $dV$ with autograd's through the naive version in float64: float32 on the CPU (and one float16
-# case), float16 on a GPU, both masks, random `sm_scale`s, sequence lengths that no block divides.
+# $dV$ with autograd's through the naive version in float64: float32 on the CPU (and three float16
+# cases), float16 on a GPU, both masks, random `sm_scale`s, sequence lengths that no block divides.
+# Two float16 cases have running sums that pass 65,504 before they come back, one in $dV$ and one in
+# $dQ$: an accumulator kept in float16 between tiles overflows there.
 
 # %% tags=["exercise"]
 @triton.jit

@@ -26,6 +26,8 @@ def test_check_rejects(wrong):
     with pytest.raises(CheckFailed) as caught:
         check(wrong.exercise, wrong.fn)
     assert not isinstance(caught.value, NotDone), f"a wrong answer was called 'not done': {caught.value}"
+    # a wrong answer is refused for what it computes: one that does not compile on a GPU tests nothing
+    assert "Triton could not compile" not in str(caught.value), str(caught.value)
     if wrong.gpu_only:   # caught by the case past 2**31 elements, and told so (not by running out of memory)
         message = str(caught.value)
         assert "2**31" in message and "int32" in message and "the check itself failed" not in message, message

@@ -171,6 +171,27 @@ def _backward_large_sums_case(saved):
     return Case(label, (q, k, v, *_saved(q, k, v, False, None), dout), kwargs)
 
 
+def _dq_large_sums_case(saved):
+    """Every score equal (q = 0), so that P = 1/N, and dP = dO V^T = +28,800 for the first half of the
+    keys and -28,800 for the second: dS = +-56.25. With k = 100 on the first half and 98 on the second,
+    each query's running sum of dS K reaches 1.44 million, then comes back to 28,800 (about 5,000 once
+    scaled): float16's tolerance, relative, covers float32's roundings on the way there."""
+    N, D = 512, 32
+    q = torch.zeros(1, 1, N, D, device=DEVICE, dtype=torch.float16)
+    k = torch.full((1, 1, N, D), 100.0, device=DEVICE, dtype=torch.float16)
+    k[..., N // 2:, :] = 98.0
+    v = torch.full((1, 1, N, D), 30.0, device=DEVICE, dtype=torch.float16)
+    v[..., N // 2:, :] = -30.0
+    dout = torch.full((1, 1, N, D), 30.0, device=DEVICE, dtype=torch.float16)
+    label = _label(1, 1, N, D, torch.float16, f"{F16_LARGE_SUMS_WHY}: every score equal, v = +30 on the "
+                   f"first half of the keys and -30 on the second, dO = 30, k = 100 then 98, so dQ's "
+                   f"running sum reaches about 1.4 million before it comes back to about 5,000") + ", full"
+    kwargs = {"causal": False}
+    if not saved:
+        return Case(label, (q, k, v, dout), kwargs)
+    return Case(label, (q, k, v, *_saved(q, k, v, False, None), dout), kwargs)
+
+
 def _label(B, H, N, D, dtype, why):
     return f"B{B} H{H} N{N} D{D} {str(dtype).removeprefix('torch.')} ({why})"
 
@@ -288,7 +309,7 @@ def _backward_cases(saved=True, gradients=2):
         strided = spec[6]
         cases.append(_backward_case(*spec, causal=i % 2 == 1 or strided,
                                     with_scale=i % 4 != 3 and spec[5] == 1.0, saved=saved))
-    cases.append(_backward_large_sums_case(saved))
+    cases += [_backward_large_sums_case(saved), _dq_large_sums_case(saved)]
     if saved and ON_GPU:
         cases.append(later("past 2**31 elements per tensor", lambda: backward_past_int32_case(gradients)))
     return cases

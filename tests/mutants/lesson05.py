@@ -279,7 +279,9 @@ WRONG += [
     Wrong("rmsnorm_linear", "pure PyTorch, no kernel", lambda x, gamma, w, eps=1e-6:
           torch.nn.functional.rms_norm(x, (x.shape[1],), gamma, eps) @ w.t()),
     Wrong("rmsnorm_linear", "the accumulator kept in float16 between K steps", edit(
-        "05", "rmsnorm_linear", ("        acc = tl.dot(xg, w, acc)", "        acc = tl.dot(xg, w, acc.to(tl.float32)).to(x.dtype)"))),
+        "05", "rmsnorm_linear", ("        acc = tl.dot(xg, w, acc)", "        acc = tl.dot(xg, w, acc.to(tl.float32)).to(x.dtype)"),
+        ("    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n    sum_sq",   # the loop compiles on a GPU
+         "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=x_ptr.dtype.element_ty)\n    sum_sq"))),
     Wrong("rmsnorm_linear", "eps left out", edit("05", "rmsnorm_linear",
                                                  ("    inv_rms = tl.rsqrt(sum_sq / K + eps)\n    out = acc",
                                                   "    inv_rms = tl.rsqrt(sum_sq / K)\n    out = acc"))),

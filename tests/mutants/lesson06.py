@@ -68,14 +68,25 @@ def autograd_backward(q, k, v, causal=False, sm_scale=None):
     return TritonForwardAutogradBackward.apply(q, k, v, causal, sm_scale)
 
 
-# The running sums kept in the inputs' dtype between tiles (each tl.dot still adds in float32): the
-# checks' float16 cases whose sums pass 65504 before they come back see them overflow.
+# The running sums kept in the inputs' dtype between tiles (each tl.dot still adds in float32), and
+# started in float16 so that the loop compiles on a GPU (Triton refuses a loop-carried value whose dtype
+# changes): the checks' float16 cases whose sums pass 65504 before they come back see them overflow.
 F16_ACC = ("        acc = tl.dot(p.to(v.dtype), v, acc)\n",
            "        acc = tl.dot(p.to(v.dtype), v, acc.to(tl.float32)).to(v.dtype)\n")
+F16_ACC_FULL = [F16_ACC, ("    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    n_full",
+                          "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float16)\n    n_full")]
+F16_ACC_CAUSAL = [F16_ACC, ("    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    # keys 0",
+                            "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float16)\n    # keys 0")]
 F16_DKDV = [("        dv = tl.dot(pT.to(do.dtype), do, dv)  ",
              "        dv = tl.dot(pT.to(do.dtype), do, dv.to(tl.float32)).to(do.dtype)  "),
             ("        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk)  ",
-             "        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk.to(tl.float32)).to(qT.dtype)  ")]
+             "        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk.to(tl.float32)).to(qT.dtype)  "),
+            ("    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)\n    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)\n",
+             "    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float16)\n    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float16)\n")]
+F16_DQ = [("        dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq)  ",
+           "        dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq.to(tl.float32)).to(kT.dtype)  "),
+          ("    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n",
+           "    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float16)\n")]
 HARD_CODED_SCALE = ("    sm_scale = D ** -0.5 if sm_scale is None else sm_scale\n    return q.contiguous()",
                     "    sm_scale = D ** -0.5\n    return q.contiguous()")
 # The (batch, head) program id left in int32: bh * N * D wraps once a tensor passes 2**31 elements.
@@ -144,7 +155,7 @@ WRONG = [
     Wrong("flash_forward", "pure PyTorch, no kernel", lambda q, k, v, sm_scale=None: attention_reference(
         q, k, v, False, sm_scale)),
     Wrong("flash_forward", "sm_scale hard-coded to 1/sqrt(D)", edit("06", "flash_forward", HARD_CODED_SCALE)),
-    Wrong("flash_forward", "acc kept in float16 between tiles", edit("06", "flash_forward", F16_ACC)),
+    Wrong("flash_forward", "acc kept in float16 between tiles", edit("06", "flash_forward", *F16_ACC_FULL)),
     Wrong("flash_forward", "acc not rescaled when the max grows", edit(
         "06", "flash_forward", ("        acc = acc * alpha[:, None]\n", ""))),
     Wrong("flash_forward", "keys past N loaded as 0 but not masked in the scores", edit(
@@ -173,7 +184,8 @@ WRONG = [
     Wrong("flash_forward_causal", "pure PyTorch, no kernel", lambda q, k, v, sm_scale=None: attention_reference(
         q, k, v, True, sm_scale)),
     Wrong("flash_forward_causal", "the full kernel: no causal mask", forward),
-    Wrong("flash_forward_causal", "acc kept in float16 between tiles", edit("06", "flash_forward_causal", F16_ACC)),
+    Wrong("flash_forward_causal", "acc kept in float16 between tiles", edit(
+        "06", "flash_forward_causal", *F16_ACC_CAUSAL)),
     Wrong("flash_forward_causal", "no tile skipping: every tile loaded, then masked", edit(
         "06", "flash_forward_causal", ("    hi = tl.minimum(start_m + BLOCK_M, n_ctx)\n    acc, l_i, m_i",
                                        "    hi = n_ctx\n    acc, l_i, m_i"))),
@@ -271,6 +283,7 @@ WRONG = [
         "06", "flash_backward_dq", ("        hi = tl.minimum(start_m + BLOCK_M, n_ctx)\n        dq = bwd_dq_loop(",
                                     "        hi = n_ctx\n        dq = bwd_dq_loop("))),
     Wrong("flash_backward_dq", ONE_TILE_PAST, edit("06", "flash_backward_dq", DQ_ONE_PAST)),
+    Wrong("flash_backward_dq", "dQ kept in float16 between key tiles", edit("06", "flash_backward_dq", *F16_DQ)),
     Wrong("flash_backward_dq", "dQ not multiplied by sm_scale", edit(
         "06", "flash_backward_dq", ("(dq * sm_scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dq", "dS = P * dP: delta not subtracted", edit(
