@@ -9,7 +9,8 @@ One module per lesson (`lessonNN.py`) defines two lists:
   loop order), which the check must not reject.
 
 A `Wrong(..., gpu_only=True)` is caught only by a case that exists on a GPU (int32 offsets, which
-wrap past 2**31 elements): it is skipped on the CPU.
+wrap past 2**31 elements): it is skipped on the CPU. A `Wrong(..., cpu_only=True)` is caught only by a
+case that exists on the CPU, and is skipped on a GPU.
 
 tests/test_mutants.py runs them all and requires at least four wrong and one right answer for
 every exercise of the course.
@@ -40,8 +41,10 @@ class Wrong:
     exercise: str
     why: str
     fn: Callable
-    # Rejected only where the case that catches it exists: a GPU (a case past 2**31 elements).
+    # Rejected only where the case that catches it exists: a GPU (a case past 2**31 elements), or the
+    # CPU (a float32 product, which a GPU's tl.dot takes as TF32).
     gpu_only: bool = False
+    cpu_only: bool = False
 
 
 @dataclasses.dataclass
