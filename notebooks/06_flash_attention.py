@@ -333,8 +333,9 @@ PRUNE = {"early_config_prune": small_problems_one_config}
 # multiples of any block, strided inputs, random `sm_scale`s, scores large enough to overflow
 # without the running max, and a float16 case whose unnormalised output passes float16's largest
 # value, 65,504, before the division by $l$ (an `acc` kept in float16 between tiles overflows there).
-# On the CPU the kernel runs in float32 (and in float16 in two cases); on a GPU in float16. Whatever the inputs, the lse comes back in float32, as the launcher allocates it: it is a sum
-# of $N$ exponentials, and the backward pass exponentiates it again. Last, the check gives your
+# On the CPU the kernel runs in float32 (and in float16 in two cases); on a GPU in float16. Whatever
+# the inputs, the lse comes back in float32, as the launcher allocates it: it is a sum of $N$
+# exponentials, and the backward pass exponentiates it again. Last, the check gives your
 # autotuner blocks of 32 query rows and 16 keys for one more run: on a GPU short sequences run with
 # the first configuration, 64 × 64, where `BLOCK_M` and `BLOCK_N` mixed up go unnoticed.
 

@@ -14,6 +14,7 @@ right values away.
 
 import copy
 import math
+import numbers
 import random
 
 from helpers.exercises import Case, Exercise
@@ -48,9 +49,10 @@ def _number(x):
 
 
 def _not_a_count(rows, name, count):
-    """A message if some row's `count` is not an int (a float or a bool compares equal to one, and the
-    lesson's tables print it with :d), else None."""
-    row = next((row for row in rows if type(row[count]) is not int), None)
+    """A message if some row's `count` is not an integer, Python's or NumPy's (a float or a bool compares
+    equal to one, and the lesson's tables print it with :d), else None."""
+    row = next((row for row in rows
+                if not isinstance(row[count], numbers.Integral) or isinstance(row[count], bool)), None)
     if row is None:
         return None
     return (f"the row of {str(row[name])[:60]!r} has {count} = {row[count]!r}, a "
@@ -490,8 +492,12 @@ def _hand_traces(r):
     t.op("aten::to", 120.0, 40.0)
     t.op("aten::_to_copy", 120.0, 30.0)                   # starts with its parent: the shorter is inside
     t.launch(120.0, 80.0, name="copy_kernel")
+    t.op("aten::layer_norm", 200.0, 60.0)
+    t.op("aten::native_layer_norm", 230.0, 30.0)          # ends with its parent: the shorter is inside
+    t.launch(240.0, 50.0, name="layer_norm_kernel")
     out.append(("nested operators: a copy inside aten::clone > aten::copy_, a kernel launched by "
-                "aten::masked_fill itself, a child that starts at its parent's start", t.done(r)))
+                "aten::masked_fill itself, a child that starts at its parent's start, and one that ends "
+                "at its parent's end", t.done(r)))
     t = _Trace()   # the GPU far behind: each kernel starts while the CPU is in a later operator
     for i, (name, dur) in enumerate((("aten::mm", 400.0), ("aten::mul", 150.0), ("aten::softmax", 300.0),
                                      ("aten::add", 90.0), ("aten::silu", 60.0))):
@@ -746,6 +752,8 @@ def _diagnose_cases():
         Case("both above 60%, DRAM the larger: memory", (_random_metrics(
             r, dram=higher, sm=hi, tensor=round(r.uniform(0, hi), 2),
             l2_hit=round(r.uniform(higher, 100), 2)),)),
+        Case("both above 60%, SM a hundredth above DRAM: compute (whole percents would tie)",
+             (_random_metrics(r, dram=(close := round(r.uniform(61, 95), 1)), sm=round(close + 0.01, 2)),)),
         Case("DRAM% equal to SM%, above 60%: a tie names memory", (_random_metrics(
             r, dram=(both := round(r.uniform(60, 95), 2)), sm=both, limits=[5, 9, 8, 32]),)),
         Case("both just under 60%: latency",

@@ -59,7 +59,19 @@ def _table_with_counter(kernels):
     return [{"name": n, "calls": calls[n], "total_us": totals[n], "share": totals[n] / everything} for n in names]
 
 
-RIGHT = [Right("kernel_table", "Counter and two stable sorts", _table_with_counter)]
+def _table_with_numpy(kernels):
+    """np.unique's counts (NumPy integers) and np.bincount's totals, sorted as the lesson asks."""
+    import numpy as np
+
+    names, index, calls = np.unique([k["name"] for k in kernels], return_inverse=True, return_counts=True)
+    totals = np.bincount(index, weights=[k["dur_us"] for k in kernels])
+    rows = [{"name": str(n), "calls": c, "total_us": float(t), "share": float(t / totals.sum())}
+            for n, c, t in zip(names, calls, totals)]
+    return sorted(rows, key=lambda row: (-row["total_us"], row["name"]))
+
+
+RIGHT = [Right("kernel_table", "Counter and two stable sorts", _table_with_counter),
+         Right("kernel_table", "NumPy: np.unique's counts (np.int64) and np.bincount's totals", _table_with_numpy)]
 
 # ---------------------------------------------------------------- gpu_idle_share
 
@@ -123,6 +135,9 @@ WRONG += [
         "08", "gpu_time_by_op", (_AROUND, 'around = [op for op in operators if op["ts"] <= gpu["ts"] <= op["ts"] + op["dur"]]'))),
     Wrong("gpu_time_by_op", "the outermost operator, not the innermost", edit(
         "08", "gpu_time_by_op", ('name = min(around, key=lambda op: op["dur"])', 'name = max(around, key=lambda op: op["dur"])'))),
+    Wrong("gpu_time_by_op", "the innermost operator taken as the one that ends first", edit(
+        "08", "gpu_time_by_op", ('name = min(around, key=lambda op: op["dur"])',
+                                 'name = min(around, key=lambda op: op["ts"] + op["dur"])'))),
     Wrong("gpu_time_by_op", "operators of any thread", edit(
         "08", "gpu_time_by_op", (' and op["tid"] == launch["tid"]', ""))),
     Wrong("gpu_time_by_op", "the launch calls' durations summed, not the GPU events'", edit(
@@ -176,6 +191,11 @@ RIGHT.append(Right("gpu_time_by_op", "a stack of open operators per thread", _by
 # ---------------------------------------------------------------- diagnose
 
 WRONG += [
+    Wrong("diagnose", "percentages truncated to whole numbers (int())", edit(
+        "08", "diagnose", ('dram = metrics["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"]\n'
+                           '    sm = metrics["sm__throughput.avg.pct_of_peak_sustained_elapsed"]',
+                           'dram = int(metrics["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"])\n'
+                           '    sm = int(metrics["sm__throughput.avg.pct_of_peak_sustained_elapsed"])'))),
     Wrong("diagnose", "threshold as > 60 instead of >= 60", edit(
         "08", "diagnose", ("if max(dram, sm) < 60:", "if max(dram, sm) <= 60:"))),
     Wrong("diagnose", "tensor-pipe % in place of SM %", edit(
