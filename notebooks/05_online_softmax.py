@@ -237,10 +237,10 @@ rms_rows = compare("rmsnorm", rms_benches)
 #   `row` an int64 as in `rms_norm_kernel`; the output is contiguous.
 #
 # The check uses ragged widths, values up to ±1e4, rows wholly below -1e5, float16 rows, `-inf`
-# entries and fully masked rows, two non-contiguous views, and near-constant rows whose outputs are
-# all about 1/N. It compares
-# probabilities relative to their size, to within one float16 rounding: exponentials or sums kept in
-# float16 show.
+# entries and fully masked rows (in ragged rows and in rows a power of two wide, where no lane past
+# the end is there to stand in for a missing guard), two non-contiguous views, and near-constant rows
+# whose outputs are all about 1/N. It compares probabilities relative to their size, to within one
+# float16 rounding: exponentials or sums kept in float16 show.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -480,8 +480,8 @@ check("online_softmax_torch", online_softmax_torch)
 # handles the last, ragged tile, and masked lanes load `-inf`.
 #
 # The check uses small tiles so that even short rows span many of them: rows whose max grows at every
-# tile, `-inf` prefixes, fully masked rows, float16, ragged last tiles, strided views, and near-constant
-# rows long enough that a float16 running sum drifts. Then it counts what your kernel loads and stores,
+# tile, `-inf` prefixes, fully masked rows (ragged, and a whole number of tiles wide), float16, ragged
+# last tiles, strided views, and near-constant rows long enough that a float16 running sum drifts. Then it counts what your kernel loads and stores,
 # as the next cell does.
 
 # %% tags=["exercise"]

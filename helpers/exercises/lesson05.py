@@ -84,10 +84,9 @@ def _rows(n_rows, n_cols, dtype=torch.float32, kind="randn"):
         x[torch.rand(n_rows, n_cols, device=DEVICE) < 0.3] = NEG_INF
         x[1::4, : n_cols // 2] = NEG_INF   # the first half of some rows is masked, like a causal prefix
         x[3::4] = NEG_INF                  # every fourth row is masked entirely
-    elif kind == "negative":        # odd rows wholly in [-1e5 - 20, -1e5]: exp(x) is 0 there without the max
+    elif kind == "negative":        # odd rows wholly in [far - 20, far]: exp(x) is 0 there without the max
         x = torch.randn(n_rows, n_cols, device=DEVICE) * 3
-        # -1e5, not -1e4: a running max started at -1e4 (a common stand-in for -inf) is then far off too
-        x[1::2] = -1e5 - torch.rand(n_rows // 2, n_cols, device=DEVICE) * 20
+        x[1::2] = _far(dtype) - torch.rand(n_rows // 2, n_cols, device=DEVICE) * 20
     else:
         raise ValueError(kind)
     return x.to(dtype)
@@ -152,9 +151,22 @@ def past_int32_case(label, n_cols, dtype, compared, hint, kwargs=None, extra=(),
 FLAT_WHY = "near-constant rows, every output about 1/N: float16 exponentials or sums lose those digits"
 ASCENDING_WHY = "rows ascending from -1e4 to 1e4: the max grows at every "
 MASKED_WHY = "-inf entries, -inf prefixes, fully masked rows (0s)"
-NEGATIVE_WHY = ("rows 1, 3, 5, ... have every value far below zero, in [-1e5 - 20, -1e5]: exp(x) underflows "
-                "to 0 in those rows unless the row's true max is subtracted (a max that starts at 0, or at "
-                "a stand-in for minus infinity such as -1e4, stays there)")
+
+
+def _far(dtype):
+    """How far below zero the "negative" rows sit: past -1e4, so that a running max started at -1e4 (a
+    common stand-in for -inf) is far off too, and inside the dtype's range (float16 ends at -65504)."""
+    return -3e4 if dtype == F16 else -1e5
+
+
+def negative_why(dtype=F32):
+    far = "-3e4" if dtype == F16 else "-1e5"
+    return (f"rows 1, 3, 5, ... have every value far below zero, in [{far} - 20, {far}]: exp(x) underflows "
+            "to 0 in those rows unless the row's true max is subtracted (a max that starts at 0, or at a "
+            "stand-in for minus infinity such as -1e4, stays there)")
+
+
+NEGATIVE_WHY = negative_why()
 
 
 # ---------------------------------------------------------------- 1. softmax_rows
@@ -174,6 +186,8 @@ def _softmax_rows_cases():
              ((6, _odd(65, 127)), F32, "negative", NEGATIVE_WHY),
              ((12, _odd(150, 250)), F32, "masked", "-inf entries, -inf prefixes, every 4th row fully masked "
                                                    "(0s)"),
+             ((8, 128), F32, "masked", "-inf entries, -inf prefixes, rows 3 and 7 fully masked (0s), and a "
+                                       "power of two wide: no lane past the end stands in for the row"),
              ((4, _odd(widest // 2 + 1, widest - 1)), F16, "flat", "float16, " + FLAT_WHY),
              ((4, _odd(widest // 2 + 1, widest - 1)), F32, "flat", FLAT_WHY),
              ((4, widest), F32, "randn", f"{widest} columns, the widest row of the course's block")]
@@ -371,8 +385,9 @@ def _tiled_cases():
              ((6, _odd(513, 767)), 128, F16, "randn", "float16: accumulate in float32"),
              ((6, _odd(257, 511)), 128, F16, "huge", "float16, uniform in [-1e4, 1e4]"),
              ((6, _odd(161, 255)), 64, F32, "negative", NEGATIVE_WHY),
-             ((4, _odd(161, 255)), 64, F16, "negative", "float16, " + NEGATIVE_WHY),
+             ((4, _odd(161, 255)), 64, F16, "negative", "float16, " + negative_why(F16)),
              ((12, _odd(257, 383)), 64, F32, "masked", MASKED_WHY),
+             ((8, 256), 64, F32, "masked", MASKED_WHY + ", rows of whole tiles: no lane past the end"),
              ((flat_rows, flat_cols), flat_block, F16, "flat", f"float16, {FLAT_WHY}"),
              ((long_rows, long_cols), long_block, F32, "randn", "a long row, many tiles")]
     cases = [Case(f"{m}x{n} {str(dt)[6:]}, block={b} ({why})", (_rows(m, n, dt, kind),), {"block": b})

@@ -30,6 +30,12 @@ WRONG = [
         "05", "softmax_rows", ("    m = tl.where(m == -float(\"inf\"), 0.0, m)   # fully", "    # fully"))),
     Wrong("softmax_rows", "no safe sum for fully masked rows", edit(
         "05", "softmax_rows", ("    l = tl.where(l == 0.0, 1.0, l)             # fully", "    # fully"))),
+    # A finite stand-in for the masked lanes, and no guards: a row with a lane past its end comes out 0
+    # by luck (that lane is its max, and adds exp(0) to the sum); a row as wide as the block is NaN.
+    Wrong("softmax_rows", "masked lanes load -1e30, no guards: fully masked rows of a power-of-two width", edit(
+        "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace('other=-float("inf")', "other=-1e30")),
+        ("    m = tl.where(m == -float(\"inf\"), 0.0, m)   # fully", "    # fully"),
+        ("    l = tl.where(l == 0.0, 1.0, l)             # fully", "    # fully"))),
     # tl.exp takes float32 or float64 only: x - max computed in float16, converted just for the exp.
     # (The interpreter's where() follows NumPy and would turn m into float32: m's dtype is pinned,
     # as Triton keeps it on a GPU.)
@@ -219,6 +225,13 @@ WRONG += [
         ("(tl.exp(x - m_row) / l_row)", "(tl.exp(x) / l_row)"))),
     Wrong("softmax_tiled", "running maximum starts at 0, not -inf", edit(
         "05", "softmax_tiled", ("    m = tl.full((BLOCK,), -float(\"inf\"), tl.float32)", "    m = tl.zeros((BLOCK,), tl.float32)"))),
+    Wrong("softmax_tiled", "a finite stand-in (-1e30) for masked lanes, no guards: rows of whole tiles", edit(
+        "05", "softmax_tiled", ("    m = tl.full((BLOCK,), -float(\"inf\"), tl.float32)", "    m = tl.full((BLOCK,), -1e30, tl.float32)"),
+        (TILED_LOAD_1, TILED_LOAD_1.replace('other=-float("inf"))', "other=0.0)")
+         + "        x = tl.where(cols < n_cols, x, -1e30)\n"),
+        ("        safe = tl.where(m_new == -float(\"inf\"), 0.0, m_new)  # nothing", "        safe = m_new  # nothing"),
+        ("    m_row = tl.where(m_row == -float(\"inf\"), 0.0, m_row)\n", ""),
+        ("    l_row = tl.where(l_row == 0.0, 1.0, l_row)                # fully masked row: outputs 0\n", ""))),
     Wrong("softmax_tiled", "no safe max while the row is all -inf", edit(
         "05", "softmax_tiled", ("        safe = tl.where(m_new == -float(\"inf\"), 0.0, m_new)  # nothing",
                                 "        safe = m_new  # nothing"))),
