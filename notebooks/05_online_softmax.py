@@ -481,8 +481,8 @@ check("online_softmax_torch", online_softmax_torch)
 #
 # The check uses small tiles so that even short rows span many of them: rows whose max grows at every
 # tile, `-inf` prefixes, fully masked rows (ragged, and a whole number of tiles wide), float16, ragged
-# last tiles, strided views, and near-constant rows long enough that a float16 running sum drifts. Then it counts what your kernel loads and stores,
-# as the next cell does.
+# last tiles, strided views, and near-constant rows long enough that a float16 running sum drifts.
+# Then it counts what your kernel loads and stores, as the next cell does.
 
 # %% tags=["exercise"]
 @triton.jit
