@@ -343,7 +343,17 @@ def _near(value, target, within):
     return target > 0 and abs(value / target - 1) <= within
 
 
-def _grade_timer(fn, kernel_ms, n_buffers, seed):
+def _rank_of_run(got, runs):
+    """Where got stands among the runs sorted by time (0 the fastest, 1 the slowest), if it is exactly
+    one of them; None if it is no single run's time (a median of an even count is the mean of two)."""
+    ranked = sorted(runs)
+    for i, ms in enumerate(ranked):
+        if math.isclose(got, ms, rel_tol=1e-9):
+            return i / (len(ranked) - 1)
+    return None
+
+
+def _grade_timer(fn, kernel_ms, n_buffers, seed, reps=None):
     """Run a timer on a simulated GPU; return a verdict string, or raise CheckFailed naming its mistake.
 
     The simulator records what the timer did (when it read the clock, what each timed launch cost),
@@ -353,13 +363,16 @@ def _grade_timer(fn, kernel_ms, n_buffers, seed):
     from helpers.check import CheckFailed  # not at the top: helpers.check imports this package
 
     gpu = SimulatedGPU(kernel_ms, seed)
-    got = fn(gpu.launch, gpu.buffers(n_buffers), gpu.clock, gpu.synchronize)
+    given = () if reps is None else (3, reps)   # warmup, reps: the timer takes both, by position
+    got = fn(gpu.launch, gpu.buffers(n_buffers), gpu.clock, gpu.synchronize, *given)
     if got is None and gpu.launches == 0:
         return None  # the stub: not done yet
     if got is None:
         raise CheckFailed("your time_ms launched the kernel but returned None: return the median time of "
                           "one run, in milliseconds.")
     try:
+        if isinstance(got, (str, bytes, bool)):   # float() would take "0.5" and True
+            raise TypeError
         got = float(got)
     except (TypeError, ValueError):
         raise CheckFailed(f"time_ms should return one number of milliseconds, not a "
@@ -381,6 +394,9 @@ def _grade_timer(fn, kernel_ms, n_buffers, seed):
                           f"runs: the runs were timed together, which gives their total or their mean, and "
                           f"one run slowed by other work moves both. Read the clock before and after each "
                           f"run and return the median of those times.")
+    if reps is not None and len(runs) < reps - 1:   # (a timer of run boundaries may time one fewer)
+        raise CheckFailed(f"{what}, called with reps={reps}, from {len(runs)} timed run(s): time `reps` runs "
+                          f"(and warm up with `warmup`), not a number written into the timer.")
     if len(runs) < 3:
         raise CheckFailed(f"{what} from {len(runs)} timed run(s). Runs differ by up to 10% and about one "
                           f"in ten is slowed by other work, so one run is one noisy sample: time `reps` runs "
@@ -395,6 +411,11 @@ def _grade_timer(fn, kernel_ms, n_buffers, seed):
     if _near(got, min(runs), 0.02) and min(runs) < 0.96 * median:
         raise CheckFailed(f"{what}: the time of its fastest run, which may be one the cache served or one "
                           f"luckier than the rest. Return the median of the per-run times: the typical run.")
+    rank = _rank_of_run(got, runs)
+    if rank is not None and not 0.45 <= rank <= 0.55:   # even within 10%: one run, not a middle one
+        raise CheckFailed(f"{what}: the time of one of its {len(runs)} runs, and not the middle one: "
+                          f"{rank:.0%} of the way from the fastest to the slowest. Sort the per-run times "
+                          f"and return the median (statistics.median does both).")
     if gpu.busy_reads:
         raise CheckFailed(f"{what}. It read the clock {gpu.busy_reads} time(s) while work was still queued: "
                           f"launch(x) returns as soon as the work is queued, so such a reading misses the "
@@ -429,6 +450,9 @@ def _timer_cases():
         kernel_ms = r.uniform(lo, hi)
         cases.append(Case(f"a {kernel_ms:.2f} ms kernel, {n_buffers} input buffers",
                           (kernel_ms, n_buffers, r.randrange(2**32))))
+    kernel_ms, reps = r.uniform(0.5, 1.5), r.choice((21, 31, 41))
+    cases.append(Case(f"a {kernel_ms:.2f} ms kernel, 3 input buffers, called with warmup=3, reps={reps}",
+                      (kernel_ms, 3, r.randrange(2**32), reps)))
     return cases
 
 

@@ -158,6 +158,12 @@ WRONG += [
     Wrong("time_ms", "one buffer reused (the cache serves it)", timer(rotate=False)),
     Wrong("time_ms", "the clock read once around all runs", timer(per_run=False)),
     Wrong("time_ms", "one run, no warm-up", one_shot),
+    Wrong("time_ms", "the middle of the unsorted times: one run", timer(combine=lambda t: t[len(t) // 2])),
+    Wrong("time_ms", "the 25th percentile (within 10% of the kernel's time)",
+          timer(combine=lambda t: sorted(t)[len(t) // 4])),
+    Wrong("time_ms", "the figure returned as text", lambda *args: f"{timer()(*args):.3f}"),
+    Wrong("time_ms", "reps written in as 3", lambda launch, inputs, clock, synchronize, warmup=5, reps=50: timer()(
+        launch, inputs, clock, synchronize, warmup, 3)),
 ]
 
 RIGHT = [
