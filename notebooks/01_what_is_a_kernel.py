@@ -313,7 +313,8 @@ else:
 # This time write both the kernel and the launcher. `alpha` is a Python float: pass it to the kernel
 # like any other argument and it arrives as a scalar (`check` draws a new one, positive or negative,
 # for every case). The reference reads `2n` elements and writes `n`, exactly like the add. The check
-# also counts your launches: one, on enough programs to cover the vector.
+# also counts your launches and their programs: one launch, on enough programs to cover the vector
+# and none that covers nothing.
 
 # %% tags=["exercise"]
 @triton.jit

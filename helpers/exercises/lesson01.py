@@ -1,5 +1,7 @@
 """Lesson 01 exercises: a first kernel, and one with a scalar argument."""
 
+import math
+
 import torch
 
 from helpers import interpreter
@@ -41,17 +43,29 @@ def _axpy_cases():
 
 
 def _one_launch(fn):
-    """axpy launches its kernel once, on enough programs: a launch per piece pays the CPU's cost of a
-    launch each time (the lesson measures it), however little the piece holds."""
-    n = 5000
+    """axpy launches its kernel once, on enough programs and no more: a launch per piece pays the CPU's
+    cost of a launch each time (the lesson measures it), however little the piece holds; a program
+    that covers no element is launched for nothing, and a handful of huge programs leave most of the
+    GPU's SMs idle (a program runs on one SM)."""
+    n = 100_003
     x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
-    before = interpreter.launch_count()
-    fn(0.5, x, y)
-    launched = interpreter.launch_count() - before
-    if launched != 1:
-        return (f"for vectors of {n:,} values it made {launched} launches. Launch axpy_kernel once, on "
-                f"cdiv(n, BLOCK) programs: every launch costs the CPU microseconds however few values it "
+    with interpreter.record(touches=True) as rec:
+        fn(0.5, x, y)
+    if len(rec.launches) != 1:
+        return (f"for vectors of {n:,} values it made {len(rec.launches)} launches. Launch axpy_kernel once, "
+                f"on cdiv(n, BLOCK) programs: every launch costs the CPU microseconds however few values it "
                 f"covers (the lesson's section on launch overhead, below, measures it).")
+    (launch,) = rec.launches
+    programs = math.prod(launch.grid)
+    busy = len({pid for pid, _name, _kind, offs in launch.touches if len(offs)})
+    if busy < programs:
+        return (f"for vectors of {n:,} values it launched {programs:,} programs, and {programs - busy:,} of "
+                f"them touched no element: launch cdiv(n, BLOCK) programs, as many as it takes to cover "
+                f"the vector with blocks of BLOCK values.")
+    if programs < math.ceil(n / 16384):
+        return (f"for vectors of {n:,} values it launched {programs} program(s). A program runs on one SM, "
+                f"so a few huge blocks leave most of a GPU idle: use blocks of BLOCK = 1024 values, "
+                f"cdiv(n, BLOCK) programs.")
     return None
 
 

@@ -36,6 +36,16 @@ WRONG = [
                        "    for start in range(0, n, BLOCK):\n"
                        "        axpy_kernel[(1,)](alpha, x[start:], y[start:], out[start:], min(BLOCK, n - start),\n"
                        "                          BLOCK=BLOCK)"))),
+    Wrong("axpy", "one launch per 8192 values (one launch below that)", edit(
+        "01", "axpy", ("    axpy_kernel[(triton.cdiv(n, BLOCK),)](alpha, x, y, out, n, BLOCK=BLOCK)",
+                       "    for s in range(0, n, 8192):\n"
+                       "        m = min(8192, n - s)\n"
+                       "        axpy_kernel[(triton.cdiv(m, BLOCK),)](alpha, x[s:], y[s:], out[s:], m, BLOCK=BLOCK)"))),
+    Wrong("axpy", "programs counted in blocks of 128 while each covers BLOCK = 1024", edit(
+        "01", "axpy", ("axpy_kernel[(triton.cdiv(n, BLOCK),)]", "axpy_kernel[(triton.cdiv(n, 128),)]"))),
+    Wrong("axpy", "one program over the whole vector (a block of next_power_of_2(n))", edit(
+        "01", "axpy", ("axpy_kernel[(triton.cdiv(n, BLOCK),)](alpha, x, y, out, n, BLOCK=BLOCK)",
+                       "axpy_kernel[(1,)](alpha, x, y, out, n, BLOCK=triton.next_power_of_2(n))"))),
     Wrong("axpy", "a single program (grid of 1)", edit(
         "01", "axpy", ("axpy_kernel[(triton.cdiv(n, BLOCK),)]", "axpy_kernel[(1,)]"))),
     Wrong("axpy", "strided inputs used without .contiguous()", edit(
