@@ -278,9 +278,11 @@ print(course.pack_gate_up(w_gate_demo, w_up_demo))
 #   `torch.reshape`), reorder its axes (`tl.permute`), take a last axis of size 2 apart (`tl.split`),
 #   reduce along an axis. Work out which of these hand you the gate columns and the up columns, each
 #   (BLOCK_M, BLOCK_N / 2) and in order (a cell below lets you try shapes in PyTorch first);
-# - SiLU(gate) · up in float32, stored in the output's dtype. The check's gates reach beyond ±89,
-#   where the exponential of the gate, or of its negative, overflows float32 to inf: your formula
-#   must still give SiLU's limits there (the gate itself, and zero), not NaN.
+# - SiLU(gate) · up in float32, stored in the output's dtype: in float16 the check holds the output
+#   to half a unit in its last place, so a product or an accumulator rounded to float16 first shows.
+#   The check's gates reach beyond ±89, where the exponential of the gate, or of its negative,
+#   overflows float32 to inf: your formula must still give SiLU's limits there (the gate itself, and
+#   zero), not NaN.
 #
 # Then the check watches one run: a single launch stores, and what it stores is the (M, f) output,
 # once, through `out_desc`; nothing of the (M, 2f) product goes to memory. Last, it gives your

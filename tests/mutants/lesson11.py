@@ -131,6 +131,10 @@ WRONG += [
                                 "                 mask=(rows[:, None] < M) & (cols[None, :] < N // 2))"))),
     Wrong("swiglu_linear", "gate and up swapped: SiLU of the up projection", edit(
         "11", "swiglu_linear", (SPLIT, SPLIT.replace("gate, up =", "up, gate =")))),
+    Wrong("swiglu_linear", "SiLU(gate) rounded to the output's dtype before the product", edit(
+        "11", "swiglu_linear", (SILU, "        y = (gate * tl.sigmoid(gate)).to(out_desc.dtype) * up.to(out_desc.dtype)"))),
+    Wrong("swiglu_linear", "the accumulator rounded to the output's dtype before the epilogue", edit(
+        "11", "swiglu_linear", (SPLIT, "        acc = acc.to(out_desc.dtype).to(tl.float32)\n" + SPLIT))),
     Wrong("swiglu_linear", "no SiLU: gate * up", edit(
         "11", "swiglu_linear", (SILU, "        y = gate * up"))),
     Wrong("swiglu_linear", "pairs taken as halves of the tile, not as (even, odd) columns", edit(
