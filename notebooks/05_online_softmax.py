@@ -886,6 +886,9 @@ for device in recorded_devices():
 #   `var = max(sum_sq / size - mean_shifted², 0)` and `mean = shift + mean_shifted`;
 # - pass 2: `y = (x - mean) * rsqrt(var + eps) * weight[c] + bias[c]`, then Mish with one `tl.exp`,
 #   capped as above; store in the output's dtype at `out_group + c * hw + p`.
+#
+# Beside the values, the check counts one launch, the bytes your kernel loads (`x` twice: two
+# passes) and the exponentials (one per value).
 
 # %% tags=["exercise"]
 @triton.jit

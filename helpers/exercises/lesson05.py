@@ -592,7 +592,8 @@ def _groupnorm_past_int32_case(compared=2, C=8, H=8, W=8):
 
 
 def _groupnorm_structure(fn):
-    """One launch, nothing computed by PyTorch beside it, and Mish with one exponential per value.
+    """One launch, nothing computed by PyTorch beside it, x read in two passes, and Mish with one
+    exponential per value.
 
     Groups of 2 channels x 32 positions: the launcher's tiles cover them exactly, so a kernel that
     computes one exponential per value computes exactly x.numel() of them."""
@@ -601,8 +602,13 @@ def _groupnorm_structure(fn):
     problem = fused(fn, x, 4, weight, bias, 1e-5)
     if problem:
         return problem
-    with interpreter.record(), interpreter.exponentials() as sizes:
+    with interpreter.record() as rec, interpreter.exponentials() as sizes:
         fn(x, 4, weight, bias, 1e-5)
+    reads = sum(launch.bytes_loaded for launch in rec.launches) / x.nbytes   # weight and bias add a little
+    if reads > 2.5:
+        return (f"for x of shape {tuple(x.shape)} your kernel loaded {reads:.2f}x x's bytes: x is read "
+                f"{round(reads)} times. Two passes over each group are enough: the shifted sums of x - s "
+                f"and (x - s)^2 together in the first, the output in the second.")
     count = sum(sizes)
     per_value = count / x.numel()
     if per_value > 1.5:

@@ -416,6 +416,17 @@ GN_INDEX = ("    pid = tl.program_id(0)\n"
 
 WRONG += [
     Wrong("groupnorm_mish", "pure PyTorch, no kernel", load_solution("05").groupnorm_mish_reference),
+    Wrong("groupnorm_mish", "three passes: the mean, then the centred sum of squares, then the output", edit(
+        "05", "groupnorm_mish",
+        ("    shift = tl.load(x_group).to(tl.float32)\n"
+         "    s, s2 = _shifted_sums(x_group, shift, group_channels, 0, hw, sx_c, sx_p, CH_BLOCK, HW_BLOCK)\n"
+         "    mean_shifted = s / size\n"
+         "    var = tl.maximum(s2 / size - mean_shifted * mean_shifted, 0.0)\n",
+         "    s, _s2 = _shifted_sums(x_group, 0.0, group_channels, 0, hw, sx_c, sx_p, CH_BLOCK, HW_BLOCK)\n"
+         "    shift = s / size\n"
+         "    _s, s2 = _shifted_sums(x_group, shift, group_channels, 0, hw, sx_c, sx_p, CH_BLOCK, HW_BLOCK)\n"
+         "    var = s2 / size\n"
+         "    mean_shifted = 0.0\n"))),
     Wrong("groupnorm_mish", "no shift: E[x^2] - E[x]^2 cancels for a large mean", edit(
         "05", "groupnorm_mish", ("    shift = tl.load(x_group).to(tl.float32)\n    s, s2", "    shift = 0.0\n    s, s2"))),
     Wrong("groupnorm_mish", "exp(y) uncapped: inf / inf in Mish's upper tail", edit(
