@@ -216,6 +216,8 @@ if not above:
 # `check` tries float16 inputs too (and bfloat16 on a GPU) and expects an output of the same dtype,
 # as close to the exact answer as one rounding allows: the float32 result, converted once at the
 # store. An add or multiply done in float16 before the conversion rounds once too often, and fails.
+# It also watches a float16 call, as the chain's check watches a float32 one: one launch, and no
+# conversion by PyTorch around it (each `.float()` or `.to(dtype)` is another trip through memory).
 
 # %% tags=["exercise"]
 @triton.jit

@@ -43,6 +43,14 @@ WRONG = [
         ("scale, BLOCK=BLOCK)\n    return out", "scale, BLOCK=BLOCK)\n    return out + residual"))),
 
     Wrong("bias_gelu", "pure PyTorch, no kernel", lambda x, b: F.gelu(x + b, approximate="tanh")),
+    Wrong("bias_gelu", "inputs converted to float32 by PyTorch, the float32 result converted back", edit(
+        "02", "bias_gelu", ("    x = x.contiguous()\n    out = torch.empty_like(x)\n    n = x.numel()\n"
+                            "    bias_gelu_kernel[(triton.cdiv(n, BLOCK),)](x, bias, out, n, x.shape[-1], BLOCK=BLOCK)\n"
+                            "    return out\n",
+                            "    dtype = x.dtype\n    x, bias = x.contiguous().float(), bias.float()\n"
+                            "    out = torch.empty_like(x)\n    n = x.numel()\n"
+                            "    bias_gelu_kernel[(triton.cdiv(n, BLOCK),)](x, bias, out, n, x.shape[-1], BLOCK=BLOCK)\n"
+                            "    return out.to(dtype)\n"))),
     Wrong("bias_gelu", "no float32 upcast", edit("02", "bias_gelu", (GELU_LOADS, GELU_LOADS_AS_IS))),
     Wrong("bias_gelu", "upcast only where tl.sigmoid demands it", edit(
         "02", "bias_gelu", (GELU_LOADS, GELU_LOADS_AS_IS),
