@@ -5,7 +5,9 @@ spec compiles the function on this machine and counts what Inductor or XLA
 produced, with the counters below.
 """
 
+import contextlib
 import functools
+import io
 import numbers
 import re
 
@@ -110,13 +112,30 @@ def _plain(reason):
     return f"{hint} ({first})" if hint else first
 
 
+_SCALAR_READS = ("item", "tolist", "_local_scalar_dense")   # a tensor's value read into Python
+
+
+def _scalar_reads(graphs):
+    """The nodes of Dynamo's graphs that read a tensor's value into Python (captured, not a break, only
+    where capture_scalar_outputs is on)."""
+    return [node for graph in graphs for node in graph.graph.nodes
+            if getattr(node.target, "__name__", str(node.target)).split(".")[0] in _SCALAR_READS]
+
+
 def _run_without_breaks(fn, *args):
-    """Run fn eagerly for its output, then ask Dynamo whether it captures fn as one graph."""
+    """Run fn eagerly for its output (printing nothing), then ask Dynamo whether it captures fn as one
+    graph that reads no tensor's value into Python, and check that graph's output too."""
     from helpers.check import CheckFailed
 
-    out = fn(*args)  # first, eagerly: an unfinished stub stops here with NotImplementedError
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        out = fn(*args)  # first, eagerly: an unfinished stub stops here with NotImplementedError
     if fn is gelu_residual_reference:
         return out  # one graph: tests/test_lesson07.py proves it once
+    if printed.getvalue():
+        raise CheckFailed(f"your function printed {printed.getvalue().strip()[:60]!r}: a print is a Python "
+                          f"side effect Dynamo cannot put in a graph (setting Dynamo to move it after the "
+                          f"graph hides the cause instead of removing it). Take it out.")
     # with Dynamo's defaults: a setting that captures .item() (capture_scalar_outputs) or outputs of
     # data-dependent shape hides a break's cause instead of removing it
     with torch._dynamo.config.patch(capture_scalar_outputs=False, capture_dynamic_output_shape_ops=False):
@@ -133,6 +152,20 @@ def _run_without_breaks(fn, *args):
             lines.append(f"  at {where}: {_plain(reason.reason)}")
         lines.append("Every break ends a graph (and its fusion); remove the cause, don't hide it.")
         raise CheckFailed("\n".join(lines))
+    reads = _scalar_reads(report.graphs)
+    if reads:
+        raise CheckFailed(f"Dynamo captured one graph, but it still reads a tensor's value into Python "
+                          f"({reads[0].target}): a setting such as capture_scalar_outputs, made for your "
+                          f"function, hides the break instead of removing it, and the GPU still waits "
+                          f"there. Keep the value a tensor.")
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="eager", fullgraph=True)(*args)
+    if not (isinstance(compiled, torch.Tensor) and compiled.shape == out.shape
+            and torch.allclose(compiled, out, rtol=1e-5, atol=1e-5)):
+        raise CheckFailed("your function gives one answer when it runs eagerly and another when Dynamo "
+                          "captures it (torch.compile(fn, backend='eager')): a branch on "
+                          "torch.compiler.is_compiling(), or a side effect the graph leaves out. Compiled "
+                          "and eager must compute the same thing.")
     return out
 
 

@@ -42,6 +42,26 @@ def _python_float(x, residual, gate):
     return residual + scale * F.gelu(x).clamp(-10.0, 10.0)
 
 
+@torch._dynamo.config.patch(capture_scalar_outputs=True)   # looked up to make the .item() break go away
+def _item_captured(x, residual, gate):
+    scale = torch.sigmoid(gate).mean().item()
+    return residual + scale * F.gelu(x).clamp(-10.0, 10.0)
+
+
+@torch._dynamo.config.patch(reorderable_logging_functions={print})   # the print moved after the graph
+def _print_reordered(x, residual, gate):
+    scale = torch.sigmoid(gate).mean()
+    print("gate scale", scale)
+    return residual + scale * F.gelu(x).clamp(-10.0, 10.0)
+
+
+def _clamp_only_eagerly(x, residual, gate):
+    h = F.gelu(x)
+    if not torch.compiler.is_compiling():   # the values are right where someone looks at them
+        h = h.clamp(-10.0, 10.0)
+    return residual + torch.sigmoid(gate).mean() * h
+
+
 def _hidden(x, residual, gate):
     fixed = torch.compiler.disable(lambda: residual + torch.sigmoid(gate).mean() * F.gelu(x).clamp(-10, 10))
     return fixed()
@@ -100,6 +120,10 @@ WRONG = [
     Wrong("no_graph_breaks", "keeps the Python if on a tensor", _branch_kept),
     Wrong("no_graph_breaks", "keeps the print", _print_kept),
     Wrong("no_graph_breaks", "float() of the scale", _python_float),
+    Wrong("no_graph_breaks", ".item() kept, captured by config.patch(capture_scalar_outputs=True)", _item_captured),
+    Wrong("no_graph_breaks", "the print kept, moved after the graph by reorderable_logging_functions",
+          _print_reordered),
+    Wrong("no_graph_breaks", "the clamp only where torch.compiler.is_compiling() is False", _clamp_only_eagerly),
     Wrong("no_graph_breaks", "hides the work from Dynamo (torch.compiler.disable)", _hidden),
     Wrong("no_graph_breaks", "no clamp", edit("07", "gelu_residual_fixed",
                                               ("F.gelu(x).clamp(-10.0, 10.0)", "F.gelu(x)"))),
