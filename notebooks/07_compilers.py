@@ -567,7 +567,8 @@ print(f"jax.jit           {ms_per_call(jax.jit(chain_jax), *big_jax, 0.5):7.2f} 
 # module (each fusion's body, each branch of a `jax.lax.cond`) are called from ENTRY: their
 # instructions are not ENTRY's. The check compares your count with its own on several functions (a
 # chain, a softmax, a matmul, a normalisation, two outputs, a row's maximum and its position, a
-# `jax.lax.cond`) and fresh random shapes.
+# `jax.lax.cond`, a sort, which runs as a kernel of its own and is not a fusion) and fresh random
+# shapes.
 
 # %% tags=["exercise"]
 def xla_fusion_count(fn, *args):

@@ -277,6 +277,12 @@ def top1_jax(x):
     return x.max(axis=-1), jnp.argmax(x, axis=-1)  # one fusion with two outputs: a tuple-shaped one
 
 
+def sort_jax(x):
+    import jax.numpy as jnp
+
+    return jnp.sort(x, axis=-1) * 2.0   # the sort runs as an instruction of its own: a kernel, not a fusion
+
+
 def branch_jax(x):
     import jax
     import jax.numpy as jnp
@@ -301,7 +307,8 @@ def _jax_cases():
             Case(f"rms_norm_jax on {m}x{n}", (rms_norm_jax, arr(m, n), arr(n))),
             Case(f"two_outputs_jax on {m}x{n}", (two_outputs_jax, arr(m, n))),
             Case(f"top1_jax on {m}x{n} (a fusion with two outputs)", (top1_jax, arr(m, n))),
-            Case(f"branch_jax on {m}x{n} (a jax.lax.cond)", (branch_jax, arr(m, n)))]
+            Case(f"branch_jax on {m}x{n} (a jax.lax.cond)", (branch_jax, arr(m, n))),
+            Case(f"sort_jax on {m}x{n} (a sort: a kernel that is not a fusion)", (sort_jax, arr(m, n)))]
 
 
 def xla_fusions_reference(fn, *args):
@@ -353,7 +360,8 @@ def _judge_fusion_count(out, expected):
     if out > expected:
         return (f"you counted {out} fusions where ENTRY has {expected}. Count only the instructions of "
                 f"ENTRY (not the computations above it: a fusion's body, a branch) whose opcode is "
-                f"`fusion`, not every line where the word appears in a name, an operand or an attribute.")
+                f"`fusion`: not every line where the word appears in a name, an operand or an attribute, "
+                f"nor the other kernels ENTRY runs (a sort, a dot, a copy: each a kernel, none a fusion).")
     if out < expected:
         return (f"you counted {out} fusions where ENTRY has {expected}. Are you reading the optimized HLO "
                 f"(after `.compile()`)? Does your pattern match the ROOT line, and a fusion whose shape is "

@@ -155,6 +155,9 @@ WRONG = [
     Wrong("xla_fusions", "reads the HLO before optimisation (no .compile())",
           edit("07", "xla_fusion_count", ("jax.jit(fn).lower(*args).compile().as_text()",
                                           "jax.jit(fn).lower(*args).as_text(dialect='hlo')"))),
+    Wrong("xla_fusions", "counts every kernel ENTRY runs (fusion, dot, sort, copy, custom-call), not only fusions",
+          lambda fn, *args: len(re.findall(r"^\s*(?:ROOT )?%\S+ = .*? (?:fusion|dot|sort|copy|custom-call|transpose)\(",
+                                           _entry(_hlo(fn, *args)), re.M))),
     Wrong("xla_fusions", "returns the matching lines, not their number",
           edit("07", "xla_fusion_count", ("return len(re.findall(", "return (re.findall("))),
 ]
