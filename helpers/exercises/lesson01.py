@@ -42,6 +42,25 @@ def _axpy_cases():
     return cases
 
 
+def _refuses_other_lengths(fn):
+    """axpy refuses vectors of different lengths before its kernel runs (the exercise: check the shapes).
+    In the interpreter, on a GPU too: only the interpreter stops a kernel reading past the end."""
+    x, y = torch.randn(100, device=DEVICE), torch.randn(99, device=DEVICE)
+    try:
+        with interpreter.interpreted():
+            fn(0.5, x, y)
+    except Exception as e:
+        while e is not None and not isinstance(e, interpreter.OutOfBounds):
+            e = e.__cause__ or e.__context__
+        if e is None:
+            return None   # refused: what the exercise asks
+        return ("given x of 100 values and y of 99, its kernel read past the end of y (the interpreter "
+                "stopped it; a GPU would read whatever lies there). Check the shapes in the launcher "
+                "first, with an assert and a message.")
+    return ("given x of 100 values and y of 99 it returned a result. Check the shapes in the launcher "
+            "first, with an assert and a message, and refuse vectors of different lengths.")
+
+
 def _one_launch(fn):
     """axpy launches its kernel once, on enough programs and no more: a launch per piece pays the CPU's
     cost of a launch each time (the lesson measures it), however little the piece holds; a program
@@ -74,5 +93,5 @@ EXERCISES = [
              copies_inputs=True),  # the lesson's launcher makes x and y contiguous
     Exercise("01", "axpy", "alpha * x + y", axpy_reference, _axpy_cases, kernel=True,
              copies_inputs=True,  # the exercise says: make x and y contiguous
-             structure=_one_launch),
+             structure=lambda fn: _refuses_other_lengths(fn) or _one_launch(fn)),
 ]

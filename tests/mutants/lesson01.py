@@ -46,6 +46,12 @@ WRONG = [
     Wrong("axpy", "one program over the whole vector (a block of next_power_of_2(n))", edit(
         "01", "axpy", ("axpy_kernel[(triton.cdiv(n, BLOCK),)](alpha, x, y, out, n, BLOCK=BLOCK)",
                        "axpy_kernel[(1,)](alpha, x, y, out, n, BLOCK=triton.next_power_of_2(n))"))),
+    Wrong("axpy", "no shape check: vectors of different lengths read past the shorter one", edit(
+        "01", "axpy", ("    assert x.shape == y.shape and x.dim() == 1, \"axpy takes two vectors of the same length\"\n",
+                       ""))),
+    Wrong("axpy", "no shape check, n taken from the shorter y: a result of the wrong length", edit(
+        "01", "axpy", ("    assert x.shape == y.shape and x.dim() == 1, \"axpy takes two vectors of the same length\"\n",
+                       ""), ("    n = out.numel()\n    BLOCK = 1024\n", "    n = y.numel()\n    BLOCK = 1024\n"))),
     Wrong("axpy", "a single program (grid of 1)", edit(
         "01", "axpy", ("axpy_kernel[(triton.cdiv(n, BLOCK),)]", "axpy_kernel[(1,)]"))),
     Wrong("axpy", "strided inputs used without .contiguous()", edit(
