@@ -133,6 +133,12 @@ def recording():
     return bool(_State.recorders)
 
 
+def launching():
+    """Whether an interpreted launch is running, its copies of the arguments to and from the host
+    included: PyTorch ops made then are the interpreter's, not the caller's."""
+    return _State.kernel is not None
+
+
 def progress():
     """(kernel name, programs started, programs in the grid) of the running launch, or None."""
     if _State.kernel is None:

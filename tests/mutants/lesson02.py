@@ -19,6 +19,10 @@ GELU_LOADS_AS_IS = ("    x = tl.load(x_ptr + offs, mask=mask)\n"
                     "    bias = tl.load(bias_ptr + offs % n_cols, mask=mask)\n")
 
 WRONG = [
+    Wrong("fused_chain", "the residual copied into out by PyTorch, then the kernel adds into out", edit(
+        "02", "fused_chain", ("    out = torch.empty_like(x)\n    n = x.numel()\n    fused_chain_kernel[(triton.cdiv(n, BLOCK),)](x, bias, residual, out,",
+                              "    out = torch.empty_like(x)\n    out.copy_(residual)\n    n = x.numel()\n"
+                              "    fused_chain_kernel[(triton.cdiv(n, BLOCK),)](x, bias, out, out,"))),
     Wrong("fused_chain", "pure PyTorch, no kernel", lambda x, b, r, s: torch.relu(x + b) * s + r),
     Wrong("fused_chain", "one kernel, but relu(x + bias) stored to out and loaded back", edit(
         "02", "fused_chain", (CHAIN, "    tl.store(out_ptr + offs, tl.maximum(x + bias, 0.0), mask=mask)\n"
