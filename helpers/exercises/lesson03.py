@@ -91,7 +91,7 @@ def _explain_cost(out, expected):
                             f"{kind} element.")
         elif _number(nbytes) and _same(nbytes, 8 * elements * size):
             problems.append("The bytes are counted in bits: there are 8 bits in a byte.")
-        elif _number(nbytes) and nbytes % elements == 0:
+        elif _number(nbytes) and nbytes % elements == 0 and nbytes // elements in (1, 2, 4, 8):   # a dtype's
             problems.append(f"The bytes count {nbytes // elements} per element, but a {kind} element takes a "
                             f"different number: get it from dtype.")
         elif _number(nbytes) and nbytes in ((M * K + K * N) * size, (M * K + M * N) * size,
