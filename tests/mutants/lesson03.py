@@ -132,6 +132,17 @@ def one_shot(launch, inputs, clock, synchronize, warmup=5, reps=50):
     return (clock() - start) * 1e3
 
 
+def discard_warmup_times(launch, inputs, clock, synchronize, warmup=5, reps=50):
+    """Times every launch, the compiling one too, and drops the first `warmup` times from the median."""
+    times = []
+    for i in range(warmup + reps):
+        start = clock()
+        launch(inputs[i % len(inputs)])
+        synchronize()
+        times.append(clock() - start)
+    return statistics.median(times[warmup:]) * 1e3
+
+
 def boundary_timer(launch, inputs, clock, synchronize, warmup=3, reps=31):
     """One clock reading per run boundary, the middle element of the sorted times."""
     for x in inputs[:warmup]:
@@ -172,4 +183,5 @@ RIGHT = [
     Right("roofline", "the roof from the longer of the two times", roofline_by_time),
     Right("ridge_predictions", "worked out from counted FLOPs and bytes", _predict()),
     Right("time_ms", "one reading per run boundary, middle of the sorted times", boundary_timer),
+    Right("time_ms", "every launch timed, the first `warmup` times thrown away", discard_warmup_times),
 ]
