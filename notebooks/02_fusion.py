@@ -108,7 +108,8 @@ print("fused:", triton_traffic(scale_shift, v, 3.0, 1.0))
 # sits at flat offset `i * N + j` and needs `bias[j]`, that is `bias[offset % N]`.
 #
 # `check` draws a new `scale`, positive or negative, for every case, and once the values match it
-# makes sure the whole chain ran in your one kernel, with nothing left to PyTorch.
+# makes sure the whole chain ran in your one kernel, with nothing left to PyTorch, and counts what
+# the kernel loads and stores: each input read once, each output element written once.
 
 # %% tags=["exercise"]
 @triton.jit

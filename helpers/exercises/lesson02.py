@@ -41,11 +41,12 @@ def matrices_and_bias(with_residual, low_precision=()):
     return cases
 
 
-def fused(fn, *args):
+def fused(fn, *args, elementwise=False):
     """None if `fn` did its whole job in one Triton launch that stores each output element once, else
-    what ran besides it or what it stored more. On a GPU `fn` runs once first, unmeasured: an autotuner
-    times its configurations on the first call at a new shape, and those runs are not the function's
-    launches."""
+    what ran besides it or what it stored more. `elementwise`: each input is loaded at most once per
+    output element, too (a row broadcast to every row may be loaded again for each). On a GPU `fn`
+    runs once first, unmeasured: an autotuner times its configurations on the first call at a new shape,
+    and those runs are not the function's launches."""
     if ON_GPU:
         fn(*args)
     before = interpreter.launch_count()
@@ -66,6 +67,11 @@ def fused(fn, *args):
         return (f"its kernel stored {stored:,} bytes for an output of {out.nbytes:,} "
                 f"({stored / out.nbytes:.3g} times): an intermediate went through memory (stored, then "
                 f"loaded back). Keep every step in registers and store the result once.")
+    loaded = sum(launch.bytes_loaded for launch in rec.launches)
+    once = sum(max(t.numel(), out.numel()) * t.element_size() for t in args if isinstance(t, torch.Tensor))
+    if elementwise and loaded > once:
+        return (f"its kernel loaded {loaded:,} bytes where reading each input once per output element takes "
+                f"{once:,}: an input was loaded again. Load each once into registers and use it there.")
     return None
 
 
@@ -88,7 +94,7 @@ def _chain_cases():
 
 def _chain_fused(fn):
     x, residual = torch.randn(33, 65, device=DEVICE), torch.randn(33, 65, device=DEVICE)
-    return fused(fn, x, torch.randn(65, device=DEVICE), residual, -0.75)
+    return fused(fn, x, torch.randn(65, device=DEVICE), residual, -0.75, elementwise=True)
 
 
 def bias_gelu_reference(x, bias):
@@ -114,7 +120,7 @@ def _bias_gelu_fused(fn):
     float32 kernel is two more trips through memory, and shows only where the inputs are not float32."""
     for dtype in (torch.float32, torch.float16):
         x, bias = torch.randn(33, 65, device=DEVICE).to(dtype), torch.randn(65, device=DEVICE).to(dtype)
-        problem = fused(fn, x, bias)
+        problem = fused(fn, x, bias, elementwise=True)
         if problem:
             return f"for float16 inputs, {problem}" if dtype == torch.float16 else problem
     return None

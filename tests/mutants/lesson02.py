@@ -19,6 +19,9 @@ GELU_LOADS_AS_IS = ("    x = tl.load(x_ptr + offs, mask=mask)\n"
                     "    bias = tl.load(bias_ptr + offs % n_cols, mask=mask)\n")
 
 WRONG = [
+    Wrong("fused_chain", "x loaded a second time in the kernel", edit(
+        "02", "fused_chain", ("    y = tl.maximum(x + bias, 0.0) * scale + res  ",
+                              "    y = tl.maximum(tl.load(x_ptr + offs, mask=mask) + bias, 0.0) * scale + res  "))),
     Wrong("fused_chain", "the residual copied into out by PyTorch, then the kernel adds into out", edit(
         "02", "fused_chain", ("    out = torch.empty_like(x)\n    n = x.numel()\n    fused_chain_kernel[(triton.cdiv(n, BLOCK),)](x, bias, residual, out,",
                               "    out = torch.empty_like(x)\n    out.copy_(residual)\n    n = x.numel()\n"
