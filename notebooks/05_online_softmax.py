@@ -449,7 +449,8 @@ print("exp(m - safe)  =", torch.exp(m - safe), " (and l = 0 * that + exp(-inf - 
 #
 # Keep the dtype of `x` (the check uses float32 and float64). Once the values are right, the check
 # watches every PyTorch operation your function runs: none may work on more than one chunk of
-# columns, each element of `x` is read in two passes, and each element of the output written once.
+# columns, the chunks span all rows (no loop over rows), each element of `x` is read in two passes,
+# and each element of the output written once.
 
 # %% tags=["exercise"]
 def online_softmax_torch(x, chunk):

@@ -319,11 +319,13 @@ class _Passes:
 class _WatchChunks(TorchDispatchMode):
     """Watches every ATen op: the first one wider than a chunk of x, the reads and the writes."""
 
-    def __init__(self, limit):
+    def __init__(self, limit, x=None):
         super().__init__()
         self.limit = limit          # elements in one chunk of columns of x
         self.too_wide = None        # (op, shape) of the first op that read or made a wider tensor
         self.reads, self.writes = _Passes(), _Passes()
+        self.x = x
+        self.rows_read = 0          # the most rows of x that one op read at once
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -341,6 +343,9 @@ class _WatchChunks(TorchDispatchMode):
                 self.too_wide = (name, tuple(t.shape))
         self.reads.touch(read)
         self.writes.touch(written)
+        for t in read:
+            if self.x is not None and t.untyped_storage().data_ptr() == self.x.untyped_storage().data_ptr():
+                self.rows_read = max(self.rows_read, t.shape[0] if t.dim() == 2 else 1)
         return out
 
 
@@ -349,9 +354,14 @@ def _online_torch_structure(fn):
     n_rows, chunk = 3, _odd(13, 19)
     n_cols = 4 * n_rows * chunk + _odd(1, chunk - 2)   # one row is wider than a whole chunk of x
     x = torch.randn(n_rows, n_cols, device=DEVICE, dtype=F32) * 3
-    watch = _WatchChunks(n_rows * chunk)
+    watch = _WatchChunks(n_rows * chunk, x)
     with torch.no_grad(), watch:
         out = fn(x, chunk)
+    if watch.rows_read < n_rows:
+        return (f"for x of shape {tuple(x.shape)} with chunk={chunk}, no operation read more than "
+                f"{watch.rows_read} row(s) of x at once: a loop over the rows. Treat all rows at once, "
+                f"chunk by chunk (x[:, start:start + chunk]): each step is then one operation on a "
+                f"({n_rows}, chunk) tile, not {n_rows} small ones.")
     if watch.too_wide:
         op, shape = watch.too_wide
         return (f"for x of shape {tuple(x.shape)} with chunk={chunk}, `{op}` worked on a tensor of shape "

@@ -111,6 +111,23 @@ def three_passes(x, chunk):
     return out
 
 
+def row_by_row(x, chunk):
+    """Online and chunked, but one row at a time: a Python loop over the rows."""
+    out = torch.empty_like(x)
+    for r in range(x.shape[0]):
+        m, l = torch.tensor(-math.inf, dtype=x.dtype), torch.tensor(0.0, dtype=x.dtype)
+        for s in range(0, x.shape[1], chunk):
+            xc = x[r, s:s + chunk]
+            m_new = torch.maximum(m, xc.amax())
+            safe = torch.where(m_new == -math.inf, 0.0, m_new)
+            l = l * torch.exp(m - safe) + torch.exp(xc - safe).sum()
+            m = m_new
+        safe, l = torch.where(m == -math.inf, 0.0, m), torch.where(l == 0, 1.0, l)
+        for s in range(0, x.shape[1], chunk):
+            out[r, s:s + chunk] = torch.exp(x[r, s:s + chunk] - safe) / l
+    return out
+
+
 ONLINE_STORE = ("        out[:, start:start + chunk] = torch.exp(x[:, start:start + chunk] - safe[:, None]) "
                 "/ l[:, None]\n    return out")
 ONLINE_RESCALE = "        l = l * torch.exp(m - safe) + torch.exp(xc - safe[:, None]).sum(dim=1)\n"
@@ -119,6 +136,7 @@ WRONG += [
     Wrong("online_softmax_torch", "torch.softmax on whole rows", torch_softmax),
     Wrong("online_softmax_torch", "the max of whole rows first", two_pass_full_rows),
     Wrong("online_softmax_torch", "three chunked passes: max, then sum, then output", three_passes),
+    Wrong("online_softmax_torch", "online and chunked, but a Python loop over the rows", row_by_row),
     Wrong("online_softmax_torch", "running sum not rescaled when the max grows", edit(
         "05", "online_softmax_torch", (ONLINE_RESCALE, ONLINE_RESCALE.replace("l * torch.exp(m - safe)", "l")))),
     Wrong("online_softmax_torch", "running maximum starts at 0, not -inf", edit(
