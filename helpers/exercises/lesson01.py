@@ -7,6 +7,7 @@ import torch
 from helpers import interpreter
 from helpers.device import DEVICE, pick
 from helpers.exercises import Case, Exercise
+from helpers.exercises.lesson02 import fused
 
 
 def vectors(count):
@@ -88,10 +89,17 @@ def _one_launch(fn):
     return None
 
 
+def _nothing_beside(fn):
+    """Nothing but the kernel touches memory: no copy made by PyTorch (y cloned into the output, then
+    added into), each input loaded once, the output stored once (lesson 02's fusion check)."""
+    x, y = torch.randn(5000, device=DEVICE), torch.randn(5000, device=DEVICE)
+    return fused(fn, 0.5, x, y, elementwise=True)
+
+
 EXERCISES = [
     Exercise("01", "vector_add", "vector add", add_reference, lambda: vectors(2), kernel=True,
              copies_inputs=True),  # the lesson's launcher makes x and y contiguous
     Exercise("01", "axpy", "alpha * x + y", axpy_reference, _axpy_cases, kernel=True,
              copies_inputs=True,  # the exercise says: make x and y contiguous
-             structure=lambda fn: _refuses_other_lengths(fn) or _one_launch(fn)),
+             structure=lambda fn: _refuses_other_lengths(fn) or _one_launch(fn) or _nothing_beside(fn)),
 ]

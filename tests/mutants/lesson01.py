@@ -52,6 +52,11 @@ WRONG = [
     Wrong("axpy", "no shape check, n taken from the shorter y: a result of the wrong length", edit(
         "01", "axpy", ("    assert x.shape == y.shape and x.dim() == 1, \"axpy takes two vectors of the same length\"\n",
                        ""), ("    n = out.numel()\n    BLOCK = 1024\n", "    n = y.numel()\n    BLOCK = 1024\n"))),
+    Wrong("axpy", "y cloned into the output by PyTorch, then alpha * x added into it by the kernel", edit(
+        "01", "axpy", ("    out = torch.empty_like(x)\n    n = out.numel()\n    BLOCK = 1024\n"
+                       "    axpy_kernel[(triton.cdiv(n, BLOCK),)](alpha, x, y, out, n, BLOCK=BLOCK)",
+                       "    out = y.clone()\n    n = out.numel()\n    BLOCK = 1024\n"
+                       "    axpy_kernel[(triton.cdiv(n, BLOCK),)](alpha, x, out, out, n, BLOCK=BLOCK)"))),
     Wrong("axpy", "a single program (grid of 1)", edit(
         "01", "axpy", ("axpy_kernel[(triton.cdiv(n, BLOCK),)]", "axpy_kernel[(1,)]"))),
     Wrong("axpy", "strided inputs used without .contiguous()", edit(
