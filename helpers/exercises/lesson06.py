@@ -165,10 +165,7 @@ def _backward_large_sums_case(saved):
     label = _label(1, 1, N, D, torch.float16, f"{F16_LARGE_SUMS_WHY}: key 0 takes every query's attention, "
                    f"v = 0, dO = +200 on the first half of the queries and -200 on the second, so dV's "
                    f"running sum for key 0 reaches about 200 N / 2") + ", full"
-    kwargs = {"causal": False}
-    if not saved:
-        return Case(label, (q, k, v, dout), kwargs)
-    return Case(label, (q, k, v, *_saved(q, k, v, False, None), dout), kwargs)
+    return _full_backward_case(label, q, k, v, dout, saved)
 
 
 def _dq_large_sums_case(saved):
@@ -186,10 +183,15 @@ def _dq_large_sums_case(saved):
     label = _label(1, 1, N, D, torch.float16, f"{F16_LARGE_SUMS_WHY}: every score equal, v = +30 on the "
                    f"first half of the keys and -30 on the second, dO = 30, k = 100 then 98, so dQ's "
                    f"running sum reaches about 1.4 million before it comes back to about 5,000") + ", full"
-    kwargs = {"causal": False}
+    return _full_backward_case(label, q, k, v, dout, saved)
+
+
+def _full_backward_case(label, q, k, v, dout, saved):
+    """A case of full attention for the backward: (q, k, v, out, lse, dout) if `saved`, else (q, k, v,
+    dout)."""
     if not saved:
-        return Case(label, (q, k, v, dout), kwargs)
-    return Case(label, (q, k, v, *_saved(q, k, v, False, None), dout), kwargs)
+        return Case(label, (q, k, v, dout), {"causal": False})
+    return Case(label, (q, k, v, *_saved(q, k, v, False, None), dout), {"causal": False})
 
 
 def _label(B, H, N, D, dtype, why):
