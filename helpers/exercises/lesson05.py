@@ -86,7 +86,7 @@ def _rows(n_rows, n_cols, dtype=torch.float32, kind="randn"):
         x[3::4] = NEG_INF                  # every fourth row is masked entirely
     elif kind == "negative":        # odd rows wholly in [far - 20, far]: exp(x) is 0 there without the max
         x = torch.randn(n_rows, n_cols, device=DEVICE) * 3
-        x[1::2] = _far(dtype) - torch.rand(n_rows // 2, n_cols, device=DEVICE) * 20
+        x[1::2] = float(_far(dtype)) - torch.rand(n_rows // 2, n_cols, device=DEVICE) * 20
     else:
         raise ValueError(kind)
     return x.to(dtype)
@@ -154,13 +154,14 @@ MASKED_WHY = "-inf entries, -inf prefixes, fully masked rows (0s)"
 
 
 def _far(dtype):
-    """How far below zero the "negative" rows sit: past -1e4, so that a running max started at -1e4 (a
-    common stand-in for -inf) is far off too, and inside the dtype's range (float16 ends at -65504)."""
-    return -3e4 if dtype == F16 else -1e5
+    """How far below zero the "negative" rows sit, as written in their label: past -1e4, so that a running
+    max started at -1e4 (a common stand-in for -inf) is far off too, and inside the dtype's range (float16
+    ends at -65504)."""
+    return "-3e4" if dtype == F16 else "-1e5"
 
 
 def negative_why(dtype=F32):
-    far = "-3e4" if dtype == F16 else "-1e5"
+    far = _far(dtype)
     return (f"rows 1, 3, 5, ... have every value far below zero, in [{far} - 20, {far}]: exp(x) underflows "
             "to 0 in those rows unless the row's true max is subtracted (a max that starts at 0, or at a "
             "stand-in for minus infinity such as -1e4, stays there)")
