@@ -64,7 +64,7 @@ import json, pathlib, sys
 sys.path.insert(0, sys.argv[1])
 import helpers  # noqa: F401
 from helpers.solutions import load_module
-module = load_module(pathlib.Path(sys.argv[1]) / "solutions" / "gluon_attention.py")
+module = load_module(pathlib.Path(sys.argv[1]) / "solutions" / sys.argv[4])
 compiled = module.compile_for_hopper(**json.loads(sys.argv[2]))
 built = {"ptx": compiled.asm["ptx"], "report": module.ptxas_report(compiled),
          "shared": compiled.metadata.shared}
@@ -72,8 +72,9 @@ pathlib.Path(sys.argv[3]).write_text(json.dumps(built))
 """
 
 
-def compile_apart(tmp_path, head_dim, causal, **tiles):
-    """compile_for_hopper in a process of its own: {"ptx", "report" (ptxas_report's), "shared"}.
+def compile_apart(tmp_path, head_dim, causal, module="gluon_attention.py", **tiles):
+    """solutions/<module>'s compile_for_hopper in a process of its own: {"ptx", "report" (ptxas_report's),
+    "shared"}.
 
     In this one, an interpreted launch of an earlier test may have left triton.language patched
     (Triton's interpreter patches it for each launch and undoes that in a `finally`): every compile
@@ -81,7 +82,7 @@ def compile_apart(tmp_path, head_dim, causal, **tiles):
     3.6 and 3.9, on a worker that had run other files first."""
     out = tmp_path / "compiled.json"
     done = subprocess.run([sys.executable, "-c", _COMPILE, str(ROOT),
-                           json.dumps({"head_dim": head_dim, "causal": causal, **tiles}), str(out)],
+                           json.dumps({"head_dim": head_dim, "causal": causal, **tiles}), str(out), module],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(out.read_text())
@@ -226,3 +227,24 @@ def test_two_q_buffers_the_host_refuses(gluon_attention):
     q128 = torch.zeros(1, 1, 128, 128, dtype=torch.float16)
     with pytest.raises(AssertionError, match="shared memory holds one Q buffer"):
         gluon_attention.gluon_attention(q128, q128, q128, persistent=True, consumers=3, q_buffers=2)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_the_backward_compiles_for_hopper(tmp_path, head_dim):
+    """solutions/gluon_attention_backward.py (work in progress, issue 29), causal: two consumer warpgroups
+    and a producer warp at the forward's register budgets, and per consumer and per loop (masked and
+    unmasked) the wgmmas of S^T and dP^T (D/16 each), dV and dK (64/16 each) and dQ (64/16 over one
+    warpgroup's keys at D = 64; twice that, over both, at D = 128), none of them serialised."""
+    built = compile_apart(tmp_path, head_dim, True, module="gluon_attention_backward.py")
+    ptx, report = built["ptx"], built["report"]
+    per_loop = 2 * (head_dim // 16) + 2 * 4 + (8 if head_dim == 128 else 4)
+    assert ptx.count("wgmma.mma_async") == 2 * 2 * per_loop
+    assert report["serialized"] == []
+    regs = {int(line.split()[-1].rstrip(";")) for line in ptx.splitlines() if "setmaxnreg" in line}
+    assert {24, 240} <= regs
+    assert "red.global" in ptx and "cp.async.bulk.tensor.2d" in ptx
+    # kv_ready, ds_full, ds_free, then ready and empty per ring slot (4 at D = 64, 2 at D = 128)
+    assert ptx.count("mbarrier.init") == 3 + 2 * (4 if head_dim == 64 else 2)
+    if head_dim == 64:   # at D = 128 ptxas spills about 1 KB a thread (dK, dV and dQ in registers)
+        assert report["spill_stores"] == 0
+    assert built["shared"] <= HOPPER_SMEM_PER_CTA

@@ -1,0 +1,297 @@
+"""A FlashAttention-3-style attention backward for Hopper (sm_90), written in Gluon: work in progress.
+
+What it computes is lesson 10's `attention_backward`: given q, k, v (B, H, N, D) float16, the forward's
+out and lse, and dout, it returns dq, dk, dv. How the work is laid out is FlashAttention-3's at D = 128:
+
+* one CTA per block of 128 keys of one (batch, head);
+* warp specialisation, as in the forward (solutions/gluon_attention.py):
+    - a producer of 1 warp loads the block's K and V once, then streams Q and dO in tiles of 64
+      query rows through a ring of NUM_STAGES shared-memory slots;
+    - two consumer warpgroups own 64 keys each. Per query tile, each computes S^T = K Q^T and
+      dP^T = V dO^T (64 x 64, asynchronous wgmmas), P^T from the saved lse, dS^T = P^T (dP^T - delta),
+      then dV += P^T dO and dK += dS^T Q with P^T and dS^T fed from registers;
+* dQ = dS K needs dS, the transpose of what a consumer holds: each consumer stores its dS^T in shared
+  memory, where a wgmma reads it transposed. At D = 128 both consumers' dS^T are needed: consumer w
+  computes dQ's columns 64w .. 64w + 63 over all 128 keys (mbarriers ds_full and ds_free hand the
+  dS^T buffers between them); at D = 64 each adds its own 64 keys' share of all 64 columns. dQ is
+  added into a float32 buffer with atomics, as in lesson 10.
+
+Status (recorded in issue 29's closing note, not yet in a lesson): on an H200 (Triton 3.6) it gives
+the reference's gradients on every shape checked, and in this plain schedule (each wgmma waited for
+at once, the atomics in the consumers' loop) it is slower than lesson 10's Triton kernel. What
+FlashAttention-3 adds, and this does not yet: dQ through shared memory added by a TMA reduction from
+a warp of its own (Triton 3.6's Gluon has no TMA reduction; later Triton's tma.async_atomic_add),
+and the next tile's S^T and dP^T issued before this tile's elementwise work.
+
+Importing this module needs no GPU; compile_for_hopper builds the kernel for sm_90 on the host.
+Gluon kernels do not run under Triton's CPU interpreter.
+"""
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from helpers.solutions import ROOT, load_module, load_solution
+
+forward = load_module(ROOT / "solutions" / "gluon_attention.py")   # its TMA load, registers, ptxas report
+tma_load = forward.tma_load
+ptxas_report = forward.ptxas_report
+LOG2E = gl.constexpr(forward.LOG2E)
+# A barrier across the calling partition's warps (a named barrier of its 128 threads): gl.thread_barrier
+# in Triton 3.6, gl.barrier later
+sync_warpgroup = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
+CONSUMER_REGS, MAXNREG = forward.REGISTERS[2]
+
+
+@gluon.jit
+def _query_tiles(start_n, n_ctx, CAUSAL: gl.constexpr):
+    """(lo, n_masked, n_tiles): the key block of 128 keys from start_n meets n_tiles query tiles of 64
+    rows from row lo, of which the first n_masked need a mask. Causal: the queries from start_n on, the
+    first two tiles across the diagonal. Full: every query, all masked where the block runs past N
+    (keys past N belong to the next head). Producer and consumers call this, so they agree."""
+    if CAUSAL:
+        lo = start_n
+        n_tiles = (n_ctx - lo + 63) // 64
+        n_masked = gl.minimum(n_tiles, 2)
+    else:
+        lo = start_n * 0
+        n_tiles = (n_ctx + 63) // 64
+        n_masked = gl.where(start_n + 128 > n_ctx, n_tiles, 0)
+    return lo, n_masked, n_tiles
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, ready, empty,
+              row_base, start_n, n_ctx, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr,
+              CAUSAL: gl.constexpr):
+    """K and V of the block once (kv_ready), then Q and dO of query tile t into slot t % NUM_STAGES
+    (ready), once both consumers have released the slot's previous tile (empty, count 2)."""
+    lo, n_masked, n_tiles = _query_tiles(start_n, n_ctx, CAUSAL)
+    mbarrier.expect(kv_ready, 4 * 64 * HEAD_DIM * 2)
+    for w in gl.static_range(2):
+        tma_load(k_desc, [row_base + start_n + 64 * w, 0], kv_ready, k_smem.index(w))
+        tma_load(v_desc, [row_base + start_n + 64 * w, 0], kv_ready, v_smem.index(w))
+    for t in range(n_tiles):
+        slot = t % NUM_STAGES
+        mbarrier.wait(empty.index(slot), ((t // NUM_STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(slot), 2 * 64 * HEAD_DIM * 2)
+        tma_load(q_desc, [row_base + lo + 64 * t, 0], ready.index(slot), q_smem.index(slot))
+        tma_load(do_desc, [row_base + lo + 64 * t, 0], ready.index(slot), do_smem.index(slot))
+
+
+@gluon.jit
+def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, q_smem, do_smem, ready, empty,
+           dq_ptr, lse_ptr, delta_ptr, row_base, lo, t_lo, t_hi, offs_n, n_ctx, qk_scale, sm_scale,
+           HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr):
+    """Query tiles t_lo .. t_hi - 1 past this warpgroup's 64 keys (offs_n): dK and dV accumulate in
+    registers, dQ is added into dq_ptr."""
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, 64, 16])
+    ACC_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=ACC_LAYOUT, k_width=2)
+    DQ_BY_COLUMNS: gl.constexpr = HEAD_DIM == 128
+    DQ_COLS: gl.constexpr = 64 if DQ_BY_COLUMNS else HEAD_DIM
+    DQ_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, DQ_COLS, 16])
+    col0: gl.constexpr = 64 * WG if DQ_BY_COLUMNS else 0
+    k = k_smem.index(WG)
+    v = v_smem.index(WG)
+    for t in range(t_lo, t_hi):
+        slot = t % NUM_STAGES
+        start_m = lo + 64 * t
+        mbarrier.wait(ready.index(slot), (t // NUM_STAGES) & 1)
+        q = q_smem.index(slot)
+        do = do_smem.index(slot)
+        s_token = warpgroup_mma(k, q.permute((1, 0)), gl.zeros([64, 64], gl.float32, S_LAYOUT), use_acc=False,
+                                is_async=True)
+        dp_token = warpgroup_mma(v, do.permute((1, 0)), gl.zeros([64, 64], gl.float32, S_LAYOUT),
+                                 use_acc=False, is_async=True)
+        # rows past N: lse = +inf gives P = 0, and delta = 0, so they add nothing
+        offs_m = start_m + gl.arange(0, 64, gl.SliceLayout(0, S_LAYOUT))
+        lse2 = gl.load(lse_ptr + row_base + offs_m, mask=offs_m < n_ctx, other=float("inf")) * LOG2E
+        delta = gl.load(delta_ptr + row_base + offs_m, mask=offs_m < n_ctx, other=0.0)
+        sT, dpT = warpgroup_mma_wait(0, deps=[s_token, dp_token])
+        pT = gl.exp2(sT * qk_scale - lse2[None, :])
+        if MASK:
+            keep = (offs_n[:, None] < n_ctx) & (offs_m[None, :] >= 0)
+            if CAUSAL:
+                keep = keep & (offs_m[None, :] >= offs_n[:, None])
+            pT = gl.where(keep, pT, 0.0)
+        ds16 = (pT * (dpT - delta[None, :])).to(gl.float16)
+        dv_token = warpgroup_mma(gl.convert_layout(pT.to(gl.float16), A_LAYOUT), do, dv, is_async=True)
+        dk_token = warpgroup_mma(gl.convert_layout(ds16, A_LAYOUT), q, dk, is_async=True)
+        if DQ_BY_COLUMNS:
+            # dQ[:, col0 : col0 + 64] = dS K[:, those columns] over both warpgroups' keys: wait until the
+            # other consumer is done reading the dS^T buffers (tile t - 1), write ours, wait for theirs
+            mbarrier.wait(ds_free, (t & 1) ^ 1)
+            ds_smem.index(WG).store(ds16)
+            fence_async_shared()
+            mbarrier.arrive(ds_full, count=1)
+            mbarrier.wait(ds_full, t & 1)
+            dq_token = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(0).slice(col0, 64, dim=1),
+                                     gl.zeros([64, 64], gl.float32, DQ_LAYOUT), use_acc=False, is_async=True)
+            dq_token = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(1).slice(col0, 64, dim=1),
+                                     dq_token, is_async=True)
+            dv, dk, dq = warpgroup_mma_wait(0, deps=[dv_token, dk_token, dq_token])
+            mbarrier.arrive(ds_free, count=1)
+        else:
+            # this warpgroup's 64 keys' share of every column
+            ds_smem.index(WG).store(ds16)
+            fence_async_shared()
+            sync_warpgroup()
+            dq_token = warpgroup_mma(ds_smem.index(WG).permute((1, 0)), k,
+                                     gl.zeros([64, DQ_COLS], gl.float32, DQ_LAYOUT), use_acc=False,
+                                     is_async=True)
+            dv, dk, dq = warpgroup_mma_wait(0, deps=[dv_token, dk_token, dq_token])
+        mbarrier.arrive(empty.index(slot), count=1)    # Q and dO of this slot are read
+        offs_mq = start_m + gl.arange(0, 64, gl.SliceLayout(1, DQ_LAYOUT))
+        offs_c = gl.arange(0, DQ_COLS, gl.SliceLayout(0, DQ_LAYOUT))
+        ptrs = dq_ptr + (row_base + offs_mq).to(gl.int64)[:, None] * HEAD_DIM + (col0 + offs_c)[None, :]
+        gl.atomic_add(ptrs, dq * sm_scale, mask=(offs_mq[:, None] < n_ctx) & (offs_c[None, :] < DQ_COLS),
+                      sem="relaxed")
+    return dk, dv
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, kv_ready, ready,
+              empty, dq_ptr, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale, sm_scale,
+              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Keys start_n + 64*WG .. + 63: their dK and dV, and their part of dQ."""
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, 64, 16])
+    ACC_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    lo, n_masked, n_tiles = _query_tiles(start_n, n_ctx, CAUSAL)
+    key0 = start_n + 64 * WG
+    offs_n = key0 + gl.arange(0, 64, gl.SliceLayout(1, S_LAYOUT))
+    dk = gl.zeros([64, HEAD_DIM], gl.float32, ACC_LAYOUT)
+    dv = gl.zeros([64, HEAD_DIM], gl.float32, ACC_LAYOUT)
+    mbarrier.wait(kv_ready, 0)
+    dk, dv = _tiles(WG, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, q_smem, do_smem, ready, empty,
+                    dq_ptr, lse_ptr, delta_ptr, row_base, lo, 0, n_masked, offs_n, n_ctx, qk_scale, sm_scale,
+                    HEAD_DIM, NUM_STAGES, True, CAUSAL)
+    dk, dv = _tiles(WG, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, q_smem, do_smem, ready, empty,
+                    dq_ptr, lse_ptr, delta_ptr, row_base, lo, n_masked, n_tiles, offs_n, n_ctx, qk_scale,
+                    sm_scale, HEAD_DIM, NUM_STAGES, False, CAUSAL)
+    offs_k = key0 + gl.arange(0, 64, gl.SliceLayout(1, ACC_LAYOUT))
+    offs_d = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, ACC_LAYOUT))
+    offsets = (row_base + offs_k).to(gl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
+    keep = (offs_k[:, None] < n_ctx) & (offs_d[None, :] < HEAD_DIM)
+    gl.store(dk_ptr + offsets, (dk * sm_scale).to(gl.float16), mask=keep)
+    gl.store(dv_ptr + offsets, dv.to(gl.float16), mask=keep)
+
+
+@gluon.jit
+def gluon_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_ptr, dk_ptr, dv_ptr, lse_ptr,
+                                    delta_ptr, n_ctx, qk_scale, sm_scale, HEAD_DIM: gl.constexpr,
+                                    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                                    CONSUMER_REGS: gl.constexpr):
+    """Grid (cdiv(N, 128), B*H). q/k/v/do_desc: host TMA descriptors over the (B*H*N, D) views, boxes of
+    64 rows. dq_ptr (B*H*N, D) float32, zeroed; dk_ptr, dv_ptr float16; lse_ptr, delta_ptr (B*H*N,)."""
+    start_n = gl.program_id(0) * 128
+    row_base = gl.program_id(1) * n_ctx
+    q_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, 64, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, 64, HEAD_DIM], do_desc.layout)
+    k_smem = gl.allocate_shared_memory(gl.float16, [2, 64, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(gl.float16, [2, 64, HEAD_DIM], v_desc.layout)
+    ds_smem = gl.allocate_shared_memory(gl.float16, [2, 64, 64], q_desc.layout)   # the same 128-byte swizzle
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ds_full = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready, count=1)
+    mbarrier.init(ds_full, count=2)
+    mbarrier.init(ds_free, count=2)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    fence_async_shared()
+    gl.warp_specialize([
+        (_consumer, (0, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, kv_ready, ready, empty,
+                     dq_ptr, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale, sm_scale,
+                     HEAD_DIM, NUM_STAGES, CAUSAL)),
+        (_consumer, (1, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, kv_ready, ready, empty,
+                     dq_ptr, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale, sm_scale,
+                     HEAD_DIM, NUM_STAGES, CAUSAL)),
+        (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, ready, empty,
+                     row_base, start_n, n_ctx, HEAD_DIM, NUM_STAGES, CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, forward.PRODUCER_REGS])
+    mbarrier.invalidate(kv_ready)
+    mbarrier.invalidate(ds_full)
+    mbarrier.invalidate(ds_free)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+
+
+# ---------------------------------------------------------------- host side
+
+
+def stages(head_dim):
+    """Ring slots (Q and dO, 64 rows each) beside K, V and the dS^T buffers: 2 at D = 128 (144 KB in all;
+    a third slot fits, 176 KB, and measured slower on an H200), 4 at D = 64."""
+    return {64: 4, 128: 2}[head_dim]
+
+
+def descriptors(*tensors):
+    """Host TMA descriptors over the (B*H*N, D) views, boxes of 64 rows."""
+    D = tensors[0].shape[-1]
+    layout = gl.NVMMASharedLayout.get_default_for([64, D], gl.float16)
+    return [TensorDescriptor.from_tensor(t.view(-1, D), [64, D], layout) for t in tensors]
+
+
+def gluon_attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, num_stages=None):
+    """(dq, dk, dv) of attention(q, k, v, causal) given dout, out and lse (natural log) from the forward:
+    lesson 10's attention_backward, with this kernel. delta = rowsum(dO * O) by lesson 06's kernel."""
+    assert q.dim() == 4 and q.shape == k.shape == v.shape == out.shape == dout.shape, "all (B, H, N, D)"
+    assert q.dtype == k.dtype == v.dtype == dout.dtype == torch.float16, "float16 inputs"
+    B, H, N, D = q.shape
+    assert D in (64, 128), "head dimension must be 64 or 128"
+    sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
+    delta = load_solution("06").backward_delta(out, dout)
+    dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    gluon_attention_backward_kernel[(triton.cdiv(N, 128), B * H)](
+        *descriptors(q, k, v, dout), dq, dk, dv, lse, delta, N, sm_scale * LOG2E.value, sm_scale, HEAD_DIM=D,
+        NUM_STAGES=num_stages or stages(D), CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS, num_warps=4,
+        maxnreg=MAXNREG)
+    return dq.to(q.dtype), dk, dv
+
+
+def compile_for_hopper(head_dim, causal, num_stages=None):
+    """The kernel compiled for sm_90 without a GPU, as forward.compile_for_hopper does for the forward
+    (.ptxas_log kept for forward.ptxas_report)."""
+    import contextlib
+    import io
+
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    desc = mangle_type(descriptors(torch.empty((256, head_dim), dtype=torch.float16))[0])
+    signature = {"q_desc": desc, "k_desc": desc, "v_desc": desc, "do_desc": desc, "dq_ptr": "*fp32",
+                 "dk_ptr": "*fp16", "dv_ptr": "*fp16", "lse_ptr": "*fp32", "delta_ptr": "*fp32",
+                 "n_ctx": "i32",
+                 "qk_scale": "fp32", "sm_scale": "fp32", "HEAD_DIM": "constexpr", "NUM_STAGES": "constexpr",
+                 "CAUSAL": "constexpr", "CONSUMER_REGS": "constexpr"}
+    constexprs = {"HEAD_DIM": head_dim, "NUM_STAGES": num_stages or stages(head_dim), "CAUSAL": causal,
+                  "CONSUMER_REGS": CONSUMER_REGS}
+    src = GluonASTSource(gluon_attention_backward_kernel, signature=signature, constexprs=constexprs)
+    log, dump = io.StringIO(), knobs.nvidia.dump_ptxas_log
+    try:
+        knobs.nvidia.dump_ptxas_log = True
+        with contextlib.redirect_stdout(log):
+            compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                      options={"num_warps": 4, "maxnreg": MAXNREG})
+    finally:
+        knobs.nvidia.dump_ptxas_log = dump
+    compiled.ptxas_log = log.getvalue() if "Used" in log.getvalue() else None
+    return compiled

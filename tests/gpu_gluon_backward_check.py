@@ -1,0 +1,95 @@
+"""On a Hopper GPU: check and time the Gluon attention backward (solutions/gluon_attention_backward.py,
+work in progress for issue 29). Not a pytest module: run it as a script,
+
+    timeout 600 python tests/gpu_gluon_backward_check.py
+
+1. Numbers: dq, dk, dv against autograd through attention computed in float32 from the same float16
+   inputs (atol 2e-2, as for float16 attention elsewhere in the course), with out and lse from lesson
+   10's forward, over shapes at the edges: one query tile, N not a multiple of 64 or 128, several
+   heads and batches (a head reading its neighbour's rows would show), causal and full, D 64 and 128.
+2. Speed: the backward alone, causal, at make bench's shapes (lesson 10's _backward_benchmarks), as
+   CUDA-graph replays beside lesson 10's and lesson 06's Triton backwards and cuDNN's.
+Results go to $OUT/gluon_attention_backward_gpu.json when OUT is set.
+"""
+
+import json
+import os
+import sys
+import traceback
+
+import torch
+
+import helpers  # noqa: F401  (first, as everywhere in the course)
+from helpers.bench import measure
+from helpers.solutions import ROOT, load_module, load_solution
+
+CASES = [(1, 1, 64, 64, True), (1, 2, 128, 64, True), (2, 3, 1000, 64, True), (2, 3, 1000, 64, False),
+         (1, 4, 2048, 64, False), (1, 2, 128, 128, True), (2, 3, 1000, 128, True), (2, 3, 1000, 128, False),
+         (2, 2, 200, 128, False), (1, 4, 2048, 128, True)]
+
+
+def say(*args):
+    print(*args, flush=True)
+
+
+def reference(q, k, v, dout, causal):
+    q, k, v = (t.float().requires_grad_() for t in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return torch.autograd.grad(out, (q, k, v), dout.float())
+
+
+def check(backward, lesson10):
+    failed = []
+    for B, H, N, D, causal in CASES:
+        torch.manual_seed(0)
+        q, k, v, dout = (torch.randn(B, H, N, D, device="cuda", dtype=torch.float16) for _ in range(4))
+        out, lse = lesson10.attention(q, k, v, causal)
+        case = f"B{B} H{H} N{N} D{D} {'causal' if causal else 'full'}"
+        try:
+            got = backward.gluon_attention_backward(q, k, v, out, lse, dout, causal)
+            want = reference(q, k, v, dout, causal)
+            errors = [(g.float() - w).abs().max().item() for g, w in zip(got, want)]
+        except Exception:   # noqa: BLE001  (a compile or launch error is a failed case, reported)
+            say(case, "ERROR", traceback.format_exc()[-2000:])
+            failed.append(case)
+            continue
+        ok = all(e <= 2e-2 for e in errors)   # NaN fails too
+        say(case, "ok" if ok else "WRONG", "max |error| dq dk dv:", ", ".join(f"{e:.1e}" for e in errors))
+        if not ok:
+            failed.append(case)
+    return failed
+
+
+def bench(backward, lesson10):
+    from torch.nn.attention import SDPBackend
+
+    rows = []
+    sdpa = {"cuDNN (SDPA)": lesson10.lesson06._sdpa(SDPBackend.CUDNN_ATTENTION)}
+    for b in lesson10._backward_benchmarks(sdpa):
+        q, k, v, out, lse, dout = b.impls["lesson 10: attention_backward"].__defaults__
+        impls = {**b.impls, "Gluon backward (work in progress)":
+                 lambda: backward.gluon_attention_backward(q, k, v, out, lse, dout, True)}
+        times = {name: measure(fn, graph=True) for name, fn in impls.items()}
+        cudnn = next((ms for name, ms in times.items() if name.startswith("cuDNN")), None)
+        ratio = (lambda ms: f" ({cudnn / ms:.2f} x cuDNN)") if cudnn else (lambda ms: "")
+        say(b.group, b.label, "; ".join(f"{name}: {ms:.3f} ms{ratio(ms)}" for name, ms in times.items()))
+        row = {"group": b.group, "label": b.label, "ms": times}
+        rows.append(row)
+    return rows
+
+
+def main():
+    backward = load_module(ROOT / "solutions" / "gluon_attention_backward.py")
+    lesson10 = load_solution("10")
+    device = torch.cuda.get_device_name()
+    say(device, "torch", torch.__version__, "triton", __import__("triton").__version__)
+    failed = check(backward, lesson10)
+    record = {"device": device, "failed": failed, "timings": [] if failed else bench(backward, lesson10)}
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "gluon_attention_backward_gpu.json"), "w") as f:
+            json.dump(record, f, indent=1)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
