@@ -804,12 +804,6 @@ def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None, overlap=
     .asm holds "ttgir", "ptx", "cubin", and whose .metadata has n_regs, n_spills and shared (bytes).
     The descriptors' types come from ones built over a small CPU tensor of the same dtype and boxes.
     .ptxas_log keeps what ptxas printed (for ptxas_report), or None where Triton's cache had the kernel."""
-    import contextlib
-    import io
-
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
     default_n, default_stages = tile_config(head_dim, overlap, pingpong)
@@ -828,10 +822,24 @@ def compile_for_hopper(head_dim, causal, block_n=None, num_stages=None, overlap=
     constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": block_n, "NUM_STAGES": stages, "CAUSAL": causal,
                   "OVERLAP": overlap, "PINGPONG": pingpong, "CONSUMERS": consumers,
                   "CONSUMER_REGS": consumer_regs, "PERSISTENT": persistent, "Q_BUFFERS": q_buffers}
-    src = GluonASTSource(gluon_attention_kernel, signature=signature, constexprs=constexprs)
+    return compile_gluon_for_hopper(gluon_attention_kernel, signature, constexprs, maxnreg)
+
+
+def compile_gluon_for_hopper(kernel, signature, constexprs, maxnreg):
+    """A Gluon kernel of 4 warps (its default partition) compiled for sm_90 on the host, with ptxas's log
+    kept as .ptxas_log (Triton prints it; kept, so ptxas need not run twice), or None where Triton's
+    cache had the kernel."""
+    import contextlib
+    import io
+
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    src = GluonASTSource(kernel, signature=signature, constexprs=constexprs)
     log, dump = io.StringIO(), knobs.nvidia.dump_ptxas_log
     try:
-        knobs.nvidia.dump_ptxas_log = True   # Triton prints ptxas's log: kept, so ptxas need not run twice
+        knobs.nvidia.dump_ptxas_log = True
         with contextlib.redirect_stdout(log):
             compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                       options={"num_warps": 4, "maxnreg": maxnreg})

@@ -267,13 +267,7 @@ def gluon_attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=Non
 
 def compile_for_hopper(head_dim, causal, num_stages=None):
     """The kernel compiled for sm_90 without a GPU, as forward.compile_for_hopper does for the forward
-    (.ptxas_log kept for forward.ptxas_report)."""
-    import contextlib
-    import io
-
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
+    (.ptxas_log kept for ptxas_report)."""
     from triton.runtime.jit import mangle_type
 
     desc = mangle_type(descriptors(torch.empty((256, head_dim), dtype=torch.float16))[0])
@@ -284,14 +278,4 @@ def compile_for_hopper(head_dim, causal, num_stages=None):
                  "CAUSAL": "constexpr", "CONSUMER_REGS": "constexpr"}
     constexprs = {"HEAD_DIM": head_dim, "NUM_STAGES": num_stages or stages(head_dim), "CAUSAL": causal,
                   "CONSUMER_REGS": CONSUMER_REGS}
-    src = GluonASTSource(gluon_attention_backward_kernel, signature=signature, constexprs=constexprs)
-    log, dump = io.StringIO(), knobs.nvidia.dump_ptxas_log
-    try:
-        knobs.nvidia.dump_ptxas_log = True
-        with contextlib.redirect_stdout(log):
-            compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                      options={"num_warps": 4, "maxnreg": MAXNREG})
-    finally:
-        knobs.nvidia.dump_ptxas_log = dump
-    compiled.ptxas_log = log.getvalue() if "Used" in log.getvalue() else None
-    return compiled
+    return forward.compile_gluon_for_hopper(gluon_attention_backward_kernel, signature, constexprs, MAXNREG)
