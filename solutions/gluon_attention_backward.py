@@ -13,15 +13,16 @@ out and lse, and dout, it returns dq, dk, dv. How the work is laid out is FlashA
 * dQ = dS K needs dS, the transpose of what a consumer holds: each consumer stores its dS^T in shared
   memory, where a wgmma reads it transposed. At D = 128 both consumers' dS^T are needed: consumer w
   computes dQ's columns 64w .. 64w + 63 over all 128 keys (mbarriers ds_full and ds_free hand the
-  dS^T buffers between them); at D = 64 each adds its own 64 keys' share of all 64 columns. dQ is
-  added into a float32 buffer with atomics, as in lesson 10.
+  dS^T buffers between them); at D = 64 each adds its own 64 keys' share of all 64 columns;
+* dQ is added into a float32 buffer by the TMA engine, as FlashAttention-3 does: the consumer writes
+  its dQ tile to shared memory (two buffers each) and issues one TMA reduction, which adds the tile
+  into global memory while the consumer goes on. (Lesson 10's Triton kernel adds with atomics from
+  registers; here that cost about a third of the time: issue 29's closing note has the figures.)
 
-Status (recorded in issue 29's closing note, not yet in a lesson): on an H200 (Triton 3.6) it gives
-the reference's gradients on every shape checked, and in this plain schedule (each wgmma waited for
-at once, the atomics in the consumers' loop) it is slower than lesson 10's Triton kernel. What
-FlashAttention-3 adds, and this does not yet: dQ through shared memory added by a TMA reduction from
-a warp of its own (Triton 3.6's Gluon has no TMA reduction; later Triton's tma.async_atomic_add),
-and the next tile's S^T and dP^T issued before this tile's elementwise work.
+Status (issue 29; not yet in a lesson): on an H100 and an H200 (Triton 3.6) it gives the reference's
+gradients on every shape checked, and at N = 4096 it is faster than lesson 10's Triton backward, but
+below cuDNN's. Without the dQ reduction it would outrun cuDNN: adding dQ is what is left to make
+cheaper (FlashAttention-3 gives it a warp of its own, and adds into a tile-major buffer).
 
 Importing this module needs no GPU; compile_for_hopper builds the kernel for sm_90 on the host.
 Gluon kernels do not run under Triton's CPU interpreter.
@@ -31,8 +32,10 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton._C.libtriton import ir
+from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                              warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from helpers.solutions import ROOT, load_module, load_solution
@@ -45,6 +48,19 @@ LOG2E = gl.constexpr(forward.LOG2E)
 # in Triton 3.6, gl.barrier later
 sync_warpgroup = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
 CONSUMER_REGS, MAXNREG = forward.REGISTERS[2]
+DQ_BUFFERS = 2   # dQ tiles in shared memory per consumer: one added by the TMA while the next is written
+
+# A TMA reduction: a tile in shared memory added, element by element, into global memory by the TMA
+# engine (cp.reduce.async.bulk.tensor ... .add). Later Triton calls it tma.async_atomic_add; Triton 3.6's
+# Gluon has the operation in its builder but no function for it, so it is defined here the same way.
+if hasattr(tma, "async_atomic_add"):
+    tma_add = tma.async_atomic_add
+else:
+    @builtin
+    def tma_add(tensor_desc, coord, src, _semantic=None):
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
+                                                  src.handle)
 
 
 @gluon.jit
@@ -84,11 +100,12 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, 
 
 
 @gluon.jit
-def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, q_smem, do_smem, ready, empty,
-           dq_ptr, lse_ptr, delta_ptr, row_base, lo, t_lo, t_hi, offs_n, n_ctx, qk_scale, sm_scale,
-           HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr):
+def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, q_smem, do_smem,
+           ready, empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, t_lo, t_hi, offs_n, n_ctx, qk_scale,
+           sm_scale, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, MASK: gl.constexpr,
+           CAUSAL: gl.constexpr):
     """Query tiles t_lo .. t_hi - 1 past this warpgroup's 64 keys (offs_n): dK and dV accumulate in
-    registers, dQ is added into dq_ptr."""
+    registers, dQ is added into the float32 buffer dq_desc describes."""
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, 64, 16])
     ACC_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -98,6 +115,7 @@ def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, 
     DQ_COLS: gl.constexpr = 64 if DQ_BY_COLUMNS else HEAD_DIM
     DQ_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, DQ_COLS, 16])
+    BUFFERS: gl.constexpr = dq_smem.shape[0] // 2   # dQ tiles per consumer
     col0: gl.constexpr = 64 * WG if DQ_BY_COLUMNS else 0
     k = k_smem.index(WG)
     v = v_smem.index(WG)
@@ -149,18 +167,24 @@ def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, 
                                      is_async=True)
             dv, dk, dq = warpgroup_mma_wait(0, deps=[dv_token, dk_token, dq_token])
         mbarrier.arrive(empty.index(slot), count=1)    # Q and dO of this slot are read
-        offs_mq = start_m + gl.arange(0, 64, gl.SliceLayout(1, DQ_LAYOUT))
-        offs_c = gl.arange(0, DQ_COLS, gl.SliceLayout(0, DQ_LAYOUT))
-        ptrs = dq_ptr + (row_base + offs_mq).to(gl.int64)[:, None] * HEAD_DIM + (col0 + offs_c)[None, :]
-        gl.atomic_add(ptrs, dq * sm_scale, mask=(offs_mq[:, None] < n_ctx) & (offs_c[None, :] < DQ_COLS),
-                      sem="relaxed")
+        # dQ through shared memory, added into global memory by one TMA reduction (rows past N, in the
+        # next head's rows, add zeros: their dS is 0). Buffer t % BUFFERS was last read by the
+        # reduction of tile t - BUFFERS: the thread that issued it waits until it has read it, the
+        # others wait for that thread.
+        tma.store_wait(BUFFERS - 1)
+        sync_warpgroup()
+        buffer = dq_smem.index(WG * BUFFERS + t % BUFFERS)
+        buffer.store(dq * sm_scale)
+        fence_async_shared()
+        sync_warpgroup()
+        tma_add(dq_desc, [row_base + start_m, col0], buffer)
     return dk, dv
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, kv_ready, ready,
-              empty, dq_ptr, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale, sm_scale,
-              HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+def _consumer(WG: gl.constexpr, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, kv_ready,
+              ready, empty, dq_desc, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale,
+              sm_scale, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     """Keys start_n + 64*WG .. + 63: their dK and dV, and their part of dQ."""
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, 64, 16])
@@ -172,27 +196,29 @@ def _consumer(WG: gl.constexpr, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_ful
     dk = gl.zeros([64, HEAD_DIM], gl.float32, ACC_LAYOUT)
     dv = gl.zeros([64, HEAD_DIM], gl.float32, ACC_LAYOUT)
     mbarrier.wait(kv_ready, 0)
-    dk, dv = _tiles(WG, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, q_smem, do_smem, ready, empty,
-                    dq_ptr, lse_ptr, delta_ptr, row_base, lo, 0, n_masked, offs_n, n_ctx, qk_scale, sm_scale,
-                    HEAD_DIM, NUM_STAGES, True, CAUSAL)
-    dk, dv = _tiles(WG, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, q_smem, do_smem, ready, empty,
-                    dq_ptr, lse_ptr, delta_ptr, row_base, lo, n_masked, n_tiles, offs_n, n_ctx, qk_scale,
-                    sm_scale, HEAD_DIM, NUM_STAGES, False, CAUSAL)
+    dk, dv = _tiles(WG, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, q_smem, do_smem, ready,
+                    empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, 0, n_masked, offs_n, n_ctx, qk_scale,
+                    sm_scale, HEAD_DIM, NUM_STAGES, True, CAUSAL)
+    dk, dv = _tiles(WG, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, q_smem, do_smem, ready,
+                    empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, n_masked, n_tiles, offs_n, n_ctx,
+                    qk_scale, sm_scale, HEAD_DIM, NUM_STAGES, False, CAUSAL)
     offs_k = key0 + gl.arange(0, 64, gl.SliceLayout(1, ACC_LAYOUT))
     offs_d = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, ACC_LAYOUT))
     offsets = (row_base + offs_k).to(gl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
     keep = (offs_k[:, None] < n_ctx) & (offs_d[None, :] < HEAD_DIM)
     gl.store(dk_ptr + offsets, (dk * sm_scale).to(gl.float16), mask=keep)
     gl.store(dv_ptr + offsets, dv.to(gl.float16), mask=keep)
+    tma.store_wait(0)   # the last reductions have read their buffers before the CTA's shared memory goes
 
 
 @gluon.jit
-def gluon_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_ptr, dk_ptr, dv_ptr, lse_ptr,
+def gluon_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_ptr, dv_ptr, lse_ptr,
                                     delta_ptr, n_ctx, qk_scale, sm_scale, HEAD_DIM: gl.constexpr,
                                     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                                    CONSUMER_REGS: gl.constexpr):
-    """Grid (cdiv(N, 128), B*H). q/k/v/do_desc: host TMA descriptors over the (B*H*N, D) views, boxes of
-    64 rows. dq_ptr (B*H*N, D) float32, zeroed; dk_ptr, dv_ptr float16; lse_ptr, delta_ptr (B*H*N,)."""
+                                    CONSUMER_REGS: gl.constexpr, DQ_BUFFERS: gl.constexpr):
+    """Grid (cdiv(N, 128), B*H). q/k/v/do_desc: host TMA descriptors over the (B*H*N, D) float16 views,
+    boxes of 64 rows; dq_desc over the float32 dQ buffer (zeroed), boxes of 64 rows and 64 columns.
+    dk_ptr, dv_ptr (B*H*N, D) float16; lse_ptr, delta_ptr (B*H*N,) float32."""
     start_n = gl.program_id(0) * 128
     row_base = gl.program_id(1) * n_ctx
     q_smem = gl.allocate_shared_memory(gl.float16, [NUM_STAGES, 64, HEAD_DIM], q_desc.layout)
@@ -200,6 +226,7 @@ def gluon_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_ptr, dk_
     k_smem = gl.allocate_shared_memory(gl.float16, [2, 64, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(gl.float16, [2, 64, HEAD_DIM], v_desc.layout)
     ds_smem = gl.allocate_shared_memory(gl.float16, [2, 64, 64], q_desc.layout)   # the same 128-byte swizzle
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2 * DQ_BUFFERS, 64, 64], dq_desc.layout)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_full = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -213,12 +240,12 @@ def gluon_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_ptr, dk_
         mbarrier.init(empty.index(i), count=2)
     fence_async_shared()
     gl.warp_specialize([
-        (_consumer, (0, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, kv_ready, ready, empty,
-                     dq_ptr, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale, sm_scale,
-                     HEAD_DIM, NUM_STAGES, CAUSAL)),
-        (_consumer, (1, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, kv_ready, ready, empty,
-                     dq_ptr, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale, sm_scale,
-                     HEAD_DIM, NUM_STAGES, CAUSAL)),
+        (_consumer, (0, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, kv_ready, ready,
+                     empty, dq_desc, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale,
+                     sm_scale, HEAD_DIM, NUM_STAGES, CAUSAL)),
+        (_consumer, (1, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, kv_ready, ready,
+                     empty, dq_desc, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale,
+                     sm_scale, HEAD_DIM, NUM_STAGES, CAUSAL)),
         (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, ready, empty,
                      row_base, start_n, n_ctx, HEAD_DIM, NUM_STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, forward.PRODUCER_REGS])
@@ -234,16 +261,24 @@ def gluon_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_ptr, dk_
 
 
 def stages(head_dim):
-    """Ring slots (Q and dO, 64 rows each) beside K, V and the dS^T buffers: 2 at D = 128 (144 KB in all;
-    a third slot fits, 176 KB, and measured slower on an H200), 4 at D = 64."""
+    """Ring slots (Q and dO, 64 rows each) beside K, V and the dS^T and dQ buffers: 2 at D = 128 (213,360
+    bytes of shared memory compiled; a third slot would not fit in a Hopper CTA's 227 KB), 4 at D = 64
+    (180,592 bytes)."""
     return {64: 4, 128: 2}[head_dim]
 
 
 def descriptors(*tensors):
-    """Host TMA descriptors over the (B*H*N, D) views, boxes of 64 rows."""
+    """Host TMA descriptors over the (B*H*N, D) views of float16 tensors, boxes of 64 rows."""
     D = tensors[0].shape[-1]
     layout = gl.NVMMASharedLayout.get_default_for([64, D], gl.float16)
     return [TensorDescriptor.from_tensor(t.view(-1, D), [64, D], layout) for t in tensors]
+
+
+def dq_descriptor(dq):
+    """The host TMA descriptor over float32 dQ's (B*H*N, D) view: boxes of 64 rows and 64 columns (a
+    consumer's share at D = 128, all of them at D = 64)."""
+    layout = gl.NVMMASharedLayout.get_default_for([64, 64], gl.float32)
+    return TensorDescriptor.from_tensor(dq.view(-1, dq.shape[-1]), [64, 64], layout)
 
 
 def gluon_attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, num_stages=None):
@@ -259,9 +294,9 @@ def gluon_attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=Non
     dq = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     gluon_attention_backward_kernel[(triton.cdiv(N, 128), B * H)](
-        *descriptors(q, k, v, dout), dq, dk, dv, lse, delta, N, sm_scale * LOG2E.value, sm_scale, HEAD_DIM=D,
-        NUM_STAGES=num_stages or stages(D), CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS, num_warps=4,
-        maxnreg=MAXNREG)
+        *descriptors(q, k, v, dout), dq_descriptor(dq), dk, dv, lse, delta, N, sm_scale * LOG2E.value,
+        sm_scale, HEAD_DIM=D, NUM_STAGES=num_stages or stages(D), CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS,
+        DQ_BUFFERS=DQ_BUFFERS, num_warps=4, maxnreg=MAXNREG)
     return dq.to(q.dtype), dk, dv
 
 
@@ -271,11 +306,12 @@ def compile_for_hopper(head_dim, causal, num_stages=None):
     from triton.runtime.jit import mangle_type
 
     desc = mangle_type(descriptors(torch.empty((256, head_dim), dtype=torch.float16))[0])
-    signature = {"q_desc": desc, "k_desc": desc, "v_desc": desc, "do_desc": desc, "dq_ptr": "*fp32",
+    dq_desc = mangle_type(dq_descriptor(torch.empty((256, head_dim), dtype=torch.float32)))
+    signature = {"q_desc": desc, "k_desc": desc, "v_desc": desc, "do_desc": desc, "dq_desc": dq_desc,
                  "dk_ptr": "*fp16", "dv_ptr": "*fp16", "lse_ptr": "*fp32", "delta_ptr": "*fp32",
                  "n_ctx": "i32",
                  "qk_scale": "fp32", "sm_scale": "fp32", "HEAD_DIM": "constexpr", "NUM_STAGES": "constexpr",
-                 "CAUSAL": "constexpr", "CONSUMER_REGS": "constexpr"}
+                 "CAUSAL": "constexpr", "CONSUMER_REGS": "constexpr", "DQ_BUFFERS": "constexpr"}
     constexprs = {"HEAD_DIM": head_dim, "NUM_STAGES": num_stages or stages(head_dim), "CAUSAL": causal,
-                  "CONSUMER_REGS": CONSUMER_REGS}
+                  "CONSUMER_REGS": CONSUMER_REGS, "DQ_BUFFERS": DQ_BUFFERS}
     return forward.compile_gluon_for_hopper(gluon_attention_backward_kernel, signature, constexprs, MAXNREG)
