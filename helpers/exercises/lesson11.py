@@ -250,15 +250,16 @@ def _swiglu_cases():
     return cases
 
 
-# float32 on the CPU: y = SiLU(gate) * up, and with gates in the hundreds an error of one unit of
-# 2**-24 in a gate of order 100 becomes ~1e-5 in y, so atol 1e-4 (a wrong pairing or a missing SiLU
-# is off by O(1), a NaN is caught before any tolerance).
+# float32 on the CPU: y = SiLU(gate) * up, and with gates in the hundreds an error in up is multiplied
+# by the gate. up sums K products in float32, in an order that depends on the tiles: differences of a
+# few units of 2**-24 in up become 1e-4 in y (1.4e-4 met once, in CI, with 16-wide K steps), so atol
+# 1e-3 (a wrong pairing or a missing SiLU is off by O(1), a NaN is caught before any tolerance).
 # On a GPU tl.dot takes float32 operands as TF32 (2**-11 relative each): 1e-2 for outputs of order
 # one; the tails case is float16 there (exact products, float32 sums).
 # float16: SiLU(gate) * up stays in float32 until its one store, so the output is within half a unit
 # in the last place (2**-11 of it, rtol), as lesson 09's linear; the product or the accumulator
 # rounded to float16 first rounds once more and lands outside.
-SWIGLU_TOL = {F32: pick(cpu=(1e-4, 1e-5), gpu=(1e-2, 1e-2)), F16: (1e-4, 6e-4)}
+SWIGLU_TOL = {F32: pick(cpu=(1e-3, 1e-5), gpu=(1e-2, 1e-2)), F16: (1e-4, 6e-4)}
 
 SWIGLU_NAN_HINT = ("If this is the tails case: its gates reach beyond +-89, where exp of the gate (or of "
                    "minus the gate) is inf in float32, and inf / inf, inf - inf and 0 * inf are NaN. "
