@@ -1052,6 +1052,56 @@ for gpu in hopper:
 # do what and when, and the interpreter does not run descriptor atomics, so the lesson keeps
 # `tl.atomic_add`.
 #
+# ### The backward in Gluon: dQ added by the TMA
+#
+# Gluon has that half. `solutions/gluon_attention_backward.py` is the backward arranged as
+# FlashAttention-3 arranges it at D = 128, on the forward's skeleton: one program per block of 128
+# keys; a producer warp that loads the block's K and V once and streams Q and dO in tiles of 64 rows
+# through a ring; two consumer warpgroups of 64 keys each, which compute `Sᵀ = K Qᵀ` and
+# `dPᵀ = V dOᵀ`, then `dV += Pᵀ dO` and `dK += dSᵀ Q` with Pᵀ and dSᵀ fed from registers. For
+# `dQ = dS K` a consumer needs dS, the transpose of what it holds: it writes dSᵀ to shared memory,
+# where a `warpgroup_mma` reads it transposed (at D = 128 each consumer computes half of dQ's columns
+# over both consumers' keys, and two mbarriers hand the dSᵀ buffers between them). Then the consumer
+# writes its dQ tile to shared memory and issues one TMA reduction, `cp.reduce.async.bulk.tensor`,
+# which adds the tile into the float32 dQ in global memory while the consumer goes on to the next
+# tile; two buffers each, so that a tile is written while the one before is still being added.
+#
+# The first version added dQ with `gl.atomic_add` from registers, as the lesson's kernel does, and was
+# slower than the lesson's kernel at every shape. Timed while it was written (on both GPUs; not in the
+# record), the same kernel with the adds left out, its dQ wrong, was about as fast as cuDNN or faster:
+# the adds, not the matrix multiplies, were most of what it lost. Moving them to the TMA gave the
+# record below (`tests/gpu_gluon_backward_check.py`: dQ, dK and dV against autograd through float32
+# attention over lengths no tile divides, several heads and batches, causal and full, D = 64 and
+# 128; then the backward alone, causal, beside the lesson's, lesson 06's and cuDNN's, as CUDA-graph
+# replays):
+
+# %%
+BACKWARD_COLUMNS = [("lesson 10: attention_backward", "lesson 10"),
+                    ("lesson 06: flash_backward (two kernels)", "lesson 06"), ("Gluon backward", "Gluon")]
+backward_runs = course.gluon_backward_recorded()
+if not backward_runs:
+    print("Not recorded yet: `python tests/gpu_gluon_backward_check.py` on a Hopper GPU records it.")
+for gpu, record in backward_runs.items():
+    print(f"{gpu} ({record['date']}, torch {record['torch']}, triton {record['triton']}): "
+          f"{len(record['cases']) - len(record['failed'])} of {len(record['cases'])} checks passed")
+    print(f"  {'backward alone, causal':24}{'cuDNN ms':>9}  | {'÷ cuDNN':^{10 * len(BACKWARD_COLUMNS)}}")
+    print(f"  {'':24}{'':9}  | " + "".join(f"{name:>10}" for _, name in BACKWARD_COLUMNS))
+    for t in record["timings"]:
+        cudnn = next(ms for name, ms in t["ms"].items() if name.startswith("cuDNN"))
+        shape = f"D{t['group'].rsplit('_d', 1)[1]} {t['label']}"
+        print(f"  {shape:24}{cudnn:9.3f}  | "
+              + "".join(f"{cudnn / t['ms'][key]:10.2f}" for key, _ in BACKWARD_COLUMNS))
+
+# %% [markdown]
+# Read the Gluon column against the lesson's. From N = 4,096 on, at both head sizes and on both GPUs,
+# it is ahead: the same arithmetic, with the adds handed to the TMA and the loads to a warp of their
+# own. At N = 1,024 it is level with the lesson's at D = 128 and behind it at D = 64, and nowhere is it
+# at cuDNN's speed. What is left is in how the adds are made: the consumer still writes each dQ tile
+# to shared memory and waits at two barriers of its warpgroup before the reduction can start.
+# FlashAttention-3 gives the reductions a warp of their own, and adds into a dQ buffer laid out tile by
+# tile, so that each reduction is one contiguous block of memory; then a small kernel converts it to
+# float16 rows. The course's kernel does neither yet.
+#
 # ### From Python: the launch bill
 #
 # Every table above is graph replays, the GPU's time. A training step calls these functions from

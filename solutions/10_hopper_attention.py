@@ -388,6 +388,13 @@ def gluon_recorded():
     return lesson09.recorded("10_hopper_attention_gluon")
 
 
+def gluon_backward_recorded():
+    """{GPU name: tests/gpu_gluon_backward_check.py's record}: the Gluon backward
+    (solutions/gluon_attention_backward.py) checked on that GPU and timed beside this lesson's backward,
+    lesson 06's and cuDNN's."""
+    return lesson09.recorded("10_hopper_attention_gluon_backward")
+
+
 def causal_mean_tiles(n, rows=192, block_n=128):
     """The key tiles a causal block of `rows` query rows walks (its last warpgroup's walk, up to its last
     row), on average over the blocks of a sequence of n."""
@@ -666,11 +673,13 @@ def _graphable(fn):
 
 
 def _backward_benchmarks(sdpa):
-    """The backward alone, causal: lesson 10's one kernel, lesson 06's two (both from lesson 10's saved
-    out and lse), and each SDPA backend's backward from its own forward, run once beforehand. Each is
-    timed as CUDA-graph replays of the backward only."""
+    """The backward alone, causal: lesson 10's one kernel, lesson 06's two and the Gluon kernel (all from
+    lesson 10's saved out and lse), and each SDPA backend's backward from its own forward, run once
+    beforehand. Each is timed as CUDA-graph replays of the backward only."""
     from helpers.bench import Bench
+    from helpers.solutions import ROOT, load_module
 
+    gluon = load_module(ROOT / "solutions" / "gluon_attention_backward.py")
     for D in (128, 64):
         for B, N in ((16, 1024), (4, 4096), (1, 16384)):
             q, k, v, dout = (torch.randn(B, 16, N, D, device="cuda", dtype=torch.float16) for _ in range(4))
@@ -681,6 +690,9 @@ def _backward_benchmarks(sdpa):
                      "lesson 06: flash_backward (two kernels)":
                          lambda q=q, k=k, v=v, out=out, lse=lse, dout=dout:
                              lesson06.flash_backward(q, k, v, out, lse, dout, True)}
+            if torch.cuda.get_device_capability() == (9, 0):   # the Gluon kernel is written for Hopper
+                impls["Gluon backward"] = lambda q=q, k=k, v=v, out=out, lse=lse, dout=dout: (
+                    gluon.gluon_attention_backward(q, k, v, out, lse, dout, True))
             for name, fn in sdpa.items():
                 leaves = [t.clone().requires_grad_() for t in (q, k, v)]
                 # The forward on a side stream: autograd runs each backward op on its forward's stream,

@@ -1,5 +1,5 @@
-"""On a Hopper GPU: check and time the Gluon attention backward (solutions/gluon_attention_backward.py,
-work in progress for issue 29). Not a pytest module: run it as a script,
+"""On a Hopper GPU: check and time the Gluon attention backward (solutions/gluon_attention_backward.py).
+Not a pytest module: run it as a script,
 
     timeout 600 python tests/gpu_gluon_backward_check.py
 
@@ -7,13 +7,17 @@ work in progress for issue 29). Not a pytest module: run it as a script,
    inputs (atol 2e-2, as for float16 attention elsewhere in the course), with out and lse from lesson
    10's forward, over shapes at the edges: one query tile, N not a multiple of 64 or 128, several
    heads and batches (a head reading its neighbour's rows would show), causal and full, D 64 and 128.
-2. Speed: the backward alone, causal, at make bench's shapes (lesson 10's _backward_benchmarks), as
-   CUDA-graph replays beside lesson 10's and lesson 06's Triton backwards and cuDNN's.
-Results go to $OUT/gluon_attention_backward_gpu.json when OUT is set.
+2. Speed: the backward alone, causal, as `make bench` times it (lesson 10's _backward_benchmarks, which
+   holds the Gluon kernel beside lesson 10's and lesson 06's Triton backwards and cuDNN's), as CUDA-graph
+   replays.
+Results go to helpers/recorded/10_hopper_attention_gluon_backward/<gpu>.json, where lesson 10 reads them
+(and to $OUT/gluon_attention_backward_gpu.json when OUT is set).
 """
 
+import datetime
 import json
 import os
+import pathlib
 import sys
 import traceback
 
@@ -26,6 +30,10 @@ from helpers.solutions import ROOT, load_module, load_solution
 CASES = [(1, 1, 64, 64, True), (1, 2, 128, 64, True), (2, 3, 1000, 64, True), (2, 3, 1000, 64, False),
          (1, 4, 2048, 64, False), (1, 2, 128, 128, True), (2, 3, 1000, 128, True), (2, 3, 1000, 128, False),
          (2, 2, 200, 128, False), (1, 4, 2048, 128, True)]
+
+
+def case_name(B, H, N, D, causal):
+    return f"B{B} H{H} N{N} D{D} {'causal' if causal else 'full'}"
 
 
 def say(*args):
@@ -44,7 +52,7 @@ def check(backward, lesson10):
         torch.manual_seed(0)
         q, k, v, dout = (torch.randn(B, H, N, D, device="cuda", dtype=torch.float16) for _ in range(4))
         out, lse = lesson10.attention(q, k, v, causal)
-        case = f"B{B} H{H} N{N} D{D} {'causal' if causal else 'full'}"
+        case = case_name(B, H, N, D, causal)
         try:
             got = backward.gluon_attention_backward(q, k, v, out, lse, dout, causal)
             want = reference(q, k, v, dout, causal)
@@ -60,16 +68,14 @@ def check(backward, lesson10):
     return failed
 
 
-def bench(backward, lesson10):
+def bench(lesson10):
     from torch.nn.attention import SDPBackend
 
     rows = []
     sdpa = {"cuDNN (SDPA)": lesson10.lesson06._sdpa(SDPBackend.CUDNN_ATTENTION)}
     for b in lesson10._backward_benchmarks(sdpa):
-        q, k, v, out, lse, dout = b.impls["lesson 10: attention_backward"].__defaults__
-        impls = {**b.impls, "Gluon backward (work in progress)":
-                 lambda: backward.gluon_attention_backward(q, k, v, out, lse, dout, True)}
-        times = {name: measure(fn, graph=True) for name, fn in impls.items()}
+        # make bench's impls (lesson 10's own list holds the Gluon backward)
+        times = {name: measure(fn, graph=True) for name, fn in b.impls.items()}
         cudnn = next((ms for name, ms in times.items() if name.startswith("cuDNN")), None)
         ratio = (lambda ms: f" ({cudnn / ms:.2f} x cuDNN)") if cudnn else (lambda ms: "")
         say(b.group, b.label, "; ".join(f"{name}: {ms:.3f} ms{ratio(ms)}" for name, ms in times.items()))
@@ -81,13 +87,22 @@ def bench(backward, lesson10):
 def main():
     backward = load_module(ROOT / "solutions" / "gluon_attention_backward.py")
     lesson10 = load_solution("10")
+    from helpers.bench import slug
+
     device = torch.cuda.get_device_name()
-    say(device, "torch", torch.__version__, "triton", __import__("triton").__version__)
+    record = {"device": device, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+              "triton": __import__("triton").__version__}
+    say(device, "torch", record["torch"], "triton", record["triton"])
     failed = check(backward, lesson10)
-    record = {"device": device, "failed": failed, "timings": [] if failed else bench(backward, lesson10)}
+    record.update(cases=[case_name(*case) for case in CASES], failed=failed,
+                  timings=[] if failed else bench(lesson10))
+    paths = [ROOT / "helpers" / "recorded" / "10_hopper_attention_gluon_backward" / f"{slug(device)}.json"]
     if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "gluon_attention_backward_gpu.json"), "w") as f:
-            json.dump(record, f, indent=1)
+        paths.append(pathlib.Path(os.environ["OUT"]) / "gluon_attention_backward_gpu.json")
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        say(f"wrote {path}")
     sys.exit(1 if failed else 0)
 
 
