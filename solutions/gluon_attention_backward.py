@@ -1,4 +1,4 @@
-"""A FlashAttention-3-style attention backward for Hopper (sm_90), written in Gluon: work in progress.
+"""A FlashAttention-3-style attention backward for Hopper (sm_90), written in Gluon.
 
 What it computes is lesson 10's `attention_backward`: given q, k, v (B, H, N, D) float16, the forward's
 out and lse, and dout, it returns dq, dk, dv. How the work is laid out is FlashAttention-3's at D = 128:
@@ -17,12 +17,13 @@ out and lse, and dout, it returns dq, dk, dv. How the work is laid out is FlashA
 * dQ is added into a float32 buffer by the TMA engine, as FlashAttention-3 does: the consumer writes
   its dQ tile to shared memory (two buffers each) and issues one TMA reduction, which adds the tile
   into global memory while the consumer goes on. (Lesson 10's Triton kernel adds with atomics from
-  registers; here that cost about a third of the time: issue 29's closing note has the figures.)
+  registers; in this kernel's first version those adds were most of what it lost to cuDNN.)
 
-Status (issue 29; not yet in a lesson): on an H100 and an H200 (Triton 3.6) it gives the reference's
-gradients on every shape checked, and at N = 4096 it is faster than lesson 10's Triton backward, but
-below cuDNN's. Without the dQ reduction it would outrun cuDNN: adding dQ is what is left to make
-cheaper (FlashAttention-3 gives it a warp of its own, and adds into a tile-major buffer).
+Lesson 10 prints its record (tests/gpu_gluon_backward_check.py, on an H100 and an H200): the reference's
+gradients on every shape checked; from N = 4096 on, faster than lesson 10's Triton backward, but below
+cuDNN's. Timed with the adds left out (dQ wrong) it was about as fast as cuDNN or faster: adding dQ is
+what is left to make cheaper (FlashAttention-3 gives the reductions a warp of their own, and adds into
+a tile-major buffer).
 
 Importing this module needs no GPU; compile_for_hopper builds the kernel for sm_90 on the host.
 Gluon kernels do not run under Triton's CPU interpreter.
