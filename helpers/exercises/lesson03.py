@@ -432,7 +432,13 @@ def _grade_timer(fn, kernel_ms, n_buffers, seed, reps=None):
     # (where each launch after the first reading was timed alone, between two readings of its own: no
     # launch outside the figure, such as one that flushes the cache, is among the runs)
     rank = _rank_of_run(got, runs) if gpu.clock_reads == 2 * len(runs) else None
-    if rank is not None and not 0.45 <= rank <= 0.55:   # even within 10%: one run, not a middle one
+    lo, hi = 0.45, 0.55
+    if reps is not None and len(runs) > reps:
+        # a timer that timed its warm-up too and left those runs out: the median of the `reps` it kept
+        # is one of the middle `extra + 1` runs of all it timed
+        extra, last = len(runs) - reps, len(runs) - 1
+        lo, hi = min(lo, (reps - 1) / 2 / last), max(hi, ((reps - 1) / 2 + extra) / last)
+    if rank is not None and not lo <= rank <= hi:   # even within 10%: one run, not a middle one
         raise CheckFailed(f"{what}: the time of one of its {len(runs)} runs, and not the middle one: "
                           f"{rank:.0%} of the way from the fastest to the slowest. Sort the per-run times "
                           f"and return the median (statistics.median does both).")
