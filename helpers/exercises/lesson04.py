@@ -6,7 +6,8 @@ CPU; on a GPU, 256 j - 1 with j odd, so that every power-of-two block up to 256 
 row or column past the end (a missing mask writes into the check's guard band, not further), and
 the last group of tile rows is a short one. The matmuls run once more with their autotuner given
 tiles of 32 x 64 x 16: the CPU's tiles are 64 x 64 x 64, where BLOCK_M, BLOCK_N and BLOCK_K mixed
-up give the right values.
+up give the right values. For the same reason add_2d's kernel runs once more with tiles of 16 x 64,
+then 64 x 16: its launcher passes BLOCK_M = BLOCK_N.
 """
 
 import random
@@ -15,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, rerun_with_config
+from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, rerun, rerun_with_config
 from helpers.exercises.lesson02 import fused
 
 
@@ -64,6 +65,48 @@ def _add_2d_cases():
         cases.append(Case(f"{big_m}x{big_n} bfloat16, both contiguous",
                           tuple(randn(big_m, big_n, dtype=torch.bfloat16) for _ in range(2))))
     return cases
+
+
+ADD_2D_ARGS = ["x_ptr", "y_ptr", "out_ptr", "M", "N", "stride_xm", "stride_xn", "stride_ym", "stride_yn",
+               "stride_om", "stride_on", "BLOCK_M", "BLOCK_N"]   # the notebook's add_2d_kernel
+
+
+def _add_2d_unequal_blocks(fn):
+    """A structure check: the add_2d_kernel beside fn (in its globals, as a notebook cell's function finds
+    it) launched once more in the interpreter with tiles of 16 x 64, then 64 x 16, on a (70, 100) float32
+    x + y, y a transposed view. The launcher passes BLOCK_M = BLOCK_N, where a kernel that uses one where
+    the other belongs gets every case right. With the smaller block along a dimension, such a kernel's
+    tiles leave part of it unwritten (with the larger one they overlap, and the values stay right: hence
+    the two runs). Where fn has no such kernel, or one of another signature (a design of the learner's
+    own), there is nothing to run."""
+    import contextlib
+
+    import triton
+
+    kernel = getattr(fn, "__globals__", {}).get("add_2d_kernel")
+    if list(getattr(kernel, "arg_names", ())) != ADD_2D_ARGS:   # not the notebook's signature: leave it
+        return None
+    M, N = 70, 100
+    x = torch.randn(M, N, device=DEVICE)
+    y = torch.randn(N, M, device=DEVICE).t()
+    why = (" The launcher passes BLOCK_M = BLOCK_N, so a kernel that uses one where the other belongs gets "
+           "every case right. Check each use: the rows (offs_m) go with program_id(0) and BLOCK_M, the "
+           "columns (offs_n) with program_id(1) and BLOCK_N.")
+    for bm, bn in ((16, 64), (64, 16)):
+        def launch(x, y, bm=bm, bn=bn):
+            out = torch.full((M, N), float("nan"), device=DEVICE)
+            kernel[(triton.cdiv(M, bm), triton.cdiv(N, bn))](
+                x, y, out, M, N, x.stride(0), x.stride(1), y.stride(0), y.stride(1), out.stride(0),
+                out.stride(1), BLOCK_M=bm, BLOCK_N=bn)
+            return out
+
+        where = (f"launched once more with BLOCK_M, BLOCK_N = {bm}, {bn} (a grid of cdiv(M, {bm}) x "
+                 f"cdiv(N, {bn}) programs, into an output filled with NaN) on a ({M}, {N}) float32 x + y, "
+                 f"y a transposed view, in the interpreter, your add_2d_kernel")
+        problem = rerun(contextlib.nullcontext(), launch, (x, y), x + y, where, why)
+        if problem:
+            return problem
+    return None
 
 
 # ---------------------------------------------------------------- grouped_order
@@ -228,7 +271,7 @@ EXERCISES = [
     # The launcher allocates a contiguous output ("the result is contiguous"): one allocated like x would
     # keep a transposed x's layout.
     Exercise("04", "add_2d", "x + y over strided 2-D views", add_2d_reference, _add_2d_cases, kernel=True,
-             contiguous_output=True),
+             contiguous_output=True, structure=_add_2d_unequal_blocks),
     Exercise("04", "grouped_order", "grouped tile order", grouped_order_reference, _grouped_order_cases,
              run=_every_program, reference_in_float64=False),
     Exercise("04", "matmul", "tiled matmul with tl.dot", matmul_reference, _matmul_cases, kernel=True,

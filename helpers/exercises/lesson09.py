@@ -193,23 +193,28 @@ _OTHER_HERE = (" The lesson's tile on this device is {tile}, and every other cas
 def _with_unequal_blocks(fn, *programs):
     """None, or a message: fn(a, b, *programs) run in the interpreter with course.TMA_TILE set for the
     call to a tile of three sizes other than the lesson's (UNEQUAL_TILE where the lesson's is square, a
-    GPU's; OTHER_TILE where it is the CPU's), against a @ b. A (70, 40) @ (40, 136) product: its last row
-    and column of tiles cut by C's edge, and its last step along K partial."""
+    GPU's; OTHER_TILE where it is the CPU's), against a @ b. A (600, 40) @ (40, 136) product: its last row
+    and column of tiles cut by C's edge, its last step along K partial, and more rows of tiles (10 or 19)
+    than a group of the launchers' GROUP_M = 8: tile_coords uses the count of tile columns only past the
+    first group; the CPU's other cases have one group at most, and a GPU's run at a square tile: a count
+    of tile columns made with BLOCK_M shows here alone."""
     from helpers.solutions import load_solution
 
     course = load_solution("09")
     lesson_tile = tuple(course.TMA_TILE)
     square = lesson_tile[0] == lesson_tile[1]
     other = UNEQUAL_TILE if square or lesson_tile != UNEQUAL_TILE else OTHER_TILE
-    M, K, N = 70, 40, 136
+    M, K, N = 600, 40, 136
     a, b = _operands(M, K, N, F32)
     tile = " x ".join(map(str, other))
     where = (f"with course.TMA_TILE set to {tile} (BLOCK_M, BLOCK_N, BLOCK_K) for one ({M}, {K}) @ ({K}, "
              f"{N}) float32 product, run in the interpreter, your function")
     why = (_SQUARE_HERE if square else _OTHER_HERE).format(tile=" x ".join(map(str, lesson_tile)))
-    # columns of tiles counted with BLOCK_M: tiles past C's last column (_past_the_last_tile)
+    # a persistent walk's columns of tiles counted with BLOCK_M: tiles past C's last column
+    # (_past_the_last_tile). With one program per tile (no `programs`) a program sent past the last tile
+    # leaves one of C's tiles unwritten: the values say so, in words that fit a kernel without a walk.
     return rerun(_tile_set(course, other), fn, (a, b, *programs), a @ b, where, why, names=("C",),
-                 each_launch=_past_the_last_tile)
+                 each_launch=_past_the_last_tile if programs else None)
 
 
 @contextlib.contextmanager

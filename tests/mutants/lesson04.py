@@ -13,6 +13,8 @@ from mutants import Right, Wrong, edit
 _X_LOAD = "x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_n[None, :] * stride_xn, mask=mask)"
 _Y_LOAD = "y = tl.load(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, mask=mask)"
 _ADD_MASK = "mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)\n    x = tl.load("
+_ROWS = "offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)"
+_COLUMNS = "offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)"
 
 WRONG = [
     Wrong("add_2d", "pure PyTorch, no kernel", lambda x, y: x + y),
@@ -35,6 +37,12 @@ WRONG = [
                          "    out = torch.empty_like(x)\n"))),
     Wrong("add_2d", "one tile too few each way (M // BLOCK)", edit(
         "04", "add_2d", ("grid = (triton.cdiv(M, BLOCK), triton.cdiv(N, BLOCK))", "grid = (M // BLOCK, N // BLOCK)"))),
+    # BLOCK_M and BLOCK_N mixed up: the launcher passes them equal, so only the check's launch of the
+    # kernel with unequal blocks (16 x 64, then 64 x 16) sees these
+    Wrong("add_2d", "the row offsets sized and stepped by BLOCK_N", edit(
+        "04", "add_2d", (_ROWS, "offs_m = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)"))),
+    Wrong("add_2d", "the column offsets stepped by BLOCK_M", edit(
+        "04", "add_2d", (_COLUMNS, "offs_n = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_N)"))),
 ]
 
 # ---------------------------------------------------------------- grouped_order

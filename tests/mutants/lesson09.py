@@ -93,6 +93,12 @@ WRONG = [
     Wrong("tma_matmul", "the tile's column offset pid_n * BLOCK_M", launched_as_in_the_notebook(edit(
         "09", "tma_matmul_kernel", ("pid_n * BLOCK_N\n    acc = tl.zeros((BLOCK_M, BLOCK_N)",
                                     "pid_n * BLOCK_M\n    acc = tl.zeros((BLOCK_M, BLOCK_N)")))),
+    # tile_coords uses the count of tile columns only past the first group of GROUP_M tile rows: the CPU's
+    # cases have one group at most, a GPU's a square tile; only the check's product with another tile and
+    # more tile rows than a group sees this
+    Wrong("tma_matmul", "the columns of tiles counted with BLOCK_M", launched_as_in_the_notebook(edit(
+        "09", "tma_matmul_kernel", ("tl.cdiv(N, BLOCK_N), GROUP_M)\n    off_m, off_n",
+                                    "tl.cdiv(N, BLOCK_M), GROUP_M)\n    off_m, off_n")))),
     Wrong("tma_matmul", "the K loop stops one step early", edit(
         "09", "tma_matmul", (TMA_K_LOOP, TMA_K_LOOP.replace("range(0, K, BLOCK_K)", "range(0, K - BLOCK_K, BLOCK_K)")))),
     Wrong("tma_matmul", "the K loop over whole tiles only: the partial last step skipped", edit(
