@@ -299,18 +299,34 @@ def _backward_case(B, H, N, D, dtype, scale, strided, why, causal, with_scale, s
     return Case(label, (q, k, v, out, lse, dout), kwargs, hint=hint)
 
 
+# Said after a failure of the far-below-zero case run with full attention. The dQ kernel's keys past N
+# load as zeros, and their share dS K is 0 however large dS is, unless dS is inf: the scores of those
+# keys are 0, and exp2(0 - lse2) is inf once the lse is below about -88.
+FAR_KEYS_HINT = ("This case is full attention, and rows 1, 3, 5, ... score every key near -120, so their "
+                 "lse is that low too. A key past n_ctx loads as zeros and scores 0, and exp2(0 - lse2) "
+                 "overflows to inf; its K row being 0 does not help (inf * 0 is NaN). Hide the keys past "
+                 "n_ctx with -inf in the scores (MASK == \"keys\") before the exponential, as the forward "
+                 "does.")
+
+
 def _backward_cases(saved=True, gradients=2):
     """The kernel sizes for the backward: causal every other case and the strided one (whose lse then
     differs from row to row: at N(0, 1) scores every full row's lse is near log N, and float16's
     tolerance hid a kernel that read lse's rows in the wrong order), and a random sm_scale in all but
-    the large-score case and one causal one (so that causal cases meet both). On a GPU, the kernels' own
-    exercises (saved=True) end with a case past 2**31 elements per tensor; attention_backward
-    (saved=False) grades the wiring of those same kernels through autograd, and has none."""
+    the large-score case and one causal one (so that causal cases meet both); then the far-below-zero
+    case once more, full (FAR_KEYS_HINT). On a GPU, the kernels' own exercises (saved=True) end with a
+    case past 2**31 elements per tensor; attention_backward (saved=False) grades the wiring of those
+    same kernels through autograd, and has none."""
     cases = []
     for i, spec in enumerate(KERNEL_SPECS):
         strided = spec[6]
         cases.append(_backward_case(*spec, causal=i % 2 == 1 or strided,
                                     with_scale=i % 4 != 3 and spec[5] == 1.0, saved=saved))
+    # The FAR case above is causal, where the diagonal's mask hides the keys past N too; in full
+    # attention only the "keys" mask does.
+    far = next(spec for spec in KERNEL_SPECS if spec[5] == FAR)
+    cases.append(_backward_case(*far, causal=False, with_scale=False, saved=saved))
+    cases[-1].hint = FAR_KEYS_HINT
     cases += [_backward_large_sums_case(saved), _dq_large_sums_case(saved)]
     if saved and ON_GPU:
         cases.append(later("past 2**31 elements per tensor", lambda: backward_past_int32_case(gradients)))

@@ -294,6 +294,13 @@ WRONG = [
     Wrong("flash_backward_dq", "diagonal tiles not masked", edit(
         "06", "flash_backward_dq", ("offs_m, start_m, hi, n_ctx, qk_scale,\n                         HEAD_DIM, BLOCK_N, \"causal\")",
                                     "offs_m, start_m, hi, n_ctx, qk_scale,\n                         HEAD_DIM, BLOCK_N, \"keys\")"))),
+    Wrong("flash_backward_dq", "keys past N loaded as 0 but not masked in the scores: exp2(0 - lse) is inf "
+          "where the lse is far below zero, and inf * 0 is NaN", edit(
+        "06", "flash_backward_dq", ("        if MASK == \"keys\":\n            s = tl.where(offs_n[None, :] < n_ctx, s, float(\"-inf\"))\n"
+                                    "        if MASK == \"causal\":\n"
+                                    "            s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        p = tl.exp2",
+                                    "        if MASK == \"causal\":\n"
+                                    "            s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        p = tl.exp2"))),
     Wrong("flash_backward_dq", "P = exp2(S) / exp2(lse): both underflow when the lse is far below zero", edit(
         "06", "flash_backward_dq", ("p = tl.exp2(s * qk_scale - lse2[:, None])", "p = tl.exp2(s * qk_scale) / tl.exp2(lse2[:, None])"))),
     Wrong("flash_backward_dq", "lse used in natural-log units by exp2", edit(
