@@ -13,6 +13,9 @@ methods (and the launch that runs the grid), which gives us:
 * a traffic record: bytes loaded and stored by each launch, masked lanes
   excluded, how many of those bytes a tensor descriptor moved (`desc.load`,
   `desc.store`), and, when asked, which elements each program touched;
+* masked-off lanes of a `tl.load` without `other=` read NaN (floating point), not the interpreter's
+  zeros: on a GPU they hold whatever the registers held, and a kernel that needs zeros there must say
+  so with `other=0.0`;
 * a launch count (on a GPU too), so `check` can tell whether a Triton kernel ran,
   and the progress of the running launch, so a time-out can tell a slow kernel
   from an endless one.
@@ -242,14 +245,26 @@ def _program_scoped(args, kwargs):
     return getattr(scope, "name", str(scope)).upper().endswith("CTA")
 
 
+def _undefined_lanes(loaded, mask):
+    """What a GPU gives the masked-off lanes of a tl.load without `other=`: whatever its registers held.
+    Triton's interpreter gives zeros, with which a kernel that needs zeros there (a sum, a dot) would
+    wrongly pass: floating-point lanes read NaN here instead, which shows wherever they are used. (A
+    tensor descriptor's load does give zeros past the tensor's edge, on a GPU too: it keeps them.)"""
+    if np.issubdtype(loaded.data.dtype, np.floating):
+        loaded.data[~np.broadcast_to(mask.data, loaded.data.shape)] = np.nan
+
+
 def _wrap_builder(builder_cls):
     load, store = builder_cls.create_masked_load, builder_cls.create_masked_store
     cas, rmw = builder_cls.create_atomic_cas, builder_cls.create_atomic_rmw
 
     # Every load and store, plain, atomic or through a tensor descriptor, ends in one of these.
-    def create_masked_load(self, ptrs, mask, *args, **kwargs):
+    def create_masked_load(self, ptrs, mask, other, *args, **kwargs):
         _check_and_count(ptrs, mask, "loaded", arg_store=False)
-        return load(self, _untagged(ptrs), mask, *args, **kwargs)
+        loaded = load(self, _untagged(ptrs), mask, other, *args, **kwargs)
+        if other is None and not _State.in_descriptor:
+            _undefined_lanes(loaded, mask)
+        return loaded
 
     def create_masked_store(self, ptrs, value, mask, *args, **kwargs):
         _check_and_count(ptrs, mask, "stored", arg_store=True)

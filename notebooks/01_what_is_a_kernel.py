@@ -82,7 +82,8 @@ print(y)   # printing needs the values, so the host waits for the device here
 # A masked-off lane of `tl.load` still holds *some* value in the block, and it is undefined. When the
 # code goes on to use those lanes (a sum over the block, a maximum), say what they should hold with
 # `other=`: `tl.load(x_ptr + offs, mask=mask, other=0.0)` fills them with zeros. A copy never uses
-# them, so it needs no `other`.
+# them, so it needs no `other`. (Triton's interpreter gives zeros there; the course has it give NaN
+# instead, as good as undefined, so that a missing `other=` shows on the CPU too.)
 
 # %%
 @triton.jit

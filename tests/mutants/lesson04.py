@@ -115,6 +115,11 @@ _MAINLOOP_SLIPS = {
 }
 
 WRONG += [
+    # Triton's interpreter gives masked-off lanes zeros; a GPU gives whatever its registers held.
+    # helpers.interpreter makes them NaN, so that the padding a dot needs must be asked for (other=0.0)
+    Wrong("matmul", "masked loads without other=0.0: the padding past K is undefined on a GPU", edit(
+        "04", "matmul", ("(offs_k[None, :] < k_left), other=0.0)", "(offs_k[None, :] < k_left))"),
+        ("(offs_n[None, :] < N), other=0.0)", "(offs_n[None, :] < N))"))),
     Wrong("matmul", "pure PyTorch, no kernel", lambda a, b: a @ b),
     Wrong("matmul", "the output converted to float16 whatever C's dtype", edit(
         "04", "matmul", ("tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)",
