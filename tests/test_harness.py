@@ -342,14 +342,16 @@ def test_a_slow_kernel_is_told_apart_from_an_endless_one(monkeypatch):
 
     @triton.jit
     def one_per_program(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        i = tl.program_id(0)
+        i = tl.program_id(0) % n   # one element per program, each element 50 times over
         tl.store(out_ptr + i, tl.load(x_ptr + i) + tl.load(y_ptr + i))
 
     def slow(x, y):
         x, y = x.contiguous(), y.contiguous()
         out = torch.empty_like(x)
-        for _ in range(50):  # a thousand-fold slower than it should be
-            one_per_program[(x.numel(),)](x, y, out, x.numel(), BLOCK=1)
+        # tens of thousands of programs a launch, few launches: the limit strikes inside a launch, not
+        # between two (where, with fifty short launches, CI once met it: "outside any kernel")
+        for _ in range(3):
+            one_per_program[(50 * x.numel(),)](x, y, out, x.numel(), BLOCK=1)
         return out
     with pytest.raises(KernelTimeout, match="slow, not stuck"):
         check("vector_add", slow)
