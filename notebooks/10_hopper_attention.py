@@ -1066,18 +1066,30 @@ for gpu in hopper:
 # which adds the tile into the float32 dQ in global memory while the consumer goes on to the next
 # tile; two buffers each, so that a tile is written while the one before is still being added.
 #
+# Within a tile, a consumer waits for its matrix multiplies one at a time. wgmma groups complete in
+# the order they were issued, so `warpgroup_mma_wait(1, ...)` means "all but the last one issued":
+# the consumer issues Sᵀ and dPᵀ, waits for Sᵀ and computes the exponentials while dPᵀ runs; issues
+# dV, waits for dPᵀ and computes dSᵀ while dV runs; issues dQ and then dK, waits for dQ and sends it
+# to shared memory and the TMA while dK runs. Only at the end of the tile does it wait for everything
+# (a wgmma still in flight at the loop's back edge makes ptxas serialise them all, as in the forward).
+#
 # The first version added dQ with `gl.atomic_add` from registers, as the lesson's kernel does, and was
-# slower than the lesson's kernel at every shape. Timed while it was written (on both GPUs; not in the
-# record), the same kernel with the adds left out, its dQ wrong, was about as fast as cuDNN or faster:
-# the adds, not the matrix multiplies, were most of what it lost. Moving them to the TMA gave the
-# record below (`tests/gpu_gluon_backward_check.py`: dQ, dK and dV against autograd through float32
-# attention over lengths no tile divides, several heads and batches, causal and full, D = 64 and
-# 128; then the backward alone, causal, beside the lesson's, lesson 06's and cuDNN's, as CUDA-graph
-# replays):
+# slower than the lesson's kernel at every shape. The record below is the present version
+# (`tests/gpu_gluon_backward_check.py`: dQ, dK and dV against autograd through float32 attention over
+# lengths no tile divides, several heads and batches, causal and full, D = 64 and 128; then the
+# backward alone, causal, beside the lesson's, lesson 06's and cuDNN's, as CUDA-graph replays). Its
+# last column is the same kernel once more with its TMA reductions left out, `add_dq=False`, dQ
+# wrong: a measurement of what the adds cost, not a backward. A GPU whose record has no such column
+# was recorded with the kernel's earlier version, which waited for all its matrix multiplies at once:
 
 # %%
+def cudnn_ms(timing):
+    return next(ms for name, ms in timing["ms"].items() if name.startswith("cuDNN"))
+
+
 BACKWARD_COLUMNS = [("lesson 10: attention_backward", "lesson 10"),
-                    ("lesson 06: flash_backward (two kernels)", "lesson 06"), ("Gluon backward", "Gluon")]
+                    ("lesson 06: flash_backward (two kernels)", "lesson 06"), ("Gluon backward", "Gluon"),
+                    ("Gluon, dQ adds left out", "no adds")]
 backward_runs = course.gluon_backward_recorded()
 if not backward_runs:
     print("Not recorded yet: `python tests/gpu_gluon_backward_check.py` on a Hopper GPU records it.")
@@ -1087,20 +1099,32 @@ for gpu, record in backward_runs.items():
     print(f"  {'backward alone, causal':24}{'cuDNN ms':>9}  | {'÷ cuDNN':^{10 * len(BACKWARD_COLUMNS)}}")
     print(f"  {'':24}{'':9}  | " + "".join(f"{name:>10}" for _, name in BACKWARD_COLUMNS))
     for t in record["timings"]:
-        cudnn = next(ms for name, ms in t["ms"].items() if name.startswith("cuDNN"))
+        cudnn = cudnn_ms(t)
         shape = f"D{t['group'].rsplit('_d', 1)[1]} {t['label']}"
         print(f"  {shape:24}{cudnn:9.3f}  | "
-              + "".join(f"{cudnn / t['ms'][key]:10.2f}" for key, _ in BACKWARD_COLUMNS))
+              + "".join(f"{cudnn / t['ms'][key]:10.2f}" if key in t["ms"] else f"{'-':>10}"
+                        for key, _ in BACKWARD_COLUMNS))
+    gains = [(t["ms"]["Gluon backward"] - t["ms"]["Gluon, dQ adds left out"]) / t["ms"]["Gluon backward"]
+             for t in record["timings"] if "Gluon, dQ adds left out" in t["ms"]]
+    if gains:
+        below = sum(t["ms"]["Gluon, dQ adds left out"] > cudnn_ms(t) for t in record["timings"])
+        print(f"  the adds took {100 * min(gains):.0f}-{100 * max(gains):.0f}% of the Gluon kernel's time; "
+              f"without them it is still slower than cuDNN at {below} of {len(gains)} shapes")
 
 # %% [markdown]
-# Read the Gluon column against the lesson's. From N = 4,096 on, at both head sizes and on both GPUs,
-# it is ahead: the same arithmetic, with the adds handed to the TMA and the loads to a warp of their
-# own. At N = 1,024 it is level with the lesson's at D = 128 and behind it at D = 64, and nowhere is it
-# at cuDNN's speed. What is left is in how the adds are made: the consumer still writes each dQ tile
-# to shared memory and waits at two barriers of its warpgroup before the reduction can start.
-# FlashAttention-3 gives the reductions a warp of their own, and adds into a dQ buffer laid out tile by
-# tile, so that each reduction is one contiguous block of memory; then a small kernel converts it to
-# float16 rows. The course's kernel does neither yet.
+# Read the Gluon column against the lesson's and cuDNN's. From N = 4,096 on it is the fastest of
+# the course's backwards at both head sizes; at N = 1,024 it is level with the lesson's at D = 128 and
+# behind it at D = 64; and nowhere is it at cuDNN's speed. Then read the last column against the
+# Gluon one, and the line under the table: leaving the adds out closes part of the gap, and at most
+# shapes the kernel is still slower than cuDNN without them. Handing the adds to the TMA made them
+# cheap; most of what is left is in each tile's own work. Two causes can be read off without a GPU.
+# At D = 128 a consumer holds dK and dV, 64 × 128 float32 each: 128 of a thread's 240 registers,
+# beside the tile's scores, and ptxas spills (`tests/test_gluon_compile.py` compiles the kernel and
+# says so). And at D = 128 the two consumers meet at the dSᵀ handshake on every tile, so neither can
+# run ahead of the other: their exponentials fall at the same time, and the tensor cores wait for
+# both. FlashAttention-3 lays its D = 128 backward out differently (its warpgroups split the query
+# rows of Sᵀ and the head dimension of dK and dV, with P and dS passed through shared memory); the
+# course's kernel keeps the forward's split by keys.
 #
 # ### From Python: the launch bill
 #

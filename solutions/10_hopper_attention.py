@@ -672,10 +672,11 @@ def _graphable(fn):
         return False
 
 
-def _backward_benchmarks(sdpa):
+def _backward_benchmarks(sdpa, adds_left_out=False):
     """The backward alone, causal: lesson 10's one kernel, lesson 06's two and the Gluon kernel (all from
     lesson 10's saved out and lse), and each SDPA backend's backward from its own forward, run once
-    beforehand. Each is timed as CUDA-graph replays of the backward only."""
+    beforehand. Each is timed as CUDA-graph replays of the backward only. adds_left_out: also the Gluon
+    kernel without its dQ reductions (dQ wrong; tests/gpu_gluon_backward_check.py records it)."""
     from helpers.bench import Bench
     from helpers.solutions import ROOT, load_module
 
@@ -693,6 +694,9 @@ def _backward_benchmarks(sdpa):
             if torch.cuda.get_device_capability() == (9, 0):   # the Gluon kernel is written for Hopper
                 impls["Gluon backward"] = lambda q=q, k=k, v=v, out=out, lse=lse, dout=dout: (
                     gluon.gluon_attention_backward(q, k, v, out, lse, dout, True))
+                if adds_left_out:
+                    impls["Gluon, dQ adds left out"] = lambda q=q, k=k, v=v, out=out, lse=lse, dout=dout: (
+                        gluon.gluon_attention_backward(q, k, v, out, lse, dout, True, add_dq=False))
             for name, fn in sdpa.items():
                 leaves = [t.clone().requires_grad_() for t in (q, k, v)]
                 # The forward on a side stream: autograd runs each backward op on its forward's stream,

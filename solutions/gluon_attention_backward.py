@@ -17,13 +17,16 @@ out and lse, and dout, it returns dq, dk, dv. How the work is laid out is FlashA
 * dQ is added into a float32 buffer by the TMA engine, as FlashAttention-3 does: the consumer writes
   its dQ tile to shared memory (two buffers each) and issues one TMA reduction, which adds the tile
   into global memory while the consumer goes on. (Lesson 10's Triton kernel adds with atomics from
-  registers; in this kernel's first version those adds were most of what it lost to cuDNN.)
+  registers; this kernel's first version did too, and was slower than this one at every shape.)
+* a consumer waits for its wgmmas one at a time, in the order it issued them, so that each wait leaves
+  the last one issued running: the exponentials run while dP^T is computed, dS^T while dV is, and
+  dQ's trip through shared memory while dK is.
 
-Lesson 10 prints its record (tests/gpu_gluon_backward_check.py, on an H100 and an H200): the reference's
-gradients on every shape checked; from N = 4096 on, faster than lesson 10's Triton backward, but below
-cuDNN's. Timed with the adds left out (dQ wrong) it was about as fast as cuDNN or faster: adding dQ is
-what is left to make cheaper (FlashAttention-3 gives the reductions a warp of their own, and adds into
-a tile-major buffer).
+Lesson 10 prints its record (tests/gpu_gluon_backward_check.py): the reference's gradients on every
+shape checked, and the backward alone beside cuDNN's, lesson 10's and lesson 06's, and beside this
+kernel with its dQ reductions left out (add_dq=False). It is below cuDNN's speed; leaving the
+reductions out closes only part of the gap, so most of what is left is in each tile's own work (at
+D = 128 ptxas spills registers, and the two consumers meet at the dS^T handshake on every tile).
 
 Importing this module needs no GPU; compile_for_hopper builds the kernel for sm_90 on the host.
 Gluon kernels do not run under Triton's CPU interpreter.
@@ -104,7 +107,7 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, 
 def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, q_smem, do_smem,
            ready, empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, t_lo, t_hi, offs_n, n_ctx, qk_scale,
            sm_scale, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, MASK: gl.constexpr,
-           CAUSAL: gl.constexpr):
+           CAUSAL: gl.constexpr, ADD_DQ: gl.constexpr):
     """Query tiles t_lo .. t_hi - 1 past this warpgroup's 64 keys (offs_n): dK and dV accumulate in
     registers, dQ is added into the float32 buffer dq_desc describes."""
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -126,6 +129,8 @@ def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, 
         mbarrier.wait(ready.index(slot), (t // NUM_STAGES) & 1)
         q = q_smem.index(slot)
         do = do_smem.index(slot)
+        # wgmma groups complete in the order they were issued: each wait below leaves the last one
+        # issued running while this warpgroup computes with what the others gave
         s_token = warpgroup_mma(k, q.permute((1, 0)), gl.zeros([64, 64], gl.float32, S_LAYOUT), use_acc=False,
                                 is_async=True)
         dp_token = warpgroup_mma(v, do.permute((1, 0)), gl.zeros([64, 64], gl.float32, S_LAYOUT),
@@ -134,16 +139,16 @@ def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, 
         offs_m = start_m + gl.arange(0, 64, gl.SliceLayout(0, S_LAYOUT))
         lse2 = gl.load(lse_ptr + row_base + offs_m, mask=offs_m < n_ctx, other=float("inf")) * LOG2E
         delta = gl.load(delta_ptr + row_base + offs_m, mask=offs_m < n_ctx, other=0.0)
-        sT, dpT = warpgroup_mma_wait(0, deps=[s_token, dp_token])
+        sT = warpgroup_mma_wait(1, deps=[s_token])       # S^T is done; dP^T may still run
         pT = gl.exp2(sT * qk_scale - lse2[None, :])
         if MASK:
             keep = (offs_n[:, None] < n_ctx) & (offs_m[None, :] >= 0)
             if CAUSAL:
                 keep = keep & (offs_m[None, :] >= offs_n[:, None])
             pT = gl.where(keep, pT, 0.0)
+        dv = warpgroup_mma(gl.convert_layout(pT.to(gl.float16), A_LAYOUT), do, dv, is_async=True)
+        dpT = warpgroup_mma_wait(1, deps=[dp_token])     # dP^T is done; dV may still run
         ds16 = (pT * (dpT - delta[None, :])).to(gl.float16)
-        dv_token = warpgroup_mma(gl.convert_layout(pT.to(gl.float16), A_LAYOUT), do, dv, is_async=True)
-        dk_token = warpgroup_mma(gl.convert_layout(ds16, A_LAYOUT), q, dk, is_async=True)
         if DQ_BY_COLUMNS:
             # dQ[:, col0 : col0 + 64] = dS K[:, those columns] over both warpgroups' keys: wait until the
             # other consumer is done reading the dS^T buffers (tile t - 1), write ours, wait for theirs
@@ -152,40 +157,45 @@ def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, 
             fence_async_shared()
             mbarrier.arrive(ds_full, count=1)
             mbarrier.wait(ds_full, t & 1)
-            dq_token = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(0).slice(col0, 64, dim=1),
-                                     gl.zeros([64, 64], gl.float32, DQ_LAYOUT), use_acc=False, is_async=True)
-            dq_token = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(1).slice(col0, 64, dim=1),
-                                     dq_token, is_async=True)
-            dv, dk, dq = warpgroup_mma_wait(0, deps=[dv_token, dk_token, dq_token])
-            mbarrier.arrive(ds_free, count=1)
+            dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(0).slice(col0, 64, dim=1),
+                               gl.zeros([64, 64], gl.float32, DQ_LAYOUT), use_acc=False, is_async=True)
+            dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(1).slice(col0, 64, dim=1), dq,
+                               is_async=True)
         else:
             # this warpgroup's 64 keys' share of every column
             ds_smem.index(WG).store(ds16)
             fence_async_shared()
             sync_warpgroup()
-            dq_token = warpgroup_mma(ds_smem.index(WG).permute((1, 0)), k,
-                                     gl.zeros([64, DQ_COLS], gl.float32, DQ_LAYOUT), use_acc=False,
-                                     is_async=True)
-            dv, dk, dq = warpgroup_mma_wait(0, deps=[dv_token, dk_token, dq_token])
-        mbarrier.arrive(empty.index(slot), count=1)    # Q and dO of this slot are read
-        # dQ through shared memory, added into global memory by one TMA reduction (rows past N, in the
-        # next head's rows, add zeros: their dS is 0). Buffer t % BUFFERS was last read by the
-        # reduction of tile t - BUFFERS: the thread that issued it waits until it has read it, the
-        # others wait for that thread.
+            dq = warpgroup_mma(ds_smem.index(WG).permute((1, 0)), k,
+                               gl.zeros([64, DQ_COLS], gl.float32, DQ_LAYOUT), use_acc=False, is_async=True)
+        dk = warpgroup_mma(gl.convert_layout(ds16, A_LAYOUT), q, dk, is_async=True)
+        dq = warpgroup_mma_wait(1, deps=[dq])            # dV and dQ are done; dK may still run
+        if DQ_BY_COLUMNS:
+            mbarrier.arrive(ds_free, count=1)            # this consumer has read both dS^T buffers
+        # While dK runs: dQ through shared memory, added into global memory by one TMA reduction (rows
+        # past N, in the next head's rows, add zeros: their dS is 0). Buffer t % BUFFERS was last read
+        # by the reduction of tile t - BUFFERS: the thread that issued it waits until it has read it,
+        # the others wait for that thread.
         tma.store_wait(BUFFERS - 1)
         sync_warpgroup()
         buffer = dq_smem.index(WG * BUFFERS + t % BUFFERS)
         buffer.store(dq * sm_scale)
         fence_async_shared()
         sync_warpgroup()
-        tma_add(dq_desc, [row_base + start_m, col0], buffer)
+        if ADD_DQ:
+            tma_add(dq_desc, [row_base + start_m, col0], buffer)
+        # nothing in flight past this point: a wgmma still writing registers at the loop's back edge
+        # would make ptxas serialise every wgmma (see the forward's _attend_tiles_overlapped)
+        dk, dv = warpgroup_mma_wait(0, deps=[dk, dv])
+        mbarrier.arrive(empty.index(slot), count=1)      # Q and dO of this slot are read
     return dk, dv
 
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, kv_ready,
               ready, empty, dq_desc, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale,
-              sm_scale, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+              sm_scale, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+              ADD_DQ: gl.constexpr):
     """Keys start_n + 64*WG .. + 63: their dK and dV, and their part of dQ."""
     S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, 64, 16])
@@ -199,10 +209,10 @@ def _consumer(WG: gl.constexpr, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_ful
     mbarrier.wait(kv_ready, 0)
     dk, dv = _tiles(WG, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, q_smem, do_smem, ready,
                     empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, 0, n_masked, offs_n, n_ctx, qk_scale,
-                    sm_scale, HEAD_DIM, NUM_STAGES, True, CAUSAL)
+                    sm_scale, HEAD_DIM, NUM_STAGES, True, CAUSAL, ADD_DQ)
     dk, dv = _tiles(WG, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, q_smem, do_smem, ready,
                     empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, n_masked, n_tiles, offs_n, n_ctx,
-                    qk_scale, sm_scale, HEAD_DIM, NUM_STAGES, False, CAUSAL)
+                    qk_scale, sm_scale, HEAD_DIM, NUM_STAGES, False, CAUSAL, ADD_DQ)
     offs_k = key0 + gl.arange(0, 64, gl.SliceLayout(1, ACC_LAYOUT))
     offs_d = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, ACC_LAYOUT))
     offsets = (row_base + offs_k).to(gl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
@@ -216,7 +226,8 @@ def _consumer(WG: gl.constexpr, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_ful
 def gluon_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_ptr, dv_ptr, lse_ptr,
                                     delta_ptr, n_ctx, qk_scale, sm_scale, HEAD_DIM: gl.constexpr,
                                     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                                    CONSUMER_REGS: gl.constexpr, DQ_BUFFERS: gl.constexpr):
+                                    CONSUMER_REGS: gl.constexpr, DQ_BUFFERS: gl.constexpr,
+                                    ADD_DQ: gl.constexpr = True):
     """Grid (cdiv(N, 128), B*H). q/k/v/do_desc: host TMA descriptors over the (B*H*N, D) float16 views,
     boxes of 64 rows; dq_desc over the float32 dQ buffer (zeroed), boxes of 64 rows and 64 columns.
     dk_ptr, dv_ptr (B*H*N, D) float16; lse_ptr, delta_ptr (B*H*N,) float32."""
@@ -243,10 +254,10 @@ def gluon_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk
     gl.warp_specialize([
         (_consumer, (0, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, kv_ready, ready,
                      empty, dq_desc, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale,
-                     sm_scale, HEAD_DIM, NUM_STAGES, CAUSAL)),
+                     sm_scale, HEAD_DIM, NUM_STAGES, CAUSAL, ADD_DQ)),
         (_consumer, (1, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, kv_ready, ready,
                      empty, dq_desc, dk_ptr, dv_ptr, lse_ptr, delta_ptr, row_base, start_n, n_ctx, qk_scale,
-                     sm_scale, HEAD_DIM, NUM_STAGES, CAUSAL)),
+                     sm_scale, HEAD_DIM, NUM_STAGES, CAUSAL, ADD_DQ)),
         (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_ready, ready, empty,
                      row_base, start_n, n_ctx, HEAD_DIM, NUM_STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, forward.PRODUCER_REGS])
@@ -282,9 +293,12 @@ def dq_descriptor(dq):
     return TensorDescriptor.from_tensor(dq.view(-1, dq.shape[-1]), [64, 64], layout)
 
 
-def gluon_attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, num_stages=None):
+def gluon_attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, num_stages=None,
+                             add_dq=True):
     """(dq, dk, dv) of attention(q, k, v, causal) given dout, out and lse (natural log) from the forward:
-    lesson 10's attention_backward, with this kernel. delta = rowsum(dO * O) by lesson 06's kernel."""
+    lesson 10's attention_backward, with this kernel. delta = rowsum(dO * O) by lesson 06's kernel.
+    add_dq=False is for measuring only: the kernel does all its work but the TMA reductions, and dq
+    comes back zero (lesson 10 times it to show what adding dQ costs)."""
     assert q.dim() == 4 and q.shape == k.shape == v.shape == out.shape == dout.shape, "all (B, H, N, D)"
     assert q.dtype == k.dtype == v.dtype == dout.dtype == torch.float16, "float16 inputs"
     B, H, N, D = q.shape
@@ -297,7 +311,7 @@ def gluon_attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=Non
     gluon_attention_backward_kernel[(triton.cdiv(N, 128), B * H)](
         *descriptors(q, k, v, dout), dq_descriptor(dq), dk, dv, lse, delta, N, sm_scale * LOG2E.value,
         sm_scale, HEAD_DIM=D, NUM_STAGES=num_stages or stages(D), CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS,
-        DQ_BUFFERS=DQ_BUFFERS, num_warps=4, maxnreg=MAXNREG)
+        DQ_BUFFERS=DQ_BUFFERS, ADD_DQ=add_dq, num_warps=4, maxnreg=MAXNREG)
     return dq.to(q.dtype), dk, dv
 
 
@@ -312,7 +326,8 @@ def compile_for_hopper(head_dim, causal, num_stages=None):
                  "dk_ptr": "*fp16", "dv_ptr": "*fp16", "lse_ptr": "*fp32", "delta_ptr": "*fp32",
                  "n_ctx": "i32",
                  "qk_scale": "fp32", "sm_scale": "fp32", "HEAD_DIM": "constexpr", "NUM_STAGES": "constexpr",
-                 "CAUSAL": "constexpr", "CONSUMER_REGS": "constexpr", "DQ_BUFFERS": "constexpr"}
+                 "CAUSAL": "constexpr", "CONSUMER_REGS": "constexpr", "DQ_BUFFERS": "constexpr",
+                 "ADD_DQ": "constexpr"}
     constexprs = {"HEAD_DIM": head_dim, "NUM_STAGES": num_stages or stages(head_dim), "CAUSAL": causal,
-                  "CONSUMER_REGS": CONSUMER_REGS, "DQ_BUFFERS": DQ_BUFFERS}
+                  "CONSUMER_REGS": CONSUMER_REGS, "DQ_BUFFERS": DQ_BUFFERS, "ADD_DQ": True}
     return forward.compile_gluon_for_hopper(gluon_attention_backward_kernel, signature, constexprs, MAXNREG)

@@ -9,7 +9,8 @@ Not a pytest module: run it as a script,
    heads and batches (a head reading its neighbour's rows would show), causal and full, D 64 and 128.
 2. Speed: the backward alone, causal, as `make bench` times it (lesson 10's _backward_benchmarks, which
    holds the Gluon kernel beside lesson 10's and lesson 06's Triton backwards and cuDNN's), as CUDA-graph
-   replays.
+   replays; and the Gluon kernel once more with its dQ reductions left out (dQ wrong), which says what
+   adding dQ costs.
 Results go to helpers/recorded/10_hopper_attention_gluon_backward/<gpu>.json, where lesson 10 reads them
 (and to $OUT/gluon_attention_backward_gpu.json when OUT is set).
 """
@@ -69,8 +70,9 @@ def bench(lesson10):
 
     rows = []
     sdpa = {"cuDNN (SDPA)": lesson10.lesson06._sdpa(SDPBackend.CUDNN_ATTENTION)}
-    for b in lesson10._backward_benchmarks(sdpa):
-        # make bench's impls (lesson 10's own list holds the Gluon backward)
+    for b in lesson10._backward_benchmarks(sdpa, adds_left_out=True):
+        # make bench's impls (lesson 10's own list holds the Gluon backward), and the Gluon kernel with
+        # its dQ reductions left out
         times = {name: measure(fn, graph=True) for name, fn in b.impls.items()}
         cudnn = next((ms for name, ms in times.items() if name.startswith("cuDNN")), None)
         ratio = (lambda ms: f" ({cudnn / ms:.2f} x cuDNN)") if cudnn else (lambda ms: "")
