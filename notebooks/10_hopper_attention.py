@@ -1117,14 +1117,15 @@ for gpu, record in backward_runs.items():
 # behind it at D = 64; and nowhere is it at cuDNN's speed. Then read the last column against the
 # Gluon one, and the line under the table: leaving the adds out closes part of the gap, and at most
 # shapes the kernel is still slower than cuDNN without them. Handing the adds to the TMA made them
-# cheap; most of what is left is in each tile's own work. Two causes can be read off without a GPU.
+# cheap; most of what is left is in each tile's own work. Two suspects can be read off without a GPU.
 # At D = 128 a consumer holds dK and dV, 64 × 128 float32 each: 128 of a thread's 240 registers,
 # beside the tile's scores, and ptxas spills (`tests/test_gluon_compile.py` compiles the kernel and
 # says so). And at D = 128 the two consumers meet at the dSᵀ handshake on every tile, so neither can
-# run ahead of the other: their exponentials fall at the same time, and the tensor cores wait for
-# both. FlashAttention-3 lays its D = 128 backward out differently (its warpgroups split the query
-# rows of Sᵀ and the head dimension of dK and dV, with P and dS passed through shared memory); the
-# course's kernel keeps the forward's split by keys.
+# run ahead of the other: their exponentials tend to fall at the same time, when neither has a
+# matrix multiply for the tensor cores. The split itself is not what separates the kernels:
+# FlashAttention-3's causal backward at D = 128 on Hopper splits the work the same way (tiles of 64
+# query rows against 128 keys, two warpgroups that divide the keys for Sᵀ, dP, dK and dV and dQ's
+# columns between them, P and dS fed to dV and dK from registers).
 #
 # ### From Python: the launch bill
 #
