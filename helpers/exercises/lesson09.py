@@ -18,7 +18,9 @@
 Beyond the values, each check measures what the lesson teaches, with the interpreter's record of
 every load and store (on a GPU too, on small inputs): the bytes a tensor descriptor moved, the
 programs a launch ran, which elements each stored, how many tiles each program stored (no program
-more than its share, cdiv(tiles, programs)), and how often each residual element was read.
+more than its share, cdiv(tiles, programs)), whether a program stored a tile wholly past the output
+(those products fill their tiles exactly, so that a count of tiles one too many shows), and how often
+each residual element was read.
 `tma_matmul` and `persistent_matmul` run one more product in the interpreter with another tile of
 three sizes: 32 x 64 x 16 where the lesson's tile is square (a GPU's 128 x 128), so that BLOCK_M and
 BLOCK_N mixed up show there too, and 64 x 32 x 32 where the lesson's is the CPU's 32 x 64 x 16, so
@@ -139,7 +141,9 @@ def _tma_cases():
              (_odd(33, 95), *sizes((40, 100), (40, 100), F16), F16, plain,
               "float16 inputs, float32 accumulation"),
              (_odd(9, 31), *sizes((70, 130), (8, 24), F16), F16, plain, "N narrower than a tile"),
-             (*pick((64, 128, 64), (256, 256, 256)), F16, plain, "sizes that are multiples of the blocks"),
+             # two rows and two columns of tiles, none cut: a count of tiles made as M // BLOCK_M + 1
+             # (one too many where M fills its tiles) sends tile_coords' programs to the wrong tiles
+             (*pick((64, 128, 128), (256, 256, 256)), F16, plain, "sizes that are multiples of the blocks"),
              (_odd(33, 63), *sizes((40, 100), (40, 100), F32), F32, a_view,
               "A is a column slice of a wider matrix: rows K + 16 values apart"),
              (_odd(33, 63), *sizes((40, 100), (40, 100), F16), F16, b_view,
@@ -339,12 +343,16 @@ def _each_tile_once(fn):
     stores more than its share of the tiles, or a tile past the last; and the product right with
     another tile of unequal blocks (_with_unequal_blocks).
 
-    C has more tiles than programs at any tile up to 128 x 128 (a launcher that caps the grid at the
+    C is 3 x 3 of the lesson's tiles: more tiles than programs (a launcher that caps the grid at the
     number of tiles still launches `programs` programs), and a number of tiles that `programs` does not
-    divide (45 or 50 at the CPU's 32 x 64 tiles, 9 at 128 x 128): a walk that runs on past the last tile
-    has a tile to show for it."""
+    divide: a walk that runs on past the last tile has a tile to show for it. No tile is cut by C's
+    edge (the value cases cut them): a count of tiles made as M // BLOCK_M + 1, one too many there,
+    walks a row of tiles past the last."""
+    from helpers.solutions import load_solution
+
     programs = 4
-    M, K, N = _odd(257, 299), 24, 264
+    block_m, block_n, _ = load_solution("09").TMA_TILE
+    M, K, N = 3 * block_m, 24, 3 * block_n
     a, b = _operands(M, K, N, F32)
     launches, problem = _recorded(lambda a, b: fn(a, b, programs), a, b, touches=True)
     if problem:
@@ -466,9 +474,11 @@ def _epilogue_structure(fn):
     once (its loads are found by the elements they cover, whatever the kernel names its argument)."""
     # more output tiles than SMS, even at 256 x 256 tiles: one program per tile is then told apart from
     # a persistent grid (on a GPU 132 SMs: about 3,000 x 3,000 outputs, run through the interpreter)
-    # an odd number of tiles on the CPU (3 x 3 at 64 x 128), one that 132 does not divide on a GPU: a walk
-    # that runs on past the last tile has a tile to show for it
-    M, N = pick((_odd(129, 191), _aligned(260, 300, F32)), (_odd(3073, 3199), _aligned(3080, 3200, F32)))
+    # an odd number of tiles on the CPU (3 x 3 at 64 x 128), one that 132 does not divide on a GPU (at
+    # every configuration's tile): a walk that runs on past the last tile has a tile to show for it.
+    # M and N multiples of every configuration's blocks (the value cases cut the edge tiles): a count of
+    # tiles made as M // BLOCK_M + 1, one too many there, walks past the last tile
+    M, N = pick((3 * 64, 3 * 128), (3072, 3072))
     K = _aligned(40, 72, F32)
     h, w, s, r = _linear_operands(M, K, N, F32, True, True, True)
     launches, problem = _recorded(fn, h, w, s, r, touches=True)

@@ -26,8 +26,8 @@
 Beyond the values, each check measures what the lesson teaches, with the interpreter's record of
 every load and store (on a GPU too, on small inputs):
 1. every byte moved through a tensor descriptor, the bytes of K read against the causal count (tiles
-   right of the diagonal skipped), no N x N tensor, V's loads in V's own storage (no copy), and the
-   block rule: run with 16 query rows and
+   right of the diagonal skipped), no N x N tensor, V's loads in V's own storage (no copy), no copy
+   of q, k or the output beside the kernel, and the block rule: run with 16 query rows and
    tiles of 32 keys, the kernel must refuse to compile (`tl.static_assert`) or still be right; and
    run with 32 query rows and tiles of 16 keys it must be right (on a GPU the autotuner may choose
    square blocks for every case, where BLOCK_M and BLOCK_N mixed up give the right values);
@@ -61,6 +61,7 @@ from helpers.exercises import (
     tuned_over,
 )
 from helpers.exercises.lesson05 import PAST_INT32, SOFTMAX_TOL, int32_hint, past_int32_case
+from helpers.traffic import EagerWork, source_line
 
 F16, F32 = torch.float16, torch.float32
 NEG_INF = float("-inf")
@@ -302,11 +303,12 @@ def _causal_structure(fn):
         _, problem = _calling(fn, q, k, v)      # flush buffer): the first call stays outside the meter
         if problem:
             return problem
-    with _LargestNew((q, k, v)) as largest:
+    with _LargestNew((q, k, v)) as largest, EagerWork() as eager:
         launches, problem = _recorded(fn, q, k, v, touches=True)
     if problem:
         return problem
-    where = f"at N = {N}, D = {D}, {H} heads, your kernel"
+    size = f"at N = {N}, D = {D}, {H} heads"
+    where = f"{size}, your kernel"
     if largest.nbytes >= N * N * 2:               # half an N x N matrix of float32
         return (f"{where} made a tensor that grows as N x N ({largest.what}). The scores live one tile "
                 f"at a time in the kernel's registers; nothing of size N x N is ever stored.")
@@ -341,7 +343,28 @@ def _causal_structure(fn):
                 f"of the projection's columns that V views (rows {s_n} values apart). Pass v itself, with "
                 f"its strides, to a descriptor over its slice; a copy into another layout (.contiguous()) "
                 f"is the extra read and write this kernel exists to remove.")
-    return _block_rule(fn) or _unequal_blocks(fn)
+    return _copied_beside(eager, size) or _block_rule(fn) or _unequal_blocks(fn)
+
+
+_COPIES = {"clone": ".contiguous() or .clone()", "_to_copy": ".to()", "copy_": "copy_"}
+
+
+def _copied_beside(eager, size):
+    """A message if the learner's Python ran PyTorch on tensor data beside the kernel, at the structure's
+    size (q, k, v all strided, two heads): a copy of q or k, or the output written in another layout and
+    copied into the one returned. check() itself watches only its smallest case with a strided input (one
+    head there, q contiguous), where such copies do not run."""
+    from helpers.check import FILLS  # here: helpers.check imports this module
+
+    for line, ops in eager.found.items():
+        ops = list(dict.fromkeys(_COPIES.get(op.name, op.name) for op in ops if op.name not in FILLS))
+        if ops:
+            return (f"{size}, your function ran PyTorch's {', '.join(ops)} at {source_line(line)}. Every "
+                    f"copy reads and writes a whole tensor once more: the traffic this kernel exists to "
+                    f"remove. Pass q, k and v as they are, with their strides, and let the kernel store "
+                    f"straight into the (B, N, H, D) output you return, through the strides of its "
+                    f"(B, H, N, D) view.")
+    return None
 
 
 def _unequal_blocks(fn):
@@ -718,10 +741,12 @@ def _run_ring(fn, num_stages, n_tiles):
 
 
 def _ring_table_problem(table, stages):
-    """A message if the table is not (slot, parity, parity) of ints, slots in the ring, parities 0 or 1."""
+    """A message if the table is not (slot, parity, parity) of ints, slots in the ring, parities 0 or 1
+    (a parity may be a bool, as `use % 2 == 0` gives: Python's True and False are the ints 1 and 0)."""
     for j, row in enumerate(table):
         if not (isinstance(row, (tuple, list)) and len(row) == 3
-                and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in row)):
+                and isinstance(row[0], (int, np.integer)) and not isinstance(row[0], bool)
+                and all(isinstance(v, (int, np.integer, np.bool_)) for v in row[1:])):
             return (f"ring_waits({j}, {stages}) returned {row!r}: return three ints, "
                     f"(slot, ready_parity, empty_parity).")
         slot, ready, empty = (int(v) for v in row)

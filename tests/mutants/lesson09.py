@@ -69,6 +69,7 @@ def device_side(a, b, a_desc=True, b_desc=True, c_desc=True, b_row_stride=None):
 TMA_K_LOOP = ("    for k in range(0, K, BLOCK_K):\n"
               "        a = a_desc.load([off_m, k])            # (BLOCK_M, BLOCK_K)")
 TMA_GRID = "    grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)"
+TMA_COORDS = "    pid_m, pid_n = tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)"
 TMA_OUT = "    c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n    BM, BN, BK = TMA_TILE\n    grid ="
 
 WRONG = [
@@ -107,6 +108,11 @@ WRONG = [
         "09", "tma_matmul", (TMA_GRID, TMA_GRID.replace("triton.cdiv(N, BN)", "N // BN")))),
     Wrong("tma_matmul", "C allocated in float32, whatever the inputs' dtype", edit(
         "09", "tma_matmul", (TMA_OUT, TMA_OUT.replace("dtype=a.dtype", "dtype=torch.float32")))),
+    # one tile too many each way only where M and N fill their tiles: the case of sizes that are multiples
+    # of the blocks, with two columns of tiles, where tile_coords then skips some of C's tiles
+    Wrong("tma_matmul", "the tile counts as M // BLOCK_M + 1 and N // BLOCK_N + 1, not cdiv", edit(
+        "09", "tma_matmul", (TMA_COORDS, TMA_COORDS.replace("tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)",
+                                                            "M // BLOCK_M + 1, N // BLOCK_N + 1")))),
     Wrong("tma_matmul", "the running sum kept in C's dtype (float16 for float16 inputs)", edit(
         "09", "tma_matmul", ("    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n    for k in range(0, K, BLOCK_K):\n"
                              "        a = a_desc.load",
@@ -174,6 +180,12 @@ WRONG += [
             " * tl.num_programs(0), tl.num_programs(0)):"))),
     Wrong("persistent_matmul", "program 0 walks every tile, the other programs none", edit(
         "09", "persistent_matmul", (LOOP, "    for tile in range(tl.program_id(0) * num_pid_m * num_pid_n, num_pid_m * num_pid_n):"))),
+    # the values stay right (the extra tiles lie past C's edges); the structure check's product, a whole
+    # number of tiles each way, shows the walk past the last tile
+    Wrong("persistent_matmul", "the tile counts as M // BLOCK_M + 1 and N // BLOCK_N + 1, not cdiv", edit(
+        "09", "persistent_matmul", (
+            "    num_pid_m = tl.cdiv(M, BLOCK_M)\n    num_pid_n = tl.cdiv(N, BLOCK_N)\n    for tile in range(",
+            "    num_pid_m = M // BLOCK_M + 1\n    num_pid_n = N // BLOCK_N + 1\n    for tile in range("))),
     Wrong("persistent_matmul", "C allocated in float32, whatever the inputs' dtype", edit(
         "09", "persistent_matmul", (PERSISTENT_OUT, PERSISTENT_OUT.replace("dtype=a.dtype", "dtype=torch.float32")))),
 ]
@@ -303,6 +315,10 @@ WRONG += [
         "09", "linear", (RESIDUAL, "            acc = acc + 0.5 * r_desc.load([off_m, off_n]).to(tl.float32)\n"
                                    "            acc = acc + 0.5 * r_desc.load([off_m, off_n]).to(tl.float32)\n"))),
     Wrong("linear", "the residual added by a second kernel, the output stored twice", residual_in_a_second_kernel),
+    # as persistent_matmul's: right values, a walk past the last tile where M and N fill their tiles
+    Wrong("linear", "the tile count as (M // BLOCK_M + 1) * (N // BLOCK_N + 1), not cdiv", edit(
+        "09", "linear", ("    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)",
+                         "    n_tiles = (M // BLOCK_M + 1) * (N // BLOCK_N + 1)"))),
 ]
 
 RIGHT += [

@@ -91,6 +91,15 @@ CAUSAL_WRONG = [
     Wrong("causal_attention", "V copied into a contiguous tensor first", edit(
         "10", "causal_attention", ("    out = q.new_empty((B, N, H, D))\n",
                                    "    v = v.contiguous()\n    out = q.new_empty((B, N, H, D))\n"))),
+    Wrong("causal_attention", "K copied into a contiguous tensor first", edit(
+        "10", "causal_attention", ("    out = q.new_empty((B, N, H, D))\n",
+                                   "    k = k.contiguous()\n    out = q.new_empty((B, N, H, D))\n"))),
+    Wrong("causal_attention", "the output written as a contiguous (B, H, N, D) tensor, then copied into (B, N, H, D)",
+          edit("10", "causal_attention",
+               ("    out = q.new_empty((B, N, H, D))\n", "    out = q.new_empty((B, H, N, D))\n"),
+               ("    o = out.transpose(1, 2)                                # the (B, H, N, D) view the kernel "
+                "writes through\n", "    o = out\n"),
+               ("HEAD_DIM=D)\n    return out\n", "HEAD_DIM=D)\n    return out.transpose(1, 2).contiguous()\n"))),
 ]
 
 CAUSAL_RIGHT = [
@@ -289,6 +298,8 @@ RING_WRONG = [
 RING_RIGHT = [
     Right("ring_waits", "bit operations, and the slots in another order",
           lambda j, s: ((j + 1) % s, (j // s) & 1, ((j // s) & 1) ^ 1)),
+    Right("ring_waits", "the producer's parity as a bool: 1 while the slot's use is even",
+          lambda j, s: (j % s, (j // s) % 2, (j // s) % 2 == 0)),
 ]
 
 WRONG = CAUSAL_WRONG + RING_WRONG + BACKWARD_WRONG + SOFTMAX_WRONG
