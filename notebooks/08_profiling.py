@@ -362,7 +362,8 @@ for cat in ("cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gp
 #   (Python's `<` on strings).
 #
 # The check uses every GPU's recorded traces and hand-made ones: driver-API launches, nested
-# operators, two CPU threads, a GPU far behind the CPU, a Triton kernel launched from Python, ties.
+# operators, two CPU threads, a GPU far behind the CPU, a Triton kernel launched from Python, a
+# custom operator (not named `aten::`), ties.
 
 # %% tags=["exercise"]
 def gpu_time_by_op(events):

@@ -196,7 +196,8 @@ print("q view:", tuple(q_view.shape), "strides", q_view.stride(), "contiguous:",
 # - write the outputs contiguous, (B, H, N, D); the kernel is not given D, only `half` (D = 2 · half):
 #   head `bh` starts at `bh * seq * 2 * half`, a position's row is `2 * half` values long, and its
 #   second half starts `half` values in;
-# - compute in float32, store in the output's dtype (`qo_ptr.dtype.element_ty`);
+# - compute in float32, store in the output's dtype (`qo_ptr.dtype.element_ty`): in float16 the
+#   check holds the outputs to half a unit in the last place, one rounding, at the store;
 # - mask both the positions past `seq` and the lanes past `half`: D/2 need not be a power of two;
 # - offsets pass 2³¹ at real sizes: `offs_pos * sq_n` as soon as N · 3d does (a row of the
 #   projection is 3d values long: at d = 4096, from N = 174,763 on), and `b * sq_b` at large batches.
@@ -387,7 +388,9 @@ verdicts(swiglu, "course: one matmul, SiLU*mul epilogue",
 #
 # The check's cases include MLP gates of about ±150 (SiLU's exponential overflows at both tails) and a
 # batch whose every attention score is near -150 (each exponential underflows unless the row's
-# maximum is subtracted): a SiLU or an attention of your own meets its edges here too.
+# maximum is subtracted): a SiLU or an attention of your own meets its edges here too. One case's
+# `cfg.eps` is not the default, with tokens so small that eps sets the norms' scale: both norms take
+# `cfg.eps`.
 #
 # Once the values are right, the check holds the forward to the plan: exactly eight Triton launches,
 # and nothing from PyTorch but views (`view`, `transpose`, slicing, a `reshape` that needs no copy) and

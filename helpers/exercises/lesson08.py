@@ -310,6 +310,18 @@ def _idle_cases():
     back_to_back[3], back_to_back[7] = back_to_back[7], back_to_back[3]
     cases.append(Case("no gaps at all: back to back, a memset among the kernels (the answer is 0)",
                       (back_to_back,)))
+    # a memset opens the step (a buffer zeroed before the kernels that add into it) and a device copy
+    # closes it
+    edged = _random_kernels(r, 12, r.sample(_NAMES, 4), start=r.uniform(300, 900), shuffle=False)
+    opens = min(k["start_us"] for k in edged) - round(r.uniform(10, 40), 3)
+    closes = max(k["start_us"] + k["dur_us"] for k in edged) + round(r.uniform(10, 40), 3)
+    edged += [{"name": _COPIES["gpu_memset"], "cat": "gpu_memset", "start_us": round(opens, 3), "dur_us": 2.0,
+               "stream": 7},
+              {"name": _COPIES["gpu_memcpy"], "cat": "gpu_memcpy", "start_us": round(closes, 3),
+               "dur_us": round(r.uniform(5, 60), 3), "stream": 7}]
+    r.shuffle(edged)
+    cases.append(Case("a memset opens the step and a device copy closes it (the span runs from the first "
+                      "event to the last, whatever their kind)", (edged,)))
     return cases
 
 
@@ -376,6 +388,19 @@ def _explain_idle(out, expected):
          "it ends the timeline where the last kernel to start ends; a kernel that started earlier can end "
          "later (here one does). The span ends at the latest end of any kernel."),
     ]
+    kernels_span = ("it takes the span from the first kernel's start or to the last kernel's end, leaving "
+                    "out the memset or the copy at an end of this step. Copies and memsets keep the GPU busy "
+                    "as kernels do: the span runs from the first event's start to the last event's end, "
+                    "whatever their kind.")
+    if has_copies:   # the span taken from the kernels alone, at one end or both; the busy time from all
+        k_first = min(k["start_us"] for k in kernels_only)
+        k_last = max(k["start_us"] + k["dur_us"] for k in kernels_only)
+        for a, b in ((k_first, last), (first, k_last), (k_first, k_last)):
+            if (a, b) != (first, last) and b > a:
+                clipped = [{**k, "start_us": max(a, k["start_us"]),
+                            "dur_us": max(0.0, min(b, k["start_us"] + k["dur_us"]) - max(a, k["start_us"]))}
+                           for k in kernels]
+                mistakes += [(1 - covered / (b - a), kernels_span) for covered in (busy, busy_us(clipped))]
     for value, why in mistakes:
         if value is not None and _close(answer, value):
             return f"your idle share is {answer:.6g}: {why}"
@@ -399,15 +424,16 @@ NO_OP = "(no operator)"   # GPU events whose launch is not in the trace, or lies
 
 
 def _charge(events, launches=LAUNCHES, work=GPU_WORK, operators=("cpu_op",), via="launch", pick="innermost",
-            same_thread=True, time_of="gpu", orphans=True):
+            same_thread=True, time_of="gpu", orphans=True, named=""):
     """GPU time per operator. The defaults are the spec; each other value is a slip `explain` names:
     which launch categories count, which GPU events, which events are operators, whether the operator
     is found around the launch or around the GPU event's own start, the innermost or the outermost
-    one, on the launch's thread or any, whose duration is summed, and whether unattributed events are
-    kept under NO_OP."""
+    one, on the launch's thread or any, whose duration is summed, whether unattributed events are
+    kept under NO_OP, and whether operators are also picked by a prefix of their name."""
     calls = {e["args"]["correlation"]: e for e in events
              if e.get("cat") in launches and "correlation" in e.get("args", {})}
-    ops = [e for e in events if e.get("cat") in operators and e.get("ph") == "X"]
+    ops = [e for e in events
+           if e.get("cat") in operators and e.get("ph") == "X" and e["name"].startswith(named)]
     rows = {}
     for g in events:
         if g.get("cat") not in work:
@@ -533,8 +559,13 @@ def _hand_traces(r):
     t.launch(45.0, 5.0, name="lost_kernel", recorded=False)
     t.op("aten::add", 60.0, 10.0)
     t.launch(62.0, 3.0, name="add_kernel")
-    out.append(("a Triton kernel launched from Python (no operator around its launch) and a kernel whose "
-                "launch is not in the trace", t.done(r)))
+    # a custom operator (torch.library, a CUDA C++ kernel) around its launch: a cpu_op, not named aten::
+    t.op("course::rms_norm", 80.0, 20.0)
+    t.op("aten::empty", 83.0, 2.0)
+    t.launch(90.0, 20.0, name="rms_norm_kernel")
+    out.append(("a Triton kernel launched from Python (no operator around its launch), a kernel whose "
+                "launch is not in the trace, and a kernel launched inside a custom operator "
+                "('course::rms_norm', registered with torch.library)", t.done(r)))
     return out
 
 
@@ -632,6 +663,10 @@ _SLIPS = [
     (dict(orphans=False),
      f"GPU events whose launch is not in the trace, or lies inside no operator, are left out: charge them "
      f"to {NO_OP!r}."),
+    (dict(named="aten::"),
+     "only the operators named 'aten::...' were taken for operators. A custom operator (registered with "
+     "torch.library, like 'course::rms_norm') is a 'cpu_op' too: find the operators by their cat, not by "
+     "their name."),
     (dict(operators=("cpu_op", "user_annotation")),
      "a record_function span (cat 'user_annotation', like 'step') was taken for an operator: only 'cpu_op' "
      "events are operators."),
@@ -755,7 +790,8 @@ def _diagnose_cases():
         Case("both above 60%, SM a hundredth above DRAM: compute (whole percents would tie)",
              (_random_metrics(r, dram=(close := round(r.uniform(61, 95), 1)), sm=round(close + 0.01, 2)),)),
         Case("DRAM% equal to SM%, above 60%: a tie names memory", (_random_metrics(
-            r, dram=(both := round(r.uniform(60, 95), 2)), sm=both, limits=[5, 9, 8, 32]),)),
+            r, dram=(both := round(r.uniform(60, 95), 2)), sm=both, limits=[5, 9, 8, 32], tensor=both,
+            l2_hit=both),)),
         Case("both just under 60%: latency",
              (_random_metrics(r, dram=59.99, sm=59.98, limits=[8, 8, 4, 32]),)),
         Case("tensor pipes busy, SM% low: SM% decides, not the tensor pipe", (_random_metrics(
@@ -794,15 +830,17 @@ def _explain_diagnose(out, expected):
         # each part of the rule in turn: the metrics read, the comparison with 60, the comparison of the two
         slips = [
             (_bound(dram, sm, strict=True), "the rule is 'at least 60%' (>=), and here one is at 60."),
+            ("compute" if dram == sm >= BOUND_AT else None,
+             "DRAM% and SM% are equal here, and a tie names memory: 'memory' when dram >= sm."),
             (_bound(metrics.get(L2_HIT, -1.0), sm),
              f"it reads as DRAM% the L2 hit rate ({L2_HIT}, here {metrics.get(L2_HIT, -1.0):g}%), which says "
              f"how often L2 serves a request, not how busy DRAM is: DRAM% is gpu__dram_throughput."),
             (_bound(dram, metrics.get(TENSOR_PCT, -1.0)),
              f"it reads as SM% the tensor pipe's activity (here {metrics.get(TENSOR_PCT, -1.0):g}%), one "
              f"unit of the SM: SM% is sm__throughput, the busiest unit's share of its peak."),
-            (_bound(dram, sm, first_over="dram") if min(dram, sm) >= BOUND_AT else None,
+            (_bound(dram, sm, first_over="dram") if min(dram, sm) >= BOUND_AT and dram != sm else None,
              "both are at least 60% here: the larger of the two names the bound, whichever is tested first."),
-            (_bound(dram, sm, first_over="sm") if min(dram, sm) >= BOUND_AT else None,
+            (_bound(dram, sm, first_over="sm") if min(dram, sm) >= BOUND_AT and dram != sm else None,
              "both are at least 60% here: the larger of the two names the bound, whichever is tested first."),
             (_bound(dram, sm, at=80.0), "the threshold is 60% of peak (ncu's rule as the lesson states it)."),
             (_bound(dram, sm) if min(dram, sm) >= BOUND_AT else "latency",
@@ -943,12 +981,13 @@ def _explain_roofline(out, expected):
                 f"{key} is asked in {'TFLOP/s' if key == 'tflops' else 'TB/s'}, {rate}.")
     if key == "roof_tflops":
         spec = CHIPS[chip]
-        fp32 = min(spec.tflops["fp32"], want["intensity"] * spec.bandwidth_tbs)
         if _close(got, want["intensity"] * spec.bandwidth_tbs):
             return "roof_tflops is off: the roof is the lower of the bandwidth slope and the peak (min)."
-        if _close(got, fp32):
-            return ("roof_tflops is off: it uses the fp32 peak. These kernels are placed against the fp16 "
-                    "tensor-core peak, CHIPS[chip].tflops['fp16'].")
+        other_peak = next((p for p, peak in spec.tflops.items() if peak != spec.tflops["fp16"]
+                           and _close(got, min(peak, want["intensity"] * spec.bandwidth_tbs))), None)
+        if other_peak:   # fp32, or tf32: the roof of another precision
+            return (f"roof_tflops is off: it uses the {other_peak} peak. These kernels are placed against "
+                    f"the fp16 tensor-core peak, CHIPS[chip].tflops['fp16'].")
         if _close(got, spec.tflops["fp16"]):
             return "roof_tflops is off: below the ridge, the roof is intensity x bandwidth, not the peak."
         for other, c in CHIPS.items():

@@ -2,10 +2,10 @@
 
 1. `rope_qk`: rotary embeddings on Q and K in one launch, read through any strides (the views
    the Q|K|V projection makes, a head dimension that is not contiguous in q and in k, cos and sin as
-   column slices of wider tables), written contiguous, arithmetic in float32; on a GPU, q's
-   positions and k's sequences 2**30 + 64 values apart, and q and k contiguous past 2**31 elements,
-   outputs as large (int64 offsets, the outputs' too). Its structure: one launch, each value of cos
-   and sin loaded once per (batch, head).
+   column slices of wider tables), written contiguous, arithmetic in float32 (float16 outputs within
+   half a unit in the last place); on a GPU, q's positions and k's sequences 2**30 + 64 values apart,
+   and q and k contiguous past 2**31 elements, outputs as large (int64 offsets, the outputs' too).
+   Its structure: one launch, each value of cos and sin loaded once per (batch, head).
 2. `swiglu_linear`: SiLU(h @ w_gate.T) * (h @ w_up.T) as one persistent matmul over the
    interleaved weights, the product in the epilogue: the pairing of the columns, SiLU's two tails
    (gates far past the point where exp overflows float32, in every draw), h and w_gate_up of
@@ -14,8 +14,8 @@
 3. `decoder_block_fused`: the forward of helpers/block.py's decoder block from the course's
    kernels. Checked against the eager block with PyTorch's SDPA (one case with MLP gates of about
    +-150, beyond where SiLU's exponential overflows, at both tails; one whose every attention score
-   is near -150, where exp underflows unless the row's maximum is subtracted), then for its
-   structure: exactly
+   is near -150, where exp underflows unless the row's maximum is subtracted; one whose config has a
+   random eps, with tokens so small that eps sets the norms' scale), then for its structure: exactly
    the lesson's eight Triton launches, and PyTorch runs nothing but views and allocations for it.
 
 Sizes are odd on purpose; on the CPU everything runs through Triton's interpreter at small sizes.
@@ -23,6 +23,7 @@ Sizes are odd on purpose; on the CPU everything runs through Triton's interprete
 
 import collections
 import contextlib
+import dataclasses
 import math
 import pathlib
 
@@ -94,6 +95,18 @@ def _angles(N, half, sliced):
     return cos_table[:, 1:1 + half], sin_table[:, 5:5 + half]
 
 
+# float16: each output is one rotation computed in float32 and rounded once, at the store: within
+# half a unit in the last place of the float64 reference (2**-11 of it, rtol), as swiglu_linear's
+# float16 output. cos and sin rounded to float16 first, or the products, or the whole rotation done in
+# float16, round once or twice more: off by about a unit, inside check's default of two units.
+ROPE_TOL = {F16: (1e-4, 6e-4)}
+
+ROPE_F16_HINT = ("q and k are float16 here, and the check holds the outputs to half a unit in float16's "
+                 "last place: if the errors are about one unit, something was rounded to float16 before "
+                 "the store (cos or sin, a product, the rotation). Load x1, x2, cos and sin as float32, "
+                 "rotate in float32, and round once, when storing.")
+
+
 def _rope_cases():
     long_n = _odd(*pick((65, 99), (1001, 2047)))
     # (B, H, N, D, dtype, layout of q and k, cos and sin sliced, why)
@@ -124,6 +137,7 @@ def _rope_cases():
                 f"s{which}_d = {N} values apart, not 1. Read both halves of {which} through its own "
                 f"s{which}_d."
                 if layout.endswith("dim-strided") else "")
+        hint = " ".join(filter(None, (hint, ROPE_F16_HINT if dtype == F16 else "")))
         cases.append(Case(f"B{B} H{H} N{N} D{D} {_name(dtype)} ({why}; {tables})",
                           (q, k, *_angles(N, D // 2, sliced)), hint=hint))
     return cases + ([later("offsets past 2**31", _rope_int64_case),
@@ -354,6 +368,10 @@ SCORES_HINT = ("In this case every attention score of every row lies near -150 (
                "scale): exp of any of them is 0 in float32 unless the row's own maximum is subtracted "
                "first, and a running maximum that starts at 0 instead of -inf leaves 0 / 0.")
 
+EPS_HINT = ("In this case cfg.eps is {eps:.3g}, not BlockConfig's default 1e-5, and the tokens are so "
+            "small that eps, more than their mean square, sets the norms' scale: both norms take "
+            "cfg.eps, not a number of their own or a kernel's default.")
+
 # The far-below-zero case: every token is nearly the same vector (u plus noise of 1%), and in every head
 # the query's and the key's coordinate of RoPE's slowest pair (index D/2 - 1, turned by at most
 # 500 * 1.3e-4 rad over the check's lengths) is made +ALPHA and -ALPHA: each scaled score is about
@@ -368,9 +386,10 @@ def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False, tiny=False):
     it, so that SiLU(gate) * up stays of order one (float32's rounding of a large product, summed by the
     down projection, would leave the outputs that cancel to near zero outside the tolerance).
     scores_far_below: every attention score near -150 (see ALPHA).
-    tiny: tokens and the attention's output 1000 times smaller, so that both norms see a mean square
-    near 1e-6, below cfg.eps: an eps other than the config's changes their scale by a factor of two or
-    more, visible at a GPU's tolerance too."""
+    tiny: a config whose eps is random, 3e-5 to 1e-4 (neither BlockConfig's 1e-5 nor the kernels' default
+    1e-6), and tokens and the attention's output sqrt(eps / 10) times theirs (a few hundred times
+    smaller), so that both norms see a mean square near eps / 10: any other eps changes their scale by a
+    factor of 1.6 or more, visible at a GPU's tolerance too."""
     seed = int(torch.randint(0, 2**31 - 1, ()))
     w = block_weights(SMALL, DEVICE, seed=seed)
     for norm in ("attn_norm", "mlp_norm"):   # norms of random scale: swapping them shows
@@ -378,9 +397,12 @@ def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False, tiny=False):
     w["w_gate"] *= gate_scale
     w["w_up"] /= gate_scale
     x = block_input(SMALL, B, N, DEVICE, seed=seed + 1)
+    cfg, hint = SMALL, GATES_HINT if gate_scale != 1 else ""
     if tiny:
-        x, w["wo"] = x * 1e-3, w["wo"] * 1e-3
-    hint = GATES_HINT if gate_scale != 1 else ""
+        cfg = dataclasses.replace(SMALL, eps=float(3e-5 * (10 / 3) ** torch.rand(())))   # log-uniform
+        scale = (cfg.eps / 10) ** 0.5
+        x, w["wo"] = x * scale, w["wo"] * scale
+        hint = EPS_HINT.format(eps=cfg.eps)
     if scores_far_below:
         u = torch.randn(SMALL.dim, device=DEVICE)
         x = u + 0.01 * x                                            # every token about u
@@ -389,8 +411,9 @@ def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False, tiny=False):
         w["wq"][slow] = ALPHA * z / z.pow(2).sum()                  # q's slow coordinate: about +ALPHA
         w["wk"][slow] = -ALPHA * z / z.pow(2).sum()                 # k's: about -ALPHA
         hint = SCORES_HINT
-    return Case(f"B{B} N{N}, d={SMALL.dim}, {SMALL.n_heads} heads, f={SMALL.hidden} ({why})",
-                (x, *(w[n] for n in WEIGHT_NAMES)), {"cfg": SMALL}, hint=hint)
+    eps = f", eps={cfg.eps:.3g}" if cfg.eps != SMALL.eps else ""
+    return Case(f"B{B} N{N}, d={SMALL.dim}, {SMALL.n_heads} heads, f={SMALL.hidden}{eps} ({why})",
+                (x, *(w[n] for n in WEIGHT_NAMES)), {"cfg": cfg}, hint=hint)
 
 
 def _block_cases():
@@ -405,8 +428,8 @@ def _block_cases():
             _block_case(2, _odd(*pick((21, 41), (201, 401))), "every attention score near -150: exp "
                         "underflows for every key unless the row's maximum is subtracted",
                         scores_far_below=True),
-            _block_case(1, _odd(9, 17), "tokens 1000 times smaller: both norms' mean squares lie below "
-                                        "eps, which then sets their scale", tiny=True)]
+            _block_case(1, _odd(9, 17), "tokens a few hundred times smaller: both norms' mean squares lie "
+                                        "below cfg.eps, which then sets their scale", tiny=True)]
 
 
 # float32: the fused block rounds differently from the eager one at every step (RMSNorm folded
@@ -513,7 +536,7 @@ def _all_in_triton(fn):
 
 EXERCISES = [
     Exercise("11", "rope_qk", "RoPE on Q and K, one launch", rope_qk_reference, _rope_cases, kernel=True,
-             structure=_rope_one_launch, contiguous_output=True),
+             tol=ROPE_TOL, structure=_rope_one_launch, contiguous_output=True),
     Exercise("11", "swiglu_linear", "SwiGLU as one persistent matmul, the product in its epilogue",
              swiglu_linear_reference, _swiglu_cases, run=_quietly, tol=SWIGLU_TOL, kernel=True,
              nan_hint=SWIGLU_NAN_HINT, structure=_product_in_the_epilogue, contiguous_output=True),

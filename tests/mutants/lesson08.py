@@ -303,3 +303,19 @@ WRONG += [
     Wrong("roofline_point", "the fraction capped at 1", edit(
         "08", "roofline_point", ('"fraction": tflops / roof}', '"fraction": min(1.0, tflops / roof)}'))),
 ]
+
+# From a second adversarial pass: the ends of the span, operators found by name, another precision's peak.
+WRONG += [
+    Wrong("gpu_idle_share", "the span from the first kernel's start (a memset before it left out)", edit(
+        "08", "gpu_idle_share", ("first = intervals[0][0]",
+                                 'first = min(k["start_us"] for k in kernels if k["cat"] == "kernel")'))),
+    Wrong("gpu_idle_share", "the span to the last kernel's end (a copy after it left out)", edit(
+        "08", "gpu_idle_share", ("last = max(end for _, end in intervals)",
+                                 'last = max(k["start_us"] + k["dur_us"] for k in kernels if k["cat"] == "kernel")'))),
+    Wrong("gpu_time_by_op", "operators found by their 'aten::' name, not by cat (custom operators missed)", edit(
+        "08", "gpu_time_by_op", ('operators = [e for e in events if e.get("cat") == "cpu_op"]',
+                                 'operators = [e for e in events if e.get("name", "").startswith("aten::")]'))),
+    Wrong("roofline_point", "the tf32 peak instead of fp16", edit(
+        "08", "roofline_point", ('roof = min(spec.tflops["fp16"], intensity * spec.bandwidth_tbs)',
+                                 'roof = min(spec.tflops["tf32"], intensity * spec.bandwidth_tbs)'))),
+]

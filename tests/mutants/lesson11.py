@@ -26,6 +26,9 @@ ROPE_K = ("    rotate_tile(k_ptr + b * sk_b + h * sk_h, ko_ptr + out_head, sk_n,
           "                cos, sin, mask)\n")
 ROPE_POS = "    offs_pos = (tl.program_id(0) * BLOCK_POS + tl.arange(0, BLOCK_POS)).to(tl.int64)\n"
 ROPE_BH = "    b, h = (bh // n_heads).to(tl.int64), (bh % n_heads).to(tl.int64)\n"
+ROPE_X1 = "    x1 = tl.load(first, mask=mask, other=0.0).to(tl.float32)\n"
+ROPE_X2 = "    x2 = tl.load(first + half * s_dim, mask=mask, other=0.0).to(tl.float32)\n"
+ROPE_STORE = "    tl.store(out, (x1 * cos - x2 * sin).to(dst_ptr.dtype.element_ty), mask=mask)\n"
 
 
 def rope_two_launches(q, k, cos, sin):
@@ -67,6 +70,13 @@ WRONG = [
         ("    x2 = tl.load(first + half * s_dim,", "    x2 = tl.load(first + half,"))),
     Wrong("rope_qk", "k's head dimension taken to be contiguous (sk_d ignored)", edit(
         "11", "rope_qk", (ROPE_K, ROPE_K.replace("sk_n, sk_d,", "sk_n, 1,")))),
+    Wrong("rope_qk", "the rotation in float16: x1, x2 left in q's dtype, cos and sin cast to it", edit(
+        "11", "rope_qk", (ROPE_X1, ROPE_X1.replace(".to(tl.float32)", "")),
+        (ROPE_X2, ROPE_X2.replace(".to(tl.float32)", "")),
+        (ROPE_STORE, "    cos, sin = cos.to(x1.dtype), sin.to(x1.dtype)\n" + ROPE_STORE))),
+    Wrong("rope_qk", "cos and sin rounded to q's dtype before a float32 rotation", edit(
+        "11", "rope_qk", (ROPE_STORE, "    cos = cos.to(dst_ptr.dtype.element_ty).to(tl.float32)\n"
+                                      "    sin = sin.to(dst_ptr.dtype.element_ty).to(tl.float32)\n" + ROPE_STORE))),
     Wrong("rope_qk", "Q and K rotated by two launches", rope_two_launches),
     Wrong("rope_qk", "cos and sin loaded again for K", edit(
         "11", "rope_qk", (ROPE_K, ROPE_K.replace(
@@ -361,6 +371,9 @@ WRONG += [
     Wrong("decoder_block_fused", "the norms' eps left at the kernels' default, not cfg.eps", edit(
         "11", "decoder_block_fused", ("scale=lesson05.inv_rms(x2, cfg.eps))", "scale=lesson05.inv_rms(x2))"),
         ('lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)', 'lesson05.rms_norm_rows(x2, w["mlp_norm"])'))),
+    Wrong("decoder_block_fused", "the norms' eps written as 1e-5 (BlockConfig's default), not cfg.eps", edit(
+        "11", "decoder_block_fused", ("scale=lesson05.inv_rms(x2, cfg.eps))", "scale=lesson05.inv_rms(x2, 1e-5))"),
+        ('lesson05.rms_norm_rows(x2, w["mlp_norm"], cfg.eps)', 'lesson05.rms_norm_rows(x2, w["mlp_norm"], 1e-5)'))),
     Wrong("decoder_block_fused", "RoPE left out", no_rope),
     Wrong("decoder_block_fused", "K used as the queries and Q as the keys", k_and_q_swapped),
     Wrong("decoder_block_fused", "the attention's RMSNorm weights used before the MLP too", attn_norm_twice),
