@@ -889,7 +889,8 @@ for device in recorded_devices():
 #   capped as above; store in the output's dtype at `out_group + c * hw + p`.
 #
 # Beside the values, the check counts one launch, the bytes your kernel loads (`x` twice: two
-# passes) and the exponentials (one per value).
+# passes) and the exponentials (one per value). Only loads of `x` count: loading a channel's weight and
+# bias once per value is slower on a GPU, but it is not another pass over `x`.
 
 # %% tags=["exercise"]
 @triton.jit

@@ -495,7 +495,57 @@ WRONG += [
                                  "    out_group = out_ptr + tl.program_id(0) * group_channels * hw")), gpu_only=True),
 ]
 
+@triton.jit
+def _flat_index_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_groups, group_channels, hw, eps,
+                       sx_n, sx_c, sx_p, CH_BLOCK: tl.constexpr, HW_BLOCK: tl.constexpr):
+    """The lesson's kernel with one flat index over the group: channel i // hw, position i % hw, and the
+    channel's weight and bias loaded once per value (slower on a GPU, and right)."""
+    BLOCK: tl.constexpr = CH_BLOCK * HW_BLOCK
+    pid = tl.program_id(0)
+    n, g = (pid // n_groups).to(tl.int64), (pid % n_groups).to(tl.int64)
+    first_c = g * group_channels
+    x_group = x_ptr + n * sx_n + first_c * sx_c
+    out_group = out_ptr + (n * n_groups + g) * group_channels * hw
+    size = group_channels * hw
+    shift = tl.load(x_group).to(tl.float32)
+    s = tl.zeros((BLOCK,), tl.float32)
+    s2 = tl.zeros((BLOCK,), tl.float32)
+    for i0 in range(0, size, BLOCK):
+        i = i0 + tl.arange(0, BLOCK)
+        v = tl.load(x_group + (i // hw) * sx_c + (i % hw) * sx_p, mask=i < size, other=0.0).to(tl.float32)
+        v = tl.where(i < size, v - shift, 0.0)
+        s += v
+        s2 += v * v
+    mean_shifted = tl.sum(s, axis=0) / size
+    inv_std = tl.rsqrt(tl.maximum(tl.sum(s2, axis=0) / size - mean_shifted * mean_shifted, 0.0) + eps)
+    for i0 in range(0, size, BLOCK):
+        i = i0 + tl.arange(0, BLOCK)
+        c = first_c + i // hw
+        v = tl.load(x_group + (i // hw) * sx_c + (i % hw) * sx_p, mask=i < size, other=0.0).to(tl.float32)
+        weight = tl.load(w_ptr + c, mask=i < size, other=0.0).to(tl.float32)
+        bias = tl.load(b_ptr + c, mask=i < size, other=0.0).to(tl.float32)
+        y = (v - shift - mean_shifted) * inv_std * weight + bias
+        e = tl.exp(tl.minimum(y, 20.0))
+        t = e * (e + 2.0)
+        tl.store(out_group + i, (y * t / (t + 2.0)).to(out_ptr.dtype.element_ty), mask=i < size)
+
+
+def groupnorm_mish_flat_index(x, num_groups, weight, bias, eps=1e-5):
+    """The notebook's launcher (CPU tiles), around the flat-index kernel."""
+    N, C, H, W = x.shape
+    x3 = x.flatten(2)
+    HW_BLOCK = min(triton.next_power_of_2(H * W), 256)
+    CH_BLOCK = min(triton.next_power_of_2(C // num_groups), 256 // HW_BLOCK)
+    out = torch.empty((N, C, H, W), device=x.device, dtype=x.dtype)
+    _flat_index_kernel[(N * num_groups,)](x3, weight, bias, out, num_groups, C // num_groups, H * W, eps,
+                                          *x3.stride(), CH_BLOCK=CH_BLOCK, HW_BLOCK=HW_BLOCK)
+    return out
+
+
 RIGHT += [
+    # Its weight and bias loads, one per value, are as many bytes as a pass over x: x is read twice all the same.
+    Right("groupnorm_mish", "one flat index over the group (// and %), weight and bias loaded per value",
+          groupnorm_mish_flat_index),
     Right("groupnorm_mish", "tiles of 64 values, one warp", edit(
         "05", "groupnorm_mish", ("    BLOCK, warps = pick(cpu=(256, 4), gpu=(4096, 16))",
                                  "    BLOCK, warps = pick(cpu=(64, 1), gpu=(512, 4))"))),
