@@ -207,7 +207,9 @@ for n in sizes:
 # Keep the running `m`, `l` and `acc` in float32, as the Triton kernel will, or in float64 when `q` is
 # float64 (the check runs both): `torch.promote_types(q.dtype, torch.float32)` is that dtype. Use the
 # `sm_scale`, `block_m` and `block_n` you are given: the check draws random scales and measures with
-# tiles of its own.
+# tiles of its own. It also counts how often your function reads each element of `k`: once per query
+# block, as one pass over the key tiles does. A first pass for the max and the sum, then a second for
+# the output, reads K twice and fails.
 
 # %% tags=["exercise"]
 def attention_tiled(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16):
@@ -335,9 +337,12 @@ PRUNE = {"early_config_prune": small_problems_one_config}
 # value, 65,504, before the division by $l$ (an `acc` kept in float16 between tiles overflows there).
 # On the CPU the kernel runs in float32 (and in float16 in two cases); on a GPU in float16. Whatever
 # the inputs, the lse comes back in float32, as the launcher allocates it: it is a sum of $N$
-# exponentials, and the backward pass exponentiates it again. Last, the check gives your
-# autotuner blocks of 32 query rows and 16 keys for one more run: on a GPU short sequences run with
-# the first configuration, 64 × 64, where `BLOCK_M` and `BLOCK_N` mixed up go unnoticed.
+# exponentials, and the backward pass exponentiates it again. It also counts your kernel's matrix
+# products at $N = 512$: the score products `tl.dot(q, kT)` must do no more work than the products
+# with V, so a first pass over the K tiles for the row max (every score computed twice) fails. Last,
+# the check gives your autotuner blocks of 32 query rows and 16 keys for one more run: on a GPU short
+# sequences run with the first configuration, 64 × 64, where `BLOCK_M` and `BLOCK_N` mixed up go
+# unnoticed.
 
 # %% tags=["exercise"]
 @triton.jit

@@ -137,6 +137,12 @@ ONE_BLOCK_PAST = r"did [\d,]+ multiply-adds where its own blocks need exactly [\
     ("flash_forward_causal", ONE_TILE_PAST, ONE_BLOCK_PAST),
     ("flash_backward_dkdv", ONE_TILE_PAST, ONE_BLOCK_PAST),
     ("flash_backward_dq", ONE_TILE_PAST, ONE_BLOCK_PAST),
+    ("attention_tiled", "two passes over the key tiles: the lse first, then P V (K read twice)",
+     "read K twice"),
+    ("flash_forward", "a first pass over the K tiles for the row max (every score computed twice)",
+     "computed more than once"),
+    ("flash_forward_causal", "a first pass over the K tiles for the row max (each score computed twice)",
+     "computed more than once"),
 ])
 def test_mistake_is_named(exercise, why, message, monkeypatch):
     """What the lesson teaches beyond the values (tiles, lse dtype, skipping, own backward) is checked."""

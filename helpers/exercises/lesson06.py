@@ -19,7 +19,9 @@ last head. The autograd.Function wires those same kernels, and has no such case.
 
 Once the values are right, each check measures what the lesson teaches: the
 tiled PyTorch version never makes a tensor larger than q (a whole row of scores
-per query block is), the causal kernels skip the tiles right of the diagonal
+per query block is) and reads each element of k once per query block (one pass
+over the keys, not two), the forward kernels compute each score once (as many
+multiply-adds in Q K^T as in P V), the causal kernels skip the tiles right of the diagonal
 (counted in K/V bytes loaded and in the matrix products' multiply-adds, then program
 by program against the exact count for the kernel's own blocks), the
 PyTorch backward writes the gradients itself (autograd records nothing), and the
@@ -35,6 +37,7 @@ import math
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
@@ -46,7 +49,7 @@ from helpers.exercises import (
     rerun_with_config,
     room_for,
 )
-from helpers.traffic import largest_tensor, triton_traffic
+from helpers.traffic import NO_DATA_OPS, largest_tensor, triton_traffic
 
 
 def attention_reference(q, k, v, causal=False, sm_scale=None):
@@ -450,13 +453,32 @@ class _FloatingTensors(TorchDispatchMode):
         return out
 
 
+class _ReadsOf(TorchDispatchMode):
+    """Inside `with _ReadsOf(t) as seen:`, seen.elements counts the elements of t that ATen ops read
+    (views and allocations aside): each op given a view of t's storage counts that view's distinct
+    elements."""
+
+    def __init__(self, t):
+        super().__init__()
+        self.storage, self.elements = t.untyped_storage().data_ptr(), 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view and func.overloadpacket.__name__ not in NO_DATA_OPS:
+            for t in tree_leaves((args, kwargs)):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == self.storage:
+                    self.elements += math.prod(n for n, s in zip(t.shape, t.stride()) if s != 0)
+        return func(*args, **(kwargs or {}))
+
+
 def _tiles_only(fn):
     """attention_tiled never holds more than a tile of scores.
 
     At N = 256 and D = 16 with block_m=32, block_n=64, no tensor it makes is larger than q (a whole
     row of scores per query block, block_m x N, is; so is N x N). With tiles of 8 x 8, no tensor is
     larger than a tile (block_m x max(block_n, D)) except those the size of q, and the lse: one query's
-    whole row of N scores is, so an exact softmax taken one query at a time shows.
+    whole row of N scores is, so an exact softmax taken one query at a time shows. Last, full attention
+    with tiles of 32 x 64 reads each element of k once per query block: two passes over the key tiles
+    (the max and the sum first, then the output) read it twice.
     """
     n, d = MEASURE_N // 2, MEASURE_D
     q, k, v = qkv(1, 1, n, d, torch.float32)
@@ -486,6 +508,17 @@ def _tiles_only(fn):
                         f"holds (block_m x max(block_n, D) = {limit}). A whole row of scores, even for one "
                         f"query, grows with N; each query block should meet the keys one tile of block_n at "
                         f"a time, the running max and sum carrying the rest.")
+    blocks = math.ceil(n / 32)
+    with _ReadsOf(k) as reads:
+        _, problem = _calling(fn, q, k, v, causal=False, block_m=32, block_n=64)
+    if problem:
+        return problem
+    if reads.elements > 1.5 * blocks * k.numel():
+        return (f"called with N = {n}, D = {d}, block_m=32, block_n=64 and causal=False, it read every "
+                f"element of k {reads.elements / (blocks * k.numel()):.1f} times per query block. Two "
+                f"passes over the key tiles (the max and the sum first, then the output) read K twice and "
+                f"compute every score twice. The recurrence needs one pass: when the max grows, alpha "
+                f"rescales l and acc, so that acc / l is exact after the last tile.")
     return None
 
 
@@ -547,6 +580,29 @@ def _one_tile_too_many(dots, every_tile, held="queries", streamed="keys"):
             f"still loaded and multiplied. Look at the bound of the loop that reaches the diagonal.")
 
 
+def _scores_twice(dots):
+    """None if a forward kernel's score products (tl.dot(q, kT): (BLOCK_M, D, BLOCK_N), the head dimension
+    summed over) do no more multiply-adds than its products with V ((BLOCK_M, BLOCK_N, D)), as one pass
+    over the keys does; else why not. A first pass for the row max, then a second for the sums, computes
+    every score twice. Silent where the two shapes cannot be told apart (BLOCK_N = D)."""
+    scores = sum(dot.multiply_adds for dot in dots if dot.shape[1] == MEASURE_D != dot.shape[2])
+    values = sum(dot.multiply_adds for dot in dots if dot.shape[2] == MEASURE_D != dot.shape[1])
+    if not values or scores <= 1.2 * values:
+        return None
+    return (f"at N = {MEASURE_N} your kernel's score products (tl.dot(q, kT)) did {scores:,} multiply-adds, "
+            f"{scores / values:.1f} times those of its products with V ({values:,}): every score was "
+            f"computed more than once. A first pass over the K tiles for the row max, then a second for "
+            f"the sums, reads K twice and multiplies it twice. The online softmax needs one pass: when the "
+            f"max grows, alpha rescales l_i and acc.")
+
+
+def _single_pass(fn):
+    """The forward kernel streams the K tiles once: measured on full attention at N = 512 (_scores_twice)."""
+    q, k, v = qkv(1, 1, MEASURE_N, MEASURE_D, KERNEL_DTYPE)
+    _, dots, problem = _measured(fn, q, k, v)
+    return problem or _scores_twice(dots)
+
+
 def _unequal_blocks(kernel_name, causal):
     """A structure check: one more forward in the interpreter with the autotuner of `kernel_name` given
     BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 for the call (rerun_with_config), out and lse
@@ -580,12 +636,17 @@ def _skips_tiles(fn):
     are counted too: a loop that visits every tile with its loads masked off loads as little, but
     still multiplies every query by every key. Both rules leave room for any block sizes; program by
     program, the products are then held to the exact count for the kernel's own blocks, which catches
-    a loop one tile past the diagonal (at blocks of 64 x 32 it does 62% of every tile, not 56%).
+    a loop one tile past the diagonal (at blocks of 64 x 32 it does 62% of every tile, not 56%). First,
+    though, the score products are held to those with V (_scores_twice): a second pass over the keys
+    would otherwise be taken for tiles right of the diagonal.
     """
     q, k, v = qkv(1, 1, MEASURE_N, MEASURE_D, KERNEL_DTYPE)
     traffic, dots, problem = _measured(fn, q, k, v)
     if problem:
         return problem
+    twice = _scores_twice(dots)
+    if twice:
+        return twice
     multiply_adds = sum(dot.multiply_adds for dot in dots)
     if not traffic.launches:
         return "the traffic meter saw no Triton launch."
@@ -714,7 +775,8 @@ EXERCISES = [
     Exercise("06", "attention_tiled", "tiled attention, online softmax (PyTorch)", attention_reference,
              _tiled_cases, tol=FP32, structure=_tiles_only, nan_hint=CAUSAL_NAN),
     Exercise("06", "flash_forward", "FlashAttention forward (Triton)", _full, _kernel_cases, tol=FP32,
-             kernel=True, copies_inputs=True, structure=_unequal_blocks("flash_fwd_kernel", causal=False)),
+             kernel=True, copies_inputs=True,
+             structure=lambda fn: _single_pass(fn) or _unequal_blocks("flash_fwd_kernel", causal=False)(fn)),
     Exercise("06", "flash_forward_causal", "causal forward, tiles skipped", _causal, _kernel_cases,
              tol=FP32, kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN,
              structure=lambda fn: (_skips_tiles(fn)

@@ -115,6 +115,38 @@ def per_query(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16):
     return out, lse
 
 
+def two_passes(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16):
+    """Key tiles of block_n, but two passes over them per query block: the max and the sum (the lse)
+    first, then the output with every P exactly normalised. Right values, K read twice."""
+    B, H, N, D = q.shape
+    sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    stats = torch.promote_types(q.dtype, torch.float32)
+    out, lse = torch.empty_like(q), torch.empty(B, H, N, dtype=stats, device=q.device)
+    for i in range(0, N, block_m):
+        qi = q[:, :, i:i + block_m]
+        rows = torch.arange(i, i + qi.shape[2], device=q.device)
+
+        def scores(j):
+            s = (qi @ k[:, :, j:j + block_n].transpose(-2, -1)).to(stats) * sm_scale
+            if causal:
+                cols = torch.arange(j, j + s.shape[-1], device=q.device)
+                s = s.masked_fill(cols[None, :] > rows[:, None], float("-inf"))
+            return s
+        m = torch.full(qi.shape[:3], float("-inf"), dtype=stats, device=q.device)
+        l = torch.zeros(qi.shape[:3], dtype=stats, device=q.device)
+        for j in range(0, N, block_n):
+            s = scores(j)
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            l = l * torch.exp(m - m_new) + torch.exp(s - m_new[..., None]).sum(dim=-1)
+            m = m_new
+        row_lse = m + torch.log(l)
+        acc = torch.zeros(qi.shape, dtype=stats, device=q.device)
+        for j in range(0, N, block_n):
+            acc = acc + torch.exp(scores(j) - row_lse[..., None]) @ v[:, :, j:j + block_n].to(stats)
+        out[:, :, i:i + block_m], lse[:, :, i:i + block_m] = acc, row_lse
+    return out, lse
+
+
 def by_torch_func(q, k, v, out, lse, dout, causal=False, sm_scale=None):
     """The gradients by torch.func.vjp through the naive reference: autograd under another name."""
     _, pull = torch.func.vjp(lambda q, k, v: attention_reference(q, k, v, causal, sm_scale)[0], q, k, v)
@@ -129,6 +161,22 @@ FWD_ONE_PAST = ("    hi = tl.minimum(start_m + BLOCK_M, n_ctx)\n    acc, l_i, m_
 DQ_ONE_PAST = ("        hi = tl.minimum(start_m + BLOCK_M, n_ctx)\n        dq = bwd_dq_loop(",
                "        hi = tl.minimum(start_m + BLOCK_M + BLOCK_N, n_ctx)\n        dq = bwd_dq_loop(")
 DKDV_ONE_PAST = ("offs_n, start_n, hi,", "offs_n, tl.maximum(start_n - BLOCK_M, 0), hi,")
+
+# A first pass over the K tiles for each query row's true max, before the loops that sum: the sums then
+# never need rescaling. The values are right; every score is computed twice and K is read twice.
+MAX_PASS = ("    for start in range(0, {hi}, BLOCK_N):\n"
+            "        offs_n = start + tl.arange(0, BLOCK_N)\n"
+            "        kT_ptrs = k_ptr + offs_n[None, :] * HEAD_DIM + offs_d[:, None]\n"
+            "        kT = tl.load(kT_ptrs, mask=offs_n[None, :] < n_ctx, other=0.0)\n"
+            "        s = tl.where({keep}, tl.dot(q, kT), float(\"-inf\"))\n"
+            "        m_i = tl.maximum(m_i, tl.max(s, 1) * qk_scale)\n")
+FWD_MAX_PASS = ("    n_full = (n_ctx // BLOCK_N) * BLOCK_N             # whole tiles",
+                MAX_PASS.format(hi="n_ctx", keep="offs_n[None, :] < n_ctx")
+                + "    n_full = (n_ctx // BLOCK_N) * BLOCK_N             # whole tiles")
+CAUSAL_MAX_PASS = ("    # keys 0 .. start_m-1 come before every query of this block: no mask\n",
+                   MAX_PASS.format(hi="tl.minimum(start_m + BLOCK_M, n_ctx)",
+                                   keep="offs_m[:, None] >= offs_n[None, :]")
+                   + "    # keys 0 .. start_m-1 come before every query of this block: no mask\n")
 
 FWD_BLOCKS = [("FWD_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]", "FWD_CONFIGS = _configs(cpu=[(32, 16, 4, 1)]"),
               ("gpu=[(64, 64, 4, 3), (128, 64, 8, 3)", "gpu=[(32, 32, 4, 2), (128, 64, 8, 3)")]
@@ -149,6 +197,8 @@ WRONG = [
     Wrong("attention_tiled", "lse without the max (log of l only)", edit(
         "06", "attention_tiled", ("= m + torch.log(l)", "= torch.log(l)"))),
     Wrong("attention_tiled", "an exact softmax one query at a time (a whole row of scores each)", per_query),
+    Wrong("attention_tiled", "two passes over the key tiles: the lse first, then P V (K read twice)",
+          two_passes),
     Wrong("attention_tiled", "causal loop stops before the diagonal tile", edit(
         "06", "attention_tiled", ("stop = min(N, i + block_m) if causal", "stop = i if causal"))),
 
@@ -178,6 +228,8 @@ WRONG = [
     Wrong("flash_forward", "v used without .contiguous() (q and k made contiguous)", edit(
         "06", "flash_forward", ("return q.contiguous(), k.contiguous(), v.contiguous(), sm_scale",
                                 "return q.contiguous(), k.contiguous(), v, sm_scale"))),
+    Wrong("flash_forward", "a first pass over the K tiles for the row max (every score computed twice)", edit(
+        "06", "flash_forward", FWD_MAX_PASS)),
     Wrong("flash_forward", "int32 offsets: bh * N * D wraps past 2**31 elements", edit(
         "06", "flash_forward", INT32_FWD), gpu_only=True),
 
@@ -204,6 +256,8 @@ WRONG = [
     Wrong("flash_forward_causal", "diagonal tiles not masked", edit(
         "06", "flash_forward_causal", ("offs_m, start_m, hi, n_ctx, qk_scale,\n                                  HEAD_DIM, BLOCK_N, \"causal\")",
                                        "offs_m, start_m, hi, n_ctx, qk_scale,\n                                  HEAD_DIM, BLOCK_N, \"keys\")"))),
+    Wrong("flash_forward_causal", "a first pass over the K tiles for the row max (each score computed twice)",
+          edit("06", "flash_forward_causal", CAUSAL_MAX_PASS)),
     Wrong("flash_forward_causal", "int32 offsets: bh * N * D wraps past 2**31 elements", edit(
         "06", "flash_forward_causal", INT32_CAUSAL), gpu_only=True),
     Wrong("flash_forward_causal", "sm_scale hard-coded to 1/sqrt(D)", edit(
