@@ -288,7 +288,8 @@ for bm, bn in [(16, 16), (64, 64), (128, 128), (128, 256)]:
 # rows `0 .. group_m - 1`, going down the rows of the group within each column, column after
 # column. The next group starts at tile row `group_m`, and so on. The last group may have fewer than
 # `group_m` rows. With `group_m = 1` it is plain row-major order. Only integer arithmetic (`//`, `%`,
-# `min`) is needed, so the same lines will work inside the kernel.
+# `min`) is needed, so the same lines will work inside the kernel. The check holds you to it: a row or
+# column that comes back as a float (from `/`) fails, even when it rounds down to the right tile.
 
 # %% tags=["exercise"]
 def grouped_order(pid, num_pid_m, num_pid_n, group_m):

@@ -348,8 +348,9 @@ except Exception as error:
 # The check runs your function on several shapes and compares with the reference, then asks
 # `torch._dynamo.explain` whether it is one graph with no breaks, under Dynamo's default settings.
 # Removing a cause is what counts: a setting that captures `.item()` anyway, a print moved after the
-# graph, or code that runs only when not compiling (compiled and eager outputs are compared) is
-# refused.
+# graph, code that runs only when not compiling (compiled and eager outputs are compared), or a value
+# worked out once while tracing and kept as a constant (`torch.compiler.assume_constant_result`: the
+# compiled function is called again on new values) is refused.
 
 # %% tags=["exercise"]
 def gelu_residual_fixed(x, residual, gate):

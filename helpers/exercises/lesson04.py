@@ -10,6 +10,7 @@ up give the right values. For the same reason add_2d's kernel runs once more wit
 then 64 x 16: its launcher passes BLOCK_M = BLOCK_N.
 """
 
+import operator
 import random
 
 import torch
@@ -120,13 +121,23 @@ def grouped_order_reference(pid, num_pid_m, num_pid_n, group_m):
 
 
 def _every_program(fn, num_pid_m, num_pid_n, group_m):
-    """The tile of every program id, in order: [(pid_m, pid_n), ...]."""
+    """The tile of every program id, in order: [(pid_m, pid_n), ...]. A row or column that is not an
+    integer (a float from `/`, which int() would quietly round down to the right tile) fails here."""
+    from helpers.check import CheckFailed  # not at the top: helpers.check imports this package
+
     out = []
     for pid in range(num_pid_m * num_pid_n):
         tile = fn(pid, num_pid_m, num_pid_n, group_m)
         if tile is None:
             return None
-        out.append(tuple(int(t) for t in tile))
+        try:
+            out.append(tuple(operator.index(t) for t in tile))
+        except TypeError:
+            raise CheckFailed(
+                f"program {pid} of {num_pid_m}x{num_pid_n} tiles (group_m = {group_m}) got the tile "
+                f"{tile!r}: a tile's row and column are integers, and here one is not. In Python `/` gives "
+                f"a float even between integers (7 / 2 is 3.5); inside a kernel a float offset cannot "
+                f"address memory. Integer arithmetic only (`//`, `%`, `min`).") from None
     return out
 
 

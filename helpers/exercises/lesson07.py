@@ -159,13 +159,27 @@ def _run_without_breaks(fn, *args):
                           f"function, hides the break instead of removing it, and the GPU still waits "
                           f"there. Keep the value a tensor.")
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend="eager", fullgraph=True)(*args)
+    captured = torch.compile(fn, backend="eager", fullgraph=True)
+    compiled = captured(*args)
     if not (isinstance(compiled, torch.Tensor) and compiled.shape == out.shape
             and torch.allclose(compiled, out, rtol=1e-5, atol=1e-5)):
         raise CheckFailed("your function gives one answer when it runs eagerly and another when Dynamo "
                           "captures it (torch.compile(fn, backend='eager')): a branch on "
                           "torch.compiler.is_compiling(), or a side effect the graph leaves out. Compiled "
                           "and eager must compute the same thing.")
+    # the same graph on new values of the same shapes and layouts (so Dynamo does not recompile), against
+    # the function run eagerly on them: a value read while tracing, kept as a constant, gives the old answer
+    x, residual, gate = args
+    again = captured(2 * x, -residual, gate + 1)
+    with contextlib.redirect_stdout(io.StringIO()):
+        eager = fn(2 * x, -residual, gate + 1)   # inputs of its own: an in-place add is the harness's to tell
+    if not (isinstance(again, torch.Tensor) and isinstance(eager, torch.Tensor) and again.shape == eager.shape
+            and torch.allclose(again, eager, rtol=1e-5, atol=1e-5)):
+        raise CheckFailed("compiled once, your function gives another answer than it does eagerly when it "
+                          "is called again with new values of the same shapes: a number worked out while "
+                          "Dynamo traced (torch.compiler.assume_constant_result on a helper that calls "
+                          ".item()?) became a constant of the graph. Compute it from the tensors, inside "
+                          "the graph.")
     return out
 
 

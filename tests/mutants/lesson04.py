@@ -74,6 +74,10 @@ WRONG += [
     Wrong("grouped_order", "the column from pid // rows over the whole grid", edit(
         "04", "grouped_order", ("pid_n = (pid % per_group) // rows             # ...then",
                                 "pid_n = (pid // rows) % num_pid_n             # ...then"))),
+    # every tile right once int() rounds 2.5 down; a float column cannot index a tensor or address memory
+    Wrong("grouped_order", "the column by true division (/): a float", edit(
+        "04", "grouped_order", ("pid_n = (pid % per_group) // rows             # ...then",
+                                "pid_n = (pid % per_group) / rows              # ...then"))),
 ]
 
 # ---------------------------------------------------------------- matmul: the mainloop, matmul_tile

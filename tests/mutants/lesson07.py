@@ -67,6 +67,26 @@ def _hidden(x, residual, gate):
     return fixed()
 
 
+@torch.compiler.assume_constant_result   # Dynamo calls it once while tracing and keeps the number
+def _scale_of(gate):
+    return torch.sigmoid(gate).mean().item()
+
+
+def _scale_assumed_constant(x, residual, gate):
+    return residual + _scale_of(gate) * F.gelu(x).clamp(-10.0, 10.0)
+
+
+def _cond(x, residual, gate):
+    h = F.gelu(x)
+    h = torch.cond(h.abs().max() > 10, lambda h: h.clamp(-10.0, 10.0), lambda h: h.clone(), (h,))
+    return residual + torch.sigmoid(gate).mean() * h
+
+
+def _clamp_input(x, residual, gate):
+    # gelu(t) < t for t > 0 and gelu(10) is 10 in float32, so clamping the input clamps gelu's output
+    return residual + torch.sigmoid(gate).mean() * F.gelu(x.clamp(-10.0, 10.0))
+
+
 def _where(x, residual, gate):
     h = F.gelu(x)
     h = torch.where(h.abs().max() > 10, h.clamp(-10.0, 10.0), h)  # the branch as tensor operations
@@ -125,6 +145,8 @@ WRONG = [
           _print_reordered),
     Wrong("no_graph_breaks", "the clamp only where torch.compiler.is_compiling() is False", _clamp_only_eagerly),
     Wrong("no_graph_breaks", "hides the work from Dynamo (torch.compiler.disable)", _hidden),
+    Wrong("no_graph_breaks", ".item() in a helper marked assume_constant_result: a constant of the graph",
+          _scale_assumed_constant),
     Wrong("no_graph_breaks", "no clamp", edit("07", "gelu_residual_fixed",
                                               ("F.gelu(x).clamp(-10.0, 10.0)", "F.gelu(x)"))),
     Wrong("no_graph_breaks", "clamps the output", edit(
@@ -167,5 +189,7 @@ RIGHT = [
           lambda: dict(library=np.int64(1), generated=1)),
     Right("no_graph_breaks", "torch.where for the branch, sum / numel for the mean", _where),
     Right("no_graph_breaks", "minimum/maximum for the clamp, mean over every axis", _min_max),
+    Right("no_graph_breaks", "torch.cond for the branch", _cond),
+    Right("no_graph_breaks", "gelu of the input clamped to [-10, 10]", _clamp_input),
     Right("xla_fusions", "opcodes parsed line by line, no regex", _count_opcodes),
 ]
