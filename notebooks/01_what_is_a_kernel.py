@@ -315,9 +315,9 @@ else:
 # like any other argument and it arrives as a scalar (`check` draws a new one, positive or negative,
 # for every case). The reference reads `2n` elements and writes `n`, exactly like the add. The check
 # also counts your launches and their programs (one launch, on enough programs to cover the vector
-# and none that covers nothing) and what moves through memory (nothing copied by PyTorch beside the
-# kernel), and gives your launcher two vectors of different lengths, which it must refuse before the
-# kernel runs.
+# and none that covers nothing, at a length that is a multiple of BLOCK) and what moves through
+# memory (nothing copied by PyTorch beside the kernel), and gives your launcher two vectors of
+# different lengths, which it must refuse before the kernel runs.
 
 # %% tags=["exercise"]
 @triton.jit

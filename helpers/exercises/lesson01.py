@@ -66,8 +66,10 @@ def _one_launch(fn):
     """axpy launches its kernel once, on enough programs and no more: a launch per piece pays the CPU's
     cost of a launch each time (the lesson measures it), however little the piece holds; a program
     that covers no element is launched for nothing, and a handful of huge programs leave most of the
-    GPU's SMs idle (a program runs on one SM)."""
-    n = 100_003
+    GPU's SMs idle (a program runs on one SM). n is a multiple of every block up to 2**17: the value
+    cases' lengths are all odd, where a grid of n // BLOCK + 1 happens to be cdiv(n, BLOCK); here it is
+    one program too many."""
+    n = 2**17
     x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
     with interpreter.record(touches=True) as rec:
         fn(0.5, x, y)
@@ -79,9 +81,11 @@ def _one_launch(fn):
     programs = math.prod(launch.grid)
     busy = len({pid for pid, _name, _kind, offs in launch.touches if len(offs)})
     if busy < programs:
+        extra = (f" ({n:,} is a multiple of your BLOCK: cdiv(n, BLOCK) is then exactly n // BLOCK, and "
+                 f"n // BLOCK + 1 is one program too many.)" if programs - busy == 1 else "")
         return (f"for vectors of {n:,} values it launched {programs:,} programs, and {programs - busy:,} of "
                 f"them touched no element: launch cdiv(n, BLOCK) programs, as many as it takes to cover "
-                f"the vector with blocks of BLOCK values.")
+                f"the vector with blocks of BLOCK values.{extra}")
     if programs < math.ceil(n / 16384):
         return (f"for vectors of {n:,} values it launched {programs} program(s). A program runs on one SM, "
                 f"so a few huge blocks leave most of a GPU idle: use blocks of BLOCK = 1024 values, "

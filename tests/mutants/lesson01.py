@@ -59,6 +59,8 @@ WRONG = [
                        "    axpy_kernel[(triton.cdiv(n, BLOCK),)](alpha, x, out, out, n, BLOCK=BLOCK)"))),
     Wrong("axpy", "a single program (grid of 1)", edit(
         "01", "axpy", ("axpy_kernel[(triton.cdiv(n, BLOCK),)]", "axpy_kernel[(1,)]"))),
+    Wrong("axpy", "n // BLOCK + 1 programs: one that covers nothing where BLOCK divides n", edit(
+        "01", "axpy", ("axpy_kernel[(triton.cdiv(n, BLOCK),)]", "axpy_kernel[(n // BLOCK + 1,)]"))),
     Wrong("axpy", "strided inputs used without .contiguous()", edit(
         "01", "axpy", ("    x, y = x.contiguous(), y.contiguous()\n    out = torch.empty_like(x)\n    n = out.numel()\n"
                        "    BLOCK", "    out = torch.empty_like(x)\n    n = out.numel()\n    BLOCK"))),
