@@ -524,7 +524,9 @@ print(f"naive timing: {naive_time_ms(gpu.launch, gpu.buffers(4), gpu.clock, gpu.
 # rules 1 to 4: `launch(x)` starts the work on input `x` and returns at once, `inputs` is a list of
 # input buffers, `clock()` reads the host clock in seconds, `synchronize()` waits until the device
 # has finished. Return the median time of one run, in milliseconds. The check runs your timer on
-# simulated GPUs, once with its own `warmup` and `reps`, and tells you which rule it broke.
+# simulated GPUs, once with its own `warmup` and `reps`, and tells you which rule it broke. It counts
+# the timed runs that reuse the input of the run before, even where the median hides them: rotate
+# through `inputs` in turn (a random pick repeats the previous input one time in `len(inputs)`).
 
 # %% tags=["exercise"]
 def time_ms(launch, inputs, clock, synchronize, warmup=5, reps=50):

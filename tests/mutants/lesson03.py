@@ -1,5 +1,6 @@
 """Lesson 03: matmul_cost, roofline, ridge_predictions and time_ms."""
 
+import random
 import statistics
 
 import torch
@@ -124,6 +125,40 @@ def timer(warmup=True, sync=True, rotate=True, per_run=True, combine=statistics.
     return time_ms
 
 
+def random_pick(launch, inputs, clock, synchronize, warmup=5, reps=50):
+    """Each timed run on an input picked at random: one run in len(inputs) repeats the input before it,
+    which the cache serves; with 3 or 4 inputs the median stays within 10% of the kernel's time."""
+    rng = random.Random(0)
+    for i in range(warmup):
+        launch(inputs[i % len(inputs)])
+    synchronize()
+    times = []
+    for _ in range(reps):
+        x = rng.choice(inputs)
+        start = clock()
+        launch(x)
+        synchronize()
+        times.append(clock() - start)
+    return statistics.median(times) * 1e3
+
+
+def warmup_within_reps(launch, inputs, clock, synchronize, warmup=5, reps=50):
+    """`reps` taken as all the launches, the warm-up among them: reps - warmup timed runs."""
+    times = []
+    for i in range(reps):
+        x = inputs[i % len(inputs)]
+        if i < warmup:
+            launch(x)
+            if i == warmup - 1:
+                synchronize()
+            continue
+        start = clock()
+        launch(x)
+        synchronize()
+        times.append(clock() - start)
+    return statistics.median(times) * 1e3
+
+
 def one_shot(launch, inputs, clock, synchronize, warmup=5, reps=50):
     """The timer everyone writes first: one run, no warm-up."""
     start = clock()
@@ -167,8 +202,10 @@ WRONG += [
     Wrong("time_ms", "seconds", timer(scale=1)),
     Wrong("time_ms", "microseconds", timer(scale=1e6)),
     Wrong("time_ms", "one buffer reused (the cache serves it)", timer(rotate=False)),
+    Wrong("time_ms", "an input picked at random for each run (some repeat: the median hides them)", random_pick),
     Wrong("time_ms", "the clock read once around all runs", timer(per_run=False)),
     Wrong("time_ms", "one run, no warm-up", one_shot),
+    Wrong("time_ms", "the warm-up counted in `reps` (reps - warmup timed runs)", warmup_within_reps),
     Wrong("time_ms", "the middle of the unsorted times: one run", timer(combine=lambda t: t[len(t) // 2])),
     Wrong("time_ms", "the 25th percentile (within 10% of the kernel's time)",
           timer(combine=lambda t: sorted(t)[len(t) // 4])),
