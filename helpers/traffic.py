@@ -153,6 +153,22 @@ def eager_traffic(fn, *args, **kwargs):
     return traffic
 
 
+class ReadsOf(TorchDispatchMode):
+    """Inside `with ReadsOf(t) as seen:`, seen.elements counts the elements of t that ATen ops read
+    (views and allocations aside): each op given a view of t's storage counts that view's distinct
+    elements (a broadcast dimension once)."""
+
+    def __init__(self, t):
+        super().__init__()
+        self.storage, self.elements = t.untyped_storage().data_ptr(), 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view and func.overloadpacket.__name__ not in NO_DATA_OPS:
+            self.elements += sum(_distinct_bytes(t) // t.element_size() for t in _tensors((args, kwargs))
+                                 if t.untyped_storage().data_ptr() == self.storage)
+        return func(*args, **(kwargs or {}))
+
+
 def triton_traffic(fn, *args, **kwargs):
     """Kernels and bytes of a function that launches Triton kernels, counted by the interpreter."""
     traffic = Traffic()

@@ -37,7 +37,6 @@ import math
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
@@ -49,7 +48,7 @@ from helpers.exercises import (
     rerun_with_config,
     room_for,
 )
-from helpers.traffic import NO_DATA_OPS, largest_tensor, triton_traffic
+from helpers.traffic import ReadsOf, largest_tensor, triton_traffic
 
 
 def attention_reference(q, k, v, causal=False, sm_scale=None):
@@ -453,23 +452,6 @@ class _FloatingTensors(TorchDispatchMode):
         return out
 
 
-class _ReadsOf(TorchDispatchMode):
-    """Inside `with _ReadsOf(t) as seen:`, seen.elements counts the elements of t that ATen ops read
-    (views and allocations aside): each op given a view of t's storage counts that view's distinct
-    elements."""
-
-    def __init__(self, t):
-        super().__init__()
-        self.storage, self.elements = t.untyped_storage().data_ptr(), 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func.is_view and func.overloadpacket.__name__ not in NO_DATA_OPS:
-            for t in tree_leaves((args, kwargs)):
-                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == self.storage:
-                    self.elements += math.prod(n for n, s in zip(t.shape, t.stride()) if s != 0)
-        return func(*args, **(kwargs or {}))
-
-
 def _tiles_only(fn):
     """attention_tiled never holds more than a tile of scores.
 
@@ -509,7 +491,7 @@ def _tiles_only(fn):
                         f"query, grows with N; each query block should meet the keys one tile of block_n at "
                         f"a time, the running max and sum carrying the rest.")
     blocks = math.ceil(n / 32)
-    with _ReadsOf(k) as reads:
+    with ReadsOf(k) as reads:
         _, problem = _calling(fn, q, k, v, causal=False, block_m=32, block_n=64)
     if problem:
         return problem

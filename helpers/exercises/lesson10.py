@@ -346,18 +346,16 @@ def _causal_structure(fn):
     return _copied_beside(eager, size) or _block_rule(fn) or _unequal_blocks(fn)
 
 
-_COPIES = {"clone": ".contiguous() or .clone()", "_to_copy": ".to()", "copy_": "copy_"}
-
-
 def _copied_beside(eager, size):
     """A message if the learner's Python ran PyTorch on tensor data beside the kernel, at the structure's
     size (q, k, v all strided, two heads): a copy of q or k, or the output written in another layout and
     copied into the one returned. check() itself watches only its smallest case with a strided input (one
     head there, q contiguous), where such copies do not run."""
-    from helpers.check import FILLS  # here: helpers.check imports this module
+    from helpers.check import _COPY_NAMES, _OP_NAMES, FILLS  # here: helpers.check imports this module
 
     for line, ops in eager.found.items():
-        ops = list(dict.fromkeys(_COPIES.get(op.name, op.name) for op in ops if op.name not in FILLS))
+        ops = list(dict.fromkeys(_COPY_NAMES.get(op.name) or _OP_NAMES.get(op.name, op.name)
+                                 for op in ops if op.name not in FILLS))
         if ops:
             return (f"{size}, your function ran PyTorch's {', '.join(ops)} at {source_line(line)}. Every "
                     f"copy reads and writes a whole tensor once more: the traffic this kernel exists to "
