@@ -1114,19 +1114,40 @@ for gpu, record in backward_runs.items():
 
 # %% [markdown]
 # Read the Gluon column against the lesson's and cuDNN's. From N = 4,096 on it is the fastest of
-# the course's backwards at both head sizes; at N = 1,024 it is level with the lesson's at D = 128 and
-# behind it at D = 64; and nowhere is it at cuDNN's speed. Then read the last column against the
-# Gluon one, and the line under the table: leaving the adds out closes part of the gap, and at most
-# shapes the kernel is still slower than cuDNN without them. Handing the adds to the TMA made them
-# cheap; most of what is left is in each tile's own work. Two suspects can be read off without a GPU.
-# At D = 128 a consumer holds dK and dV, 64 × 128 float32 each: 128 of a thread's 240 registers,
-# beside the tile's scores, and ptxas spills (`tests/test_gluon_compile.py` compiles the kernel and
-# says so). And at D = 128 the two consumers meet at the dSᵀ handshake on every tile, so neither can
-# run ahead of the other: their exponentials tend to fall at the same time, when neither has a
-# matrix multiply for the tensor cores. The split itself is not what separates the kernels:
-# FlashAttention-3's causal backward at D = 128 on Hopper splits the work the same way (tiles of 64
-# query rows against 128 keys, two warpgroups that divide the keys for Sᵀ, dP, dK and dV and dQ's
-# columns between them, P and dS fed to dV and dK from registers).
+# the course's backwards at both head sizes, and at D = 128 it is about level with cuDNN there; at
+# N = 1,024 it is level with or ahead of the others at D = 128 and behind lesson 06's at D = 64. Then
+# read the last column against the Gluon one, and the line under the table: handing the adds to the
+# TMA made them cheap (the line says how cheap), and what is left of the gap at D = 64 is
+# mostly in each tile's own work.
+#
+# The step that brought D = 128 level was not in the arithmetic at all. ptxas said it spilled hundreds
+# of bytes a thread there, about 1 KB with Triton 3.9 (`tests/test_gluon_compile.py` compiles the
+# kernel and reads its report), and
+# dK and dV, 128 of a thread's 240 registers, looked like the culprits. They were not. Reading where
+# the spilled values came from (the SASS around each local store) showed values that do not change
+# from tile to tile: the 64-bit descriptors of every shared-memory operand the tile's wgmmas read
+# (K, V, the dSᵀ buffers, slices of K for dQ), and the pointers and masks of the lse and delta loads,
+# one per column a thread holds. LLVM computes such values once, before the loop, which is usually
+# right; here it made some 45 64-bit values live across the whole loop, on top of the accumulators,
+# and ptxas spilled them and reloaded them on every tile. Three changes keep them in the loop:
+#
+# * the shared-memory views are indexed with `z`, a zero made by one inline PTX instruction
+#   (`and.b32 z, t, 0`), which LLVM cannot see through, so it cannot hoist the descriptors; ptxas,
+#   which can, folds `z` away and places them without spilling;
+# * lse and delta are loaded one value a thread and spread to the columns each thread holds with
+#   `gl.convert_layout` (through shared memory), instead of a pointer and a mask per column;
+# * the causal mask compares column minus row against `start_m - key0` (passed through inline PTX
+#   too), not each query's index against each key's.
+#
+# Almost no spill is left in the unmasked loop, where the time goes; what remains is in the masked
+# tiles at the diagonal and around the loop. The trick depends on two compilers' heuristics, so the
+# test holds the spill count under a bound: a Triton upgrade that undoes it fails there, not silently
+# in `make bench`. At D = 64 nothing spilled before or after, and the kernel is about where it was.
+# There the consumers do not meet (each adds its own 64 keys' share of every column of dQ, twice the
+# adds of D = 128), and the rest of the gap is not yet explained. FlashAttention-3's causal backward at
+# D = 128 on Hopper splits the work as this kernel does (tiles of 64 query rows against 128 keys, two
+# warpgroups that divide the keys for Sᵀ, dP, dK and dV and dQ's columns between them, P and dS fed to
+# dV and dK from registers).
 #
 # ### From Python: the launch bill
 #

@@ -20,13 +20,16 @@ out and lse, and dout, it returns dq, dk, dv. How the work is laid out is FlashA
   registers; this kernel's first version did too, and was slower than this one at every shape.)
 * a consumer waits for its wgmmas one at a time, in the order it issued them, so that each wait leaves
   the last one issued running: the exponentials run while dP^T is computed, dS^T while dV is, and
-  dQ's trip through shared memory while dK is.
+  dQ's trip through shared memory while dK is;
+* values that do not change from tile to tile are computed in the loop, not hoisted out of it, where
+  at D = 128 ptxas spilled them: the shared-memory views are indexed with an opaque zero (inline PTX),
+  lse and delta are loaded one value a thread and spread by convert_layout, and the causal mask is
+  written relative to the tile (see _tiles, and lesson 10).
 
 Lesson 10 prints its record (tests/gpu_gluon_backward_check.py): the reference's gradients on every
 shape checked, and the backward alone beside cuDNN's, lesson 10's and lesson 06's, and beside this
-kernel with its dQ reductions left out (add_dq=False). It is below cuDNN's speed; leaving the
-reductions out closes only part of the gap, so most of what is left is in each tile's own work (at
-D = 128 ptxas spills registers, and the two consumers meet at the dS^T handshake on every tile).
+kernel with its dQ reductions left out (add_dq=False). At D = 128 it is about level with cuDNN from
+N = 4096 on; at D = 64 it is below, and leaving the reductions out closes only part of that gap.
 
 Importing this module needs no GPU; compile_for_hopper builds the kernel for sm_90 on the host.
 Gluon kernels do not run under Triton's CPU interpreter.
@@ -104,8 +107,20 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, 
 
 
 @gluon.jit
+def _opaque_zero(t):
+    """0 (t AND 0), through inline PTX: LLVM cannot see that it is loop-invariant."""
+    return gl.inline_asm_elementwise("and.b32 $0, $1, 0;", "=r,r", [t], dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _opaque_copy(x):
+    """x, through inline PTX the compilers cannot see into."""
+    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
 def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, q_smem, do_smem,
-           ready, empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, t_lo, t_hi, offs_n, n_ctx, qk_scale,
+           ready, empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, t_lo, t_hi, offs_n, key0, n_ctx, qk_scale,
            sm_scale, HEAD_DIM: gl.constexpr, NUM_STAGES: gl.constexpr, MASK: gl.constexpr,
            CAUSAL: gl.constexpr, ADD_DQ: gl.constexpr):
     """Query tiles t_lo .. t_hi - 1 past this warpgroup's 64 keys (offs_n): dK and dV accumulate in
@@ -120,10 +135,15 @@ def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, 
     DQ_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, DQ_COLS, 16])
     BUFFERS: gl.constexpr = dq_smem.shape[0] // 2   # dQ tiles per consumer
+    ROW_LAYOUT: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     col0: gl.constexpr = 64 * WG if DQ_BY_COLUMNS else 0
-    k = k_smem.index(WG)
-    v = v_smem.index(WG)
     for t in range(t_lo, t_hi):
+        # z is 0, from inline PTX that LLVM cannot see into: the shared-memory views below depend on it,
+        # so LLVM computes their wgmma descriptors in the loop (ptxas then folds z and places them)
+        # instead of hoisting some 30 64-bit descriptors out of the loop, where ptxas spilled them
+        z = _opaque_zero(t)
+        k = k_smem.index(WG + z)
+        v = v_smem.index(WG + z)
         slot = t % NUM_STAGES
         start_m = lo + 64 * t
         mbarrier.wait(ready.index(slot), (t // NUM_STAGES) & 1)
@@ -136,31 +156,42 @@ def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, 
         dp_token = warpgroup_mma(v, do.permute((1, 0)), gl.zeros([64, 64], gl.float32, S_LAYOUT),
                                  use_acc=False, is_async=True)
         # rows past N: lse = +inf gives P = 0, and delta = 0, so they add nothing
-        offs_m = start_m + gl.arange(0, 64, gl.SliceLayout(0, S_LAYOUT))
-        lse2 = gl.load(lse_ptr + row_base + offs_m, mask=offs_m < n_ctx, other=float("inf")) * LOG2E
-        delta = gl.load(delta_ptr + row_base + offs_m, mask=offs_m < n_ctx, other=0.0)
+        # loaded one element a thread and spread to the columns each thread holds through shared memory
+        # (convert_layout): per-column pointers and masks would be 48 registers hoisted out of the loop
+        # (both loads issued before either conversion, so that their latencies overlap; delta is
+        # converted after the exponentials, where it is needed)
+        rows = start_m + gl.arange(0, 64, ROW_LAYOUT)
+        lse_rows = gl.load(lse_ptr + row_base + rows, mask=rows < n_ctx, other=float("inf"))
+        delta_rows = gl.load(delta_ptr + row_base + rows, mask=rows < n_ctx, other=0.0)
+        lse2 = gl.convert_layout(lse_rows, gl.SliceLayout(0, S_LAYOUT)) * LOG2E
         sT = warpgroup_mma_wait(1, deps=[s_token])       # S^T is done; dP^T may still run
         pT = gl.exp2(sT * qk_scale - lse2[None, :])
         if MASK:
-            keep = (offs_n[:, None] < n_ctx) & (offs_m[None, :] >= 0)
+            # query index - key index = (start_m - key0) + (column - row); start_m - key0 through inline
+            # PTX, so that LLVM does not fold it into 32 per-element bounds hoisted out of the loop
+            diff = _opaque_copy(start_m - key0)
+            cols = gl.arange(0, 64, gl.SliceLayout(0, S_LAYOUT))   # queries
+            keep = (offs_n[:, None] < n_ctx) & (cols[None, :] >= 0)
             if CAUSAL:
-                keep = keep & (offs_m[None, :] >= offs_n[:, None])
+                keys = gl.arange(0, 64, gl.SliceLayout(1, S_LAYOUT))
+                keep = keep & (cols[None, :] - keys[:, None] >= -diff)
             pT = gl.where(keep, pT, 0.0)
         dv = warpgroup_mma(gl.convert_layout(pT.to(gl.float16), A_LAYOUT), do, dv, is_async=True)
+        delta = gl.convert_layout(delta_rows, gl.SliceLayout(0, S_LAYOUT))
         dpT = warpgroup_mma_wait(1, deps=[dp_token])     # dP^T is done; dV may still run
         ds16 = (pT * (dpT - delta[None, :])).to(gl.float16)
         if DQ_BY_COLUMNS:
             # dQ[:, col0 : col0 + 64] = dS K[:, those columns] over both warpgroups' keys: wait until the
             # other consumer is done reading the dS^T buffers (tile t - 1), write ours, wait for theirs
             mbarrier.wait(ds_free, (t & 1) ^ 1)
-            ds_smem.index(WG).store(ds16)
+            ds_smem.index(WG + z).store(ds16)
             fence_async_shared()
             mbarrier.arrive(ds_full, count=1)
             mbarrier.wait(ds_full, t & 1)
-            dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(0).slice(col0, 64, dim=1),
+            dq = warpgroup_mma(ds_smem.index(z).permute((1, 0)), k_smem.index(z).slice(col0, 64, dim=1),
                                gl.zeros([64, 64], gl.float32, DQ_LAYOUT), use_acc=False, is_async=True)
-            dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(1).slice(col0, 64, dim=1), dq,
-                               is_async=True)
+            dq = warpgroup_mma(ds_smem.index(1 + z).permute((1, 0)),
+                               k_smem.index(1 + z).slice(col0, 64, dim=1), dq, is_async=True)
         else:
             # this warpgroup's 64 keys' share of every column
             ds_smem.index(WG).store(ds16)
@@ -208,10 +239,10 @@ def _consumer(WG: gl.constexpr, q_smem, do_smem, k_smem, v_smem, ds_smem, ds_ful
     dv = gl.zeros([64, HEAD_DIM], gl.float32, ACC_LAYOUT)
     mbarrier.wait(kv_ready, 0)
     dk, dv = _tiles(WG, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, q_smem, do_smem, ready,
-                    empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, 0, n_masked, offs_n, n_ctx, qk_scale,
-                    sm_scale, HEAD_DIM, NUM_STAGES, True, CAUSAL, ADD_DQ)
+                    empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, 0, n_masked, offs_n, key0, n_ctx,
+                    qk_scale, sm_scale, HEAD_DIM, NUM_STAGES, True, CAUSAL, ADD_DQ)
     dk, dv = _tiles(WG, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, dq_smem, q_smem, do_smem, ready,
-                    empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, n_masked, n_tiles, offs_n, n_ctx,
+                    empty, dq_desc, lse_ptr, delta_ptr, row_base, lo, n_masked, n_tiles, offs_n, key0, n_ctx,
                     qk_scale, sm_scale, HEAD_DIM, NUM_STAGES, False, CAUSAL, ADD_DQ)
     offs_k = key0 + gl.arange(0, 64, gl.SliceLayout(1, ACC_LAYOUT))
     offs_d = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, ACC_LAYOUT))

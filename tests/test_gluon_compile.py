@@ -247,6 +247,8 @@ def test_the_backward_compiles_for_hopper(tmp_path, head_dim):
     assert "red.global" not in ptx and "atom.global" not in ptx
     # kv_ready, ds_full, ds_free, then ready and empty per ring slot (4 at D = 64, 2 at D = 128)
     assert ptx.count("mbarrier.init") == 3 + 2 * (4 if head_dim == 64 else 2)
-    if head_dim == 64:   # at D = 128 ptxas spills about 1 KB a thread (dK, dV and dQ in registers)
-        assert report["spill_stores"] == 0
+    # At D = 128 ptxas spills a few hundred bytes a thread, almost all outside the unmasked loop (Triton
+    # 3.6: 332, 3.9: 380). Before the kernel kept its loop-invariant wgmma descriptors and lse/delta
+    # pointers in the loop it was about 950 (3.9): the bound says when a Triton upgrade undoes that.
+    assert report["spill_stores"] == 0 if head_dim == 64 else report["spill_stores"] <= 600
     assert built["shared"] <= HOPPER_SMEM_PER_CTA
