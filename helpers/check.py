@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import triton
 
-from helpers import exercises, interpreter, records, worker
+from helpers import exercises, gpu_compile, interpreter, records, worker
 from helpers.device import DEVICE, ON_GPU
 from helpers.interpreter import OutOfBounds
 from helpers.traffic import EagerWork, source_line
@@ -678,6 +678,7 @@ def _run_cases(ex, fn, on_case=None):
     tol_for = lambda dtype: ex.tol.get(dtype, TOLERANCES.get(dtype, (0.0, 0.0)))  # noqa: E731
     cases = ex.cases()
     failures, wrote_something, skipped = [], False, 0
+    launched = {}   # the kernels the cases launched, noted for compiling as a GPU would (interpreter only)
     started = time.monotonic()
     for case in cases:
         if failures and wrote_something and time.monotonic() - started > MORE_CASES_S:
@@ -689,7 +690,8 @@ def _run_cases(ex, fn, on_case=None):
             if on_case is not None:
                 on_case(case.label, case.hint)
             try:
-                problem, wrote = _run_case(ex, fn, case, tol_for)
+                with gpu_compile.launches_noted(launched):
+                    problem, wrote = _run_case(ex, fn, case, tol_for)
             except GPUCrashed as crash:  # nothing more can run in this CUDA context
                 earlier = "".join(f"\n(Earlier, case '{lbl}' failed too: {why})" for lbl, why in failures[:1])
                 raise GPUCrashed(f"failed on case '{case.label}':\n{crash}{earlier}") from None
@@ -708,6 +710,12 @@ def _run_cases(ex, fn, on_case=None):
         raise CheckFailed("\n".join(lines))
     if failures:
         raise NotDone("Nothing was written to the output in any case: the kernel body looks untouched.")
+    if launched and not ON_GPU and gpu_compile.available():
+        if on_case is not None:
+            on_case("your kernel, compiled as a GPU would")
+        problem = _not_compiled(gpu_compile.problems(launched))
+        if problem:
+            raise CheckFailed(f"every case gives the right values here, but {problem}")
     if ex.structure is not None:
         if on_case is not None:
             on_case("its structure, measured on a small input")
@@ -725,6 +733,16 @@ def _run_cases(ex, fn, on_case=None):
         if problem:
             raise CheckFailed(f"every case gives the right values, but {problem}")
     return len(cases)
+
+
+def _not_compiled(refused):
+    """What to tell of the kernels Triton's compiler refuses for a GPU (gpu_compile.problems), or None."""
+    if not refused:
+        return None
+    name, said = refused[0]
+    return (f"a GPU could not compile your kernel `{name}`. Triton's interpreter runs a kernel as Python, "
+            f"one statement at a time; on a GPU, Triton compiles the whole kernel first, and its compiler "
+            f"(run here for an H100, sm_90) refuses this:\n{said}")
 
 
 # Allocations that fill their memory with a constant (an accumulator an atomic adds into): allowed

@@ -18,7 +18,9 @@ methods (and the launch that runs the grid), which gives us:
   so with `other=0.0`;
 * a launch count (on a GPU too), so `check` can tell whether a Triton kernel ran,
   and the progress of the running launch, so a time-out can tell a slow kernel
-  from an endless one.
+  from an endless one;
+* a note of each launch's kernel and argument types, for helpers.gpu_compile, which
+  compiles it as a GPU would.
 
 `install()` is called once by `helpers`; nothing here changes what a correct
 kernel computes.
@@ -381,6 +383,20 @@ def _count_compiled_launches():
     jit.JITFunction.run = counted_run
 
 
+def _note_launches(interpreter):
+    """Let helpers.gpu_compile note each interpreted launch (the kernel, its arguments' types and
+    constexprs), so that check() can compile it for a GPU as well."""
+    from helpers import gpu_compile
+
+    run = interpreter.InterpretedFunction.run
+
+    def noted_run(self, *args, grid, warmup, **kwargs):
+        gpu_compile.note(self, args, kwargs)
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    interpreter.InterpretedFunction.run = noted_run
+
+
 def _unwrap(a):
     """The torch tensor behind Triton's TensorWrapper (made by `triton.reinterpret`)."""
     return a.base if type(a).__name__ == "TensorWrapper" else a
@@ -405,6 +421,7 @@ def install():
 
     interpreter.InterpreterBuilder.set_grid_dim = set_grid_dim
     _wrap_launch(interpreter)
+    _note_launches(interpreter)
     _count_compiled_launches()
     _fix_index_for_new_numpy(interpreter)
     _snapshot_language()

@@ -160,7 +160,11 @@ with interpreted():  # run Triton kernels through the interpreter, even on a GPU
 # `check` runs your `add` on fresh random vectors of awkward lengths (1, 1001, 4097, a large prime,
 # a strided view: all odd, so no block size divides them) and compares with `x + y`. It fills the
 # output with a poison value first, so an element your kernel forgets to write is reported, not
-# hidden.
+# hidden. Without a GPU it also hands your kernel to Triton's compiler, as a GPU would (built for an
+# H100, on the CPU; nothing runs): the interpreter runs a kernel as Python, a line at a time, and
+# lets through what the compiler refuses, such as a plain global `BLOCK = 1024` read inside the
+# kernel (a kernel reads only globals made `tl.constexpr`) or a running sum that starts as float16
+# and becomes float32 in a loop. `check` then says what the compiler said.
 
 # %% tags=["exercise"]
 @triton.jit

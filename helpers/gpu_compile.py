@@ -1,0 +1,235 @@
+"""What a GPU's compiler says of the kernels Triton's interpreter ran: checked on the host, no GPU needed.
+
+The interpreter runs a kernel as Python over NumPy arrays, one statement at a time. A GPU compiles the
+whole kernel first, and Triton's compiler refuses things that Python lets through, for example:
+
+* a loop-carried value whose type changes (`acc = tl.zeros([BLOCK], tl.float16)`, then
+  `acc += x` with `x` float32: Python just makes `acc` float32 on the first trip);
+* a global that is not a `tl.constexpr` (`BLOCK = 64` at the top of a notebook);
+* a call of a Python function that is not `@triton.jit` (`math.sqrt(x)`).
+
+So `check` notes each kernel its cases launched, with the types of that launch's arguments and the
+values of its constexprs (`launches_noted`), and runs the first ones through Triton's own front end
+for a Hopper GPU (sm_90), the step that turns a kernel's Python into Triton's IR (`problems`). That
+step needs Triton's NVIDIA backend, not a GPU. On a GPU none of this is needed: kernels are compiled
+there before they run.
+"""
+
+import contextlib
+import functools
+import inspect
+import re
+import types
+import weakref
+
+# At most this many launches of one kernel are compiled (each distinct in its arguments' types and
+# constexprs): the first ones the cases make. A compile takes about 0.05 s.
+PER_KERNEL = 4
+
+_noting = []   # the open launches_noted() blocks, innermost last
+
+
+@contextlib.contextmanager
+def launches_noted(into):
+    """Inside the block, note each interpreted launch in the dict `into`: {(kernel, its arguments'
+    types and constexprs): (kernel, signature, constexprs, attrs, options)}. A launch that cannot be
+    noted (no NVIDIA backend in this Triton, arguments its binder refuses) is left out."""
+    _noting.append(into)
+    try:
+        yield into
+    finally:
+        _noting.remove(into)
+
+
+def note(kernel, args, kwargs):
+    """Called by helpers.interpreter at each launch of the InterpretedFunction `kernel`."""
+    fn = kernel.fn
+    wanted = [into for into in _noting if sum(key[0] is fn for key in into) < PER_KERNEL]
+    if not wanted:
+        return
+    try:
+        spec = _specialise(kernel, args, kwargs)
+    except Exception:  # noqa: BLE001  (what the launch itself will say, if anything is wrong)
+        return
+    key = (fn, tuple(spec[1].items()), tuple(sorted((str(k), repr(v)) for k, v in spec[2].items())))
+    for into in wanted:
+        into.setdefault(key, (kernel, *spec))
+
+
+def problems(noted):
+    """[(kernel name, what the compiler said)] for each noted kernel Triton's front end refuses (its
+    first refused launch). Call it while no kernel runs."""
+    from helpers import interpreter
+
+    interpreter.restore_language()   # what interpreted launches may have left patched in triton.language
+    found = []
+    for kernel, signature, constexprs, attrs, options in noted.values():
+        if any(name == kernel.__name__ for name, _ in found):
+            continue   # one error per kernel
+        error = _front_end(kernel, signature, constexprs, attrs, options)
+        if error is not None:
+            found.append((kernel.__name__, _said(error)))   # not the error: its traceback holds the IR
+    return found
+
+
+def _said(error):
+    """A CompilationError in a few lines: where in the kernel (its `def` is line 1), and why."""
+    reason = error.error_message or ""
+    wrapped = re.fullmatch(r"""\w+\((['"])(.*)\1\)""", reason, re.DOTALL)   # AssertionError("...") -> ...
+    reason = wrapped.group(2) if wrapped else reason
+    line = getattr(error.node, "lineno", None)
+    if error.src is None or line is None:
+        return str(error)
+    text = error.src.split("\n")[line - 1]
+    column = getattr(error.node, "col_offset", 0)
+    return f"at line {line} of the kernel (its `def` is line 1):\n  {text}\n  {' ' * column}^\n{reason}"
+
+
+def available():
+    """Whether this Triton can compile for an NVIDIA GPU here (its NVIDIA backend is installed)."""
+    try:
+        _target()
+    except Exception:  # noqa: BLE001  (an ImportError, or a backend that fails to load)
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- how
+
+
+@functools.cache
+def _target():
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
+    target = GPUTarget("cuda", 90, 32)
+    return target, make_backend(target)
+
+
+_binders = weakref.WeakKeyDictionary()   # InterpretedFunction -> (JITFunction of its fn, its binder)
+
+
+def _specialise(kernel, args, kwargs):
+    """(signature, constexprs, attrs, options) as JITFunction.run would make them for a Hopper GPU."""
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    _, backend = _target()
+    if kernel not in _binders:
+        jit_fn = JITFunction(kernel.fn, **_jit_options(kernel))
+        _binders[kernel] = jit_fn, create_function_from_signature(jit_fn.signature, jit_fn.params, backend)
+    jit_fn, binder = _binders[kernel]
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = jit_fn._pack_args(backend, kwargs, bound, specialization, options)
+    return signature, constexprs, attrs, options
+
+
+def _front_end(kernel, signature, constexprs, attrs, options):
+    """The CompilationError Triton's front end raises for this launch of `kernel`, or None.
+
+    Only a CompilationError is the kernel's: anything else (this module failing to stand in for the
+    interpreter's functions, say) says nothing about it, and is let pass."""
+    from triton._C.libtriton import ir
+    from triton.compiler import ASTSource
+    from triton.compiler.errors import CompilationError
+
+    target, backend = _target()
+    stand_ins = _StandIns()
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    try:
+        with stand_ins.in_tensor_methods():
+            source = ASTSource(stand_ins.of(kernel), signature, constexprs, attrs)
+            source.make_ir(target, options, backend.get_codegen_implementation(options),
+                           backend.get_module_map(), context)
+    except CompilationError as error:
+        return None if "InterpretedFunction" in str(error) else error
+    except Exception:  # noqa: BLE001  (see above)
+        return None
+    return None
+
+
+class _StandIns:
+    """A JITFunction for each of the interpreter's functions a kernel reaches: under TRITON_INTERPRET,
+    `@triton.jit` makes InterpretedFunctions (the kernel, its helpers, and tl.sum, tl.max, tl.cdiv and
+    the other functions triton.language writes in Triton), which the compiler does not take. The
+    kernel's globals are read through a copy in which each of those is replaced, and each module
+    through a stand-in module that does the same; nothing of the learner's or Triton's is changed,
+    but for tensor methods (x.sum()), swapped for the block's length in in_tensor_methods()."""
+
+    def __init__(self):
+        self._made = {}             # an interpreter's function (its fn) or a module -> its stand-in
+        self._modules_made = set()
+
+    def of(self, value):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if isinstance(value, InterpretedFunction):
+            return self._made.get(value.fn) or self._make(value)
+        if isinstance(value, types.ModuleType) and value not in self._modules_made:
+            if value not in self._made:
+                self._made[value] = self._module(value)
+            return self._made[value]
+        return value
+
+    def _module(self, module):
+        """A module read through the stand-ins. A plain module (the compiler takes modules of that type
+        only) with a module-level __getattr__ (PEP 562) and nothing else: every name falls to it."""
+        made = types.ModuleType(module.__name__)
+        made.__getattr__ = lambda name: self.of(getattr(module, name))
+        self._modules_made.add(made)
+        return made
+
+    def _make(self, interpreted):
+        from triton.runtime.jit import JITFunction
+
+        stand_ins = self
+
+        class StandIn(JITFunction):
+            _view = None
+
+            @property
+            def __globals__(self):
+                if self._view is None:
+                    self._view = {k: stand_ins.of(v) for k, v in self.fn.__globals__.items()}
+                return self._view
+
+            @__globals__.setter
+            def __globals__(self, value):   # JITFunction.__init__ sets it: the view above stands
+                pass
+
+            def get_capture_scope(self):
+                cells = zip(self.fn.__code__.co_freevars, self.fn.__closure__ or ())
+                return self.__globals__ | {name: stand_ins.of(cell.cell_contents) for name, cell in cells}
+
+        made = self._made[interpreted.fn] = StandIn(interpreted.fn, **_jit_options(interpreted))
+        return made
+
+    @contextlib.contextmanager
+    def in_tensor_methods(self):
+        """tl.tensor's methods that forward to an interpreted function (x.sum(), x.max()), swapped for
+        the stand-in (as Triton itself sets them when not interpreting) for the block's length."""
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpretedFunction
+
+        swapped = {}
+        for name, method in list(vars(tl.tensor).items()):
+            cells = [c.cell_contents for c in getattr(method, "__closure__", None) or ()]
+            interpreted = [c for c in cells if isinstance(c, InterpretedFunction)]
+            if interpreted:
+                swapped[name] = method
+                setattr(tl.tensor, name, self.of(interpreted[0]))
+        try:
+            yield
+        finally:
+            for name, method in swapped.items():
+                setattr(tl.tensor, name, method)
+
+
+
+def _jit_options(interpreted):
+    """The options the kernel was given to @triton.jit (do_not_specialize, ...) that JITFunction takes."""
+    from triton.runtime.jit import JITFunction
+
+    accepted = inspect.signature(JITFunction.__init__).parameters
+    return {k: v for k, v in interpreted.kwargs.items() if k in accepted}
