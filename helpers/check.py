@@ -224,8 +224,9 @@ def _halo_problem(i, halo):
 
 
 @contextlib.contextmanager
-def time_limit(seconds, what):
-    """Stop the block after `seconds` with KernelTimeout (main thread, Unix; else no limit)."""
+def time_limit(seconds, what, error=None):
+    """Stop the block after `seconds` with KernelTimeout, or `error` if given (main thread, Unix; else
+    no limit)."""
     usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
     if not usable:
         yield
@@ -237,7 +238,7 @@ def time_limit(seconds, what):
     def on_alarm(signum, frame):
         fired.append(True)
         launched = interpreter.launch_count() - launches   # within the limit, the running one included
-        raise KernelTimeout(_timeout_message(what, seconds, time.monotonic() - started, launched))
+        raise (error or KernelTimeout)(_timeout_message(what, seconds, time.monotonic() - started, launched))
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -713,7 +714,7 @@ def _run_cases(ex, fn, on_case=None):
     if launched and not ON_GPU and gpu_compile.available():
         if on_case is not None:
             on_case("your kernel, compiled as a GPU would")
-        problem = _not_compiled(gpu_compile.problems(launched))
+        problem = _not_compiled(launched)
         if problem:
             raise CheckFailed(f"every case gives the right values here, but {problem}")
     if ex.structure is not None:
@@ -735,8 +736,18 @@ def _run_cases(ex, fn, on_case=None):
     return len(cases)
 
 
-def _not_compiled(refused):
+# Seconds the compiles of one check may take (a few hundredths each, usually). One that takes longer
+# (a long tl.static_range unrolled, say) says nothing against the kernel: a GPU would wait for it.
+COMPILE_S = 30
+
+
+def _not_compiled(launched):
     """What to tell of the kernels Triton's compiler refuses for a GPU (gpu_compile.problems), or None."""
+    try:
+        with time_limit(COMPILE_S, "Triton's compiler", error=gpu_compile.OutOfTime):
+            refused = gpu_compile.problems(launched)
+    except gpu_compile.OutOfTime:
+        return None
     if not refused:
         return None
     name, said = refused[0]

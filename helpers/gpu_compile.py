@@ -29,6 +29,12 @@ PER_KERNEL = 4
 _noting = []   # the open launches_noted() blocks, innermost last
 
 
+class OutOfTime(BaseException):
+    """Raised into a compile to stop it (check's time limit). Not an Exception: Triton's front end
+    wraps every Exception raised while it compiles into a CompilationError, which would blame the
+    kernel."""
+
+
 @contextlib.contextmanager
 def launches_noted(into):
     """Inside the block, note each interpreted launch in the dict `into`: {(kernel, its arguments'
