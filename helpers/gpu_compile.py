@@ -29,6 +29,11 @@ PER_KERNEL = 4
 _noting = []   # the open launches_noted() blocks, innermost last
 
 
+class _NotStoodIn(BaseException):
+    """The compiler reached an interpreter's function that _StandIns did not replace (one held by a class,
+    say). Not an Exception, for the reason given under OutOfTime."""
+
+
 class OutOfTime(BaseException):
     """Raised into a compile to stop it (check's time limit). Not an Exception: Triton's front end
     wraps every Exception raised while it compiles into a CompilationError, which would blame the
@@ -44,7 +49,8 @@ def launches_noted(into):
     try:
         yield into
     finally:
-        _noting.remove(into)
+        # by identity, not remove()'s ==: two blocks' dicts of the same contents compare equal
+        del _noting[next(i for i, open_ in enumerate(_noting) if open_ is into)]
 
 
 def note(kernel, args, kwargs):
@@ -69,26 +75,38 @@ def problems(noted):
 
     interpreter.restore_language()   # what interpreted launches may have left patched in triton.language
     found = []
-    for kernel, signature, constexprs, attrs, options in noted.values():
-        if any(name == kernel.__name__ for name, _ in found):
-            continue   # one error per kernel
-        error = _front_end(kernel, signature, constexprs, attrs, options)
-        if error is not None:
-            found.append((kernel.__name__, _said(error)))   # not the error: its traceback holds the IR
+    try:
+        for kernel, signature, constexprs, attrs, options in noted.values():
+            if any(name == kernel.__name__ for name, _ in found):
+                continue   # one error per kernel
+            error = _front_end(kernel, signature, constexprs, attrs, options)
+            if error is not None:
+                found.append((kernel.__name__, _said(error)))   # not the error: its traceback holds the IR
+    finally:
+        interpreter.restore_language()   # and what a compile may have patched
     return found
 
 
 def _said(error):
     """A CompilationError in a few lines: where in the kernel (its `def` is line 1), and why."""
+    from triton.compiler.errors import CompilationError
+
+    kernel_error = error
+    while not error.error_message and isinstance(error.__cause__, CompilationError):
+        error = error.__cause__   # raised in a helper: the kernel's own error only marks the call
     reason = error.error_message or ""
     wrapped = re.fullmatch(r"""\w+\((['"])(.*)\1\)""", reason, re.DOTALL)   # AssertionError("...") -> ...
     reason = wrapped.group(2) if wrapped else reason
     line = getattr(error.node, "lineno", None)
-    if error.src is None or line is None:
-        return str(error)
-    text = error.src.split("\n")[line - 1]
+    lines = (error.src or "").split("\n")
+    if error.src is None or line is None or not 1 <= line <= len(lines):   # Triton may pair a callee's
+        return str(error)                                                     # source with the call's node
+    helper = re.match(r"\s*def\s+(\w+)", error.src)
+    where = f"`{helper.group(1)}`, which it calls" if helper else "a helper it calls"
+    where = "the kernel" if error is kernel_error else where
     column = getattr(error.node, "col_offset", 0)
-    return f"at line {line} of the kernel (its `def` is line 1):\n  {text}\n  {' ' * column}^\n{reason}"
+    return (f"at line {line} of {where} (its `def` is line 1):\n  {lines[line - 1]}\n  {' ' * column}^\n"
+            f"{reason}")
 
 
 def available():
@@ -137,21 +155,32 @@ def _front_end(kernel, signature, constexprs, attrs, options):
     from triton._C.libtriton import ir
     from triton.compiler import ASTSource
     from triton.compiler.errors import CompilationError
+    from triton.runtime.interpreter import InterpretedFunction
 
     target, backend = _target()
     stand_ins = _StandIns()
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
+    constexprs = {path: stand_ins.of(value) for path, value in constexprs.items()}   # OP=my_helper
+
+    def not_stood_in(self, *args, **kwargs):   # called as Python, it would patch triton.language
+        raise _NotStoodIn(self.__name__)         # for good and fail on the compiler's values
+
+    call, InterpretedFunction.__call__ = InterpretedFunction.__call__, not_stood_in
     try:
         with stand_ins.in_tensor_methods():
             source = ASTSource(stand_ins.of(kernel), signature, constexprs, attrs)
             source.make_ir(target, options, backend.get_codegen_implementation(options),
                            backend.get_module_map(), context)
+    except _NotStoodIn:
+        return None
     except CompilationError as error:
         return None if "InterpretedFunction" in str(error) else error
     except Exception:  # noqa: BLE001  (see above)
         return None
+    finally:
+        InterpretedFunction.__call__ = call
     return None
 
 
@@ -159,9 +188,11 @@ class _StandIns:
     """A JITFunction for each of the interpreter's functions a kernel reaches: under TRITON_INTERPRET,
     `@triton.jit` makes InterpretedFunctions (the kernel, its helpers, and tl.sum, tl.max, tl.cdiv and
     the other functions triton.language writes in Triton), which the compiler does not take. The
-    kernel's globals are read through a copy in which each of those is replaced, and each module
-    through a stand-in module that does the same; nothing of the learner's or Triton's is changed,
-    but for tensor methods (x.sum()), swapped for the block's length in in_tensor_methods()."""
+    kernel's globals are read through a copy in which each of those is replaced, each module through a
+    stand-in module that does the same, and so are its constexpr arguments (OP=my_helper). Nothing of
+    the learner's is changed; of Triton's, tensor methods (x.sum()) are swapped for the compile's
+    length (in_tensor_methods()), and InterpretedFunction.__call__ raises _NotStoodIn (_front_end):
+    an interpreter's function reached some other way (a class attribute) lets the kernel pass."""
 
     def __init__(self):
         self._made = {}             # an interpreter's function (its fn) or a module -> its stand-in

@@ -4,6 +4,9 @@ too, and says what the compiler said. Kernels the compiler takes, with helpers, 
 pass (every solution and every right answer of tests/mutants/ passes through it on the CPU)."""
 
 import pytest
+import torch
+import triton
+import triton.language as tl
 from mutants import edit
 
 from helpers import ON_GPU, check, gpu_compile
@@ -89,3 +92,82 @@ def test_a_compile_past_the_time_limit_blames_nothing(monkeypatch, capsys):
     check("softmax_tiled", edit("05", "softmax_tiled", ("    l = tl.zeros((BLOCK,), tl.float32)\n",
                                                          "    l = tl.zeros((BLOCK,), tl.float16)\n")))
     assert "✓ softmax_tiled" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- helpers reached other ways
+
+FACTOR = 1.0   # a plain global: a kernel may not read it
+
+
+@triton.jit
+def scale(x, a):
+    return a * x
+
+
+@triton.jit
+def scale_by_a_global(x, a):
+    return a * x * FACTOR
+
+
+@triton.jit(noinline=True)
+def scale_not_inlined(x, a):
+    return a * x
+
+
+@triton.jit
+def axpy_through(alpha, x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, OP: tl.constexpr):
+    """alpha * x + y, with alpha * x computed by OP, a @triton.jit function passed as a constexpr."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, OP(x, alpha) + y, mask=mask)
+
+
+def _axpy_through(op):
+    def axpy(alpha, x, y):
+        assert x.shape == y.shape and x.dim() == 1, "axpy takes two vectors of the same length"
+        out = torch.empty_like(x)
+        axpy_through[(triton.cdiv(x.numel(), 1024),)](alpha, x.contiguous(), y.contiguous(), out, x.numel(),
+                                                       BLOCK=1024, OP=op)
+        return out
+    return axpy
+
+
+def test_a_helper_passed_as_a_constexpr_is_compiled(capsys):
+    check("axpy", _axpy_through(scale))
+    assert "✓ axpy" in capsys.readouterr().out
+
+
+def test_a_refusal_inside_a_helper_names_the_helper_and_the_reason():
+    message = _refused("axpy", _axpy_through(scale_by_a_global))
+    assert "`scale_by_a_global`, which it calls" in message and "global variable FACTOR" in message, message
+
+
+def test_a_noinline_helper_is_compiled_not_crashed_on():
+    """Triton refuses a block passed to a noinline function here (its error pairs the helper's source with
+    the caller's line): the check says so in the compiler's words, not with a traceback of its own."""
+    message = _refused("axpy", _axpy_through(scale_not_inlined))
+    assert "`axpy_through`" in message, message
+
+
+def test_nothing_is_left_patched():
+    """A refused compile and an accepted one leave triton.language and tl.tensor as they were."""
+    before = {obj: dict(vars(obj)) for obj in (tl, tl.core, tl.tensor, tl.standard)}
+    for op in (scale_by_a_global, scale):
+        try:
+            check("axpy", _axpy_through(op))
+        except CheckFailed:
+            pass
+    for obj, attributes in before.items():
+        changed = [name for name, value in vars(obj).items() if attributes.get(name, value) is not value]
+        assert not changed, f"{obj}: {changed}"
+
+
+def test_blocks_nest():
+    outer, inner = {}, {}
+    with gpu_compile.launches_noted(outer):
+        with gpu_compile.launches_noted(inner):
+            pass
+        assert gpu_compile._noting == [outer]
+    assert gpu_compile._noting == []
