@@ -5,8 +5,8 @@ whole kernel first, and Triton's compiler refuses things that Python lets throug
 
 * a loop-carried value whose type changes (`acc = tl.zeros([BLOCK], tl.float16)`, then
   `acc += x` with `x` float32: Python just makes `acc` float32 on the first trip);
-* a global that is not a `tl.constexpr` (`BLOCK = 64` at the top of a notebook);
-* a call of a Python function that is not `@triton.jit` (`math.sqrt(x)`).
+* a global that is not a `tl.constexpr` (`BLOCK = 64` at the top of a notebook), read by the kernel
+  or by a `@triton.jit` function it calls.
 
 So `check` notes each kernel its cases launched, with the types of that launch's arguments and the
 values of its constexprs (`launches_noted`), and runs the first ones through Triton's own front end
