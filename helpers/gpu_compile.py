@@ -190,9 +190,10 @@ class _StandIns:
     the other functions triton.language writes in Triton), which the compiler does not take. The
     kernel's globals are read through a copy in which each of those is replaced, each module through a
     stand-in module that does the same, and so are its constexpr arguments (OP=my_helper). Nothing of
-    the learner's is changed; of Triton's, tensor methods (x.sum()) are swapped for the compile's
-    length (in_tensor_methods()), and InterpretedFunction.__call__ raises _NotStoodIn (_front_end):
-    an interpreter's function reached some other way (a class attribute) lets the kernel pass."""
+    the learner's is changed. Two things of Triton's are, for the compile's length only: tl.tensor's
+    forwarding methods (x.sum(), in_tensor_methods()), and InterpretedFunction.__call__ (_front_end),
+    which raises _NotStoodIn, so that a function these stand-ins miss (one held by a class) lets the
+    kernel pass instead of being blamed."""
 
     def __init__(self):
         self._made = {}             # an interpreter's function (its fn) or a module -> its stand-in
@@ -261,7 +262,6 @@ class _StandIns:
         finally:
             for name, method in swapped.items():
                 setattr(tl.tensor, name, method)
-
 
 
 def _jit_options(interpreted):
