@@ -171,7 +171,7 @@ def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, 
             # PTX, so that LLVM does not fold it into 32 per-element bounds hoisted out of the loop
             diff = _opaque_copy(start_m - key0)
             cols = gl.arange(0, 64, gl.SliceLayout(0, S_LAYOUT))   # queries
-            keep = (offs_n[:, None] < n_ctx) & (cols[None, :] >= 0)
+            keep = (offs_n[:, None] < n_ctx) & (cols[None, :] >= 0)   # cols >= 0 (true): a 2-D mask
             if CAUSAL:
                 keys = gl.arange(0, 64, gl.SliceLayout(1, S_LAYOUT))
                 keep = keep & (cols[None, :] - keys[:, None] >= -diff)
