@@ -573,7 +573,9 @@ for gpu, record in hopper.items():
 #   copy while the consumers compute. It competes with `FLATTEN` (the two are not combined), and on
 #   Hopper it is what the list near the top says: granted, or a request only.
 # - **the tile shape and `num_stages`**: larger tiles do more arithmetic per byte, deeper pipelines
-#   hide more latency, and shared memory bounds both (the table earlier).
+#   hide more latency, and shared memory bounds both (the table earlier). One small tile also comes
+#   with K steps of 128 instead of 64: half as many steps, each twice as long, which can pay where
+#   each tile has few steps to take (a small product).
 # - **`B_NK` and `HAS_SCALE`**: the layout of `nn.Linear`'s weights (B given as N × K, multiplied by
 #   the loaded tile's transpose), and an epilogue that scales each row of the result; RMSNorm uses
 #   it below.
@@ -625,7 +627,8 @@ if ON_GPU:
     print(f"fast matmul at {n}^3, float16, each configuration alone, on {torch.cuda.get_device_name()}:")
     for config in course.MATMUL_CONFIGS:
         kw = config.kwargs
-        tile = f"{kw['BLOCK_M']:3} x {kw['BLOCK_N']:3}, {config.num_warps} warps, {config.num_stages} stages"
+        tile = (f"{kw['BLOCK_M']:3} x {kw['BLOCK_N']:3} x {kw['BLOCK_K']:3}, {config.num_warps} warps, "
+                f"{config.num_stages} stages")
         print(f"  {tile}, FLATTEN={kw['FLATTEN']!s:5} WARP_SPECIALIZE={kw['WARP_SPECIALIZE']!s:5}: "
               f"{course.time_matmul_config(config, n)}")
 else:

@@ -56,14 +56,18 @@ def _persistent_grid(M, N):
 
 
 def _check_tma(**tensors):
-    """Tensor descriptors need rows of contiguous values, and 16-byte aligned row strides and bases."""
+    """Tensor descriptors need rows of contiguous values, and 16-byte aligned row strides and bases.
+    Returns the tensors' row strides, read here once (this runs at every launch)."""
+    row_strides = []
     for name, t in tensors.items():
-        strides = t.stride()       # read once: this runs at every launch
+        strides = t.stride()
         assert len(strides) == 2 and strides[1] == 1, \
             f"{name}: a 2-D tensor with contiguous rows, stride(1) == 1"
         assert strides[0] * t.itemsize % 16 == 0 and t.data_ptr() % 16 == 0, \
             (f"{name}: its row stride ({strides[0]} values of {t.itemsize} bytes) and its start "
              f"must be multiples of 16 bytes for a tensor descriptor; copy it into a wider, aligned buffer")
+        row_strides.append(strides[0])
+    return row_strides
 
 
 _scratch = {}   # stream -> (its two buffers for descriptors, which one its next launch takes)
@@ -193,8 +197,8 @@ def persistent_matmul(a, b, programs=None):
 PDL = ON_GPU
 
 
-def _matmul_config(bm, bn, warps, stages, flatten=True, ws=False):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": flatten,
+def _matmul_config(bm, bn, warps, stages, flatten=True, ws=False, bk=64):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "FLATTEN": flatten,
                           "WARP_SPECIALIZE": ws}, num_warps=warps, num_stages=stages)
 
 
@@ -202,7 +206,8 @@ MATMUL_CONFIGS = pick(
     cpu=[_matmul_config(32, 32, 4, 1)],
     gpu=[_matmul_config(128, 256, 8, 3), _matmul_config(128, 256, 8, 3, flatten=False, ws=True),
          _matmul_config(256, 128, 8, 3), _matmul_config(128, 128, 8, 4), _matmul_config(128, 128, 4, 4),
-         _matmul_config(128, 64, 4, 4), _matmul_config(64, 128, 4, 4), _matmul_config(64, 64, 4, 4)])
+         _matmul_config(128, 64, 4, 4), _matmul_config(64, 128, 4, 4), _matmul_config(64, 128, 4, 4, bk=128),
+         _matmul_config(64, 64, 4, 4)])
 
 
 def _tiles_for_the_shape(configs, named_args, **kwargs):
@@ -271,8 +276,8 @@ _matmul_launcher = Launcher(matmul_kernel, buckets=SIZE_BUCKETS)
 def matmul(a, b, scale=None, b_is_nk=False):
     """a @ b (b (K, N)), or a @ b.T when b_is_nk (b (N, K), as nn.Linear stores weights); with scale
     (M,) float32, row i of the product is multiplied by scale[i]. Rows contiguous and 16-byte aligned."""
-    assert a.dim() == b.dim() == 2, "matmul takes two 2-D tensors"
     assert a.dtype == b.dtype, "a and b must share a dtype"
+    stride_a, stride_b = _check_tma(a=a, b=b)   # 2-D too
     M, K = a.shape
     N = b.shape[0] if b_is_nk else b.shape[1]
     assert (b.shape[1] if b_is_nk else b.shape[0]) == K, \
@@ -280,10 +285,9 @@ def matmul(a, b, scale=None, b_is_nk=False):
     if scale is not None:
         assert scale.shape == (M,) and scale.dtype == torch.float32 and scale.stride(0) == 1, \
             "scale: (M,) float32, contiguous: one factor per row"
-    _check_tma(a=a, b=b)
     assert N * a.itemsize % 16 == 0, f"c's rows: N = {N} values must fill a multiple of 16 bytes (TMA)"
     c = a.new_empty((M, N))     # a's dtype and device
-    _matmul_launcher(_persistent_grid(M, N), a, b, c, scale, M, N, K, a.stride(0), b.stride(0),
+    _matmul_launcher(_persistent_grid(M, N), a, b, c, scale, M, N, K, stride_a, stride_b,
                      B_NK=b_is_nk, HAS_SCALE=scale is not None, PDL=PDL, launch_pdl=PDL)
     return c
 
@@ -638,7 +642,9 @@ def describe_config(config):
     kw = config.kwargs
     extra = ", warp_specialize=True" if kw.get("WARP_SPECIALIZE") else ""
     extra += ", flattened" if kw.get("FLATTEN") else ""
-    return f"{kw['BLOCK_M']}x{kw['BLOCK_N']}, {config.num_warps} warps, {config.num_stages} stages{extra}"
+    depth = f" (K steps of {kw['BLOCK_K']})" if kw.get("BLOCK_K", 64) != 64 else ""
+    return (f"{kw['BLOCK_M']}x{kw['BLOCK_N']}{depth}, {config.num_warps} warps, {config.num_stages} "
+            f"stages{extra}")
 
 
 def _ws_ops(compiled):
