@@ -780,8 +780,8 @@ for gpu in recorded_devices():
 # One more cost sits on the GPU's side, in the graphed column. The fast matmul's programs build their
 # three descriptors before their first copy; how long does that take? `make bench` times it on its
 # own: one program per SM copies one tile through one descriptor, or through three, built on the host
-# or by each program. Beside it, the 2048³ row, where the host keeps up and the kernel's time is what
-# counts, both ways:
+# or by each program. Beside it, the 2048³ row, where the kernel takes longer than a call's host time
+# on most hosts, both ways:
 
 # %%
 for gpu in recorded_devices():
@@ -793,6 +793,11 @@ for gpu in recorded_devices():
         if ours and cublas and key in ours:
             print(f"  2048^3 {timing}: the fast matmul {1000 * ours[key]:.1f} µs, cuBLAS "
                   f"{1000 * cublas[key]:.1f} µs: {1000 * (ours[key] - cublas[key]):+.1f} µs")
+    if ours and cublas and "launched_ms" in ours:
+        narrowed = ours["launched_ms"] - cublas["launched_ms"] < ours["ms"] - cublas["ms"]
+        print("  launched back to back, the gap " + ("narrowed: each launch built its descriptors while the "
+                                                    "kernel before it finished (PDL)" if narrowed else
+                                                    "widened: this host, not the kernels, set the pace"))
 
 # %% [markdown]
 # Building three descriptors in the kernel costs each launch a few µs that host descriptors would not,
@@ -801,13 +806,15 @@ for gpu in recorded_devices():
 # launch: each is built and checked in Python, then encoded by the launch. That matters more at the
 # sizes marked `*`.
 #
-# Launched back to back, most of the gap closes (the last line). Both kernels find their inputs in
-# L2 there, which shortens both alike; what closes the gap is PDL (the rows recorded before `matmul`
-# launched with it had a launched gap as wide as the graphed one): each launch builds its
-# descriptors while the kernel before it finishes its last tiles, and waits only after. A graph
-# replay behind do_bench's L2 flush cannot hide them: the flush, not another matmul, runs just
-# before it. Where the host is slower than the kernel (the `*` rows), PDL cannot help either: there
-# is no kernel still running to overlap with, only a GPU waiting for the CPU.
+# Launched back to back on a host that keeps up, most of that gap closes (the last line says
+# whether it did). Both kernels find their inputs in L2 there, which shortens both alike; what closes
+# the gap is PDL (the rows recorded before `matmul` launched with it had a launched gap as wide as
+# the graphed one): each launch builds its descriptors while the kernel before it finishes its last
+# tiles, and waits only after. A graph replay behind do_bench's L2 flush cannot hide them: the
+# flush, not another matmul, runs just before it. Where the host is slower than the kernel (the `*`
+# rows, and the 2048³ row too on a slow host), PDL cannot help: there is no kernel still running to
+# overlap with, only a GPU waiting for the CPU, and the launched gap is the two host paths' costs,
+# Python's against cuBLAS's C++.
 
 # %% [markdown]
 # ## Epilogues on the fast mainloop
