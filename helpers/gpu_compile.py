@@ -6,7 +6,8 @@ whole kernel first, and Triton's compiler refuses things that Python lets throug
 * a loop-carried value whose type changes (`acc = tl.zeros([BLOCK], tl.float16)`, then
   `acc += x` with `x` float32: Python just makes `acc` float32 on the first trip);
 * a global that is not a `tl.constexpr` (`BLOCK = 64` at the top of a notebook), read by the kernel
-  or by a `@triton.jit` function it calls.
+  or by a `@triton.jit` function it calls;
+* launch options the interpreter ignores (`num_warps=3`: a GPU takes only powers of 2).
 
 So `check` notes each kernel its cases launched, with the types of that launch's arguments and the
 values of its constexprs (`launches_noted`), and runs the first ones through Triton's own front end
@@ -62,8 +63,12 @@ def note(kernel, args, kwargs):
     try:
         spec = _specialise(kernel, args, kwargs)
     except Exception:  # noqa: BLE001  (what the launch itself will say, if anything is wrong)
-        return
-    key = (fn, tuple(spec[1].items()), tuple(sorted((str(k), repr(v)) for k, v in spec[2].items())))
+        refused = _options_refused(kwargs)   # ... unless it is an option the interpreter ignores
+        if refused is None:
+            return
+        key, spec = (fn, "options", refused), (None, None, None, refused)
+    else:
+        key = (fn, tuple(spec[1].items()), tuple(sorted((str(k), repr(v)) for k, v in spec[2].items())))
     for into in wanted:
         into.setdefault(key, (kernel, *spec))
 
@@ -79,6 +84,9 @@ def problems(noted):
         for kernel, signature, constexprs, attrs, options in noted.values():
             if any(name == kernel.__name__ for name, _ in found):
                 continue   # one error per kernel
+            if signature is None:   # its launch options refused (_options_refused): nothing to compile
+                found.append((kernel.__name__, options))
+                continue
             error = _front_end(kernel, signature, constexprs, attrs, options)
             if error is not None:
                 found.append((kernel.__name__, _said(error)))   # not the error: its traceback holds the IR
@@ -128,6 +136,27 @@ def _target():
 
     target = GPUTarget("cuda", 90, 32)
     return target, make_backend(target)
+
+
+def _options_refused(kwargs):
+    """What Triton's NVIDIA backend says of a launch's options, or None if it takes them. The interpreter
+    ignores num_warps, num_stages and the like; a GPU's compiler checks them first (num_warps=3: "num_warps
+    must be a power of 2")."""
+    _, backend = _target()
+    try:
+        backend.parse_options(dict(kwargs))   # picks the options out of kwargs, and checks them
+    except (AssertionError, ValueError) as error:
+        names = sorted(name for name in kwargs if name in _option_names(backend))
+        asked = ", ".join(f"{name}={kwargs[name]!r}" for name in names)
+        return f"the launch's options ({asked}): {error}"
+    return None
+
+
+@functools.cache
+def _option_names(backend):
+    import dataclasses
+
+    return frozenset(field.name for field in dataclasses.fields(backend.parse_options({})))
 
 
 _binders = weakref.WeakKeyDictionary()   # InterpretedFunction -> (JITFunction of its fn, its binder)

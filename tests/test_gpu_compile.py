@@ -171,3 +171,16 @@ def test_blocks_nest():
             pass
         assert gpu_compile._noting == [outer]
     assert gpu_compile._noting == []
+
+
+def test_launch_options_a_gpu_refuses_are_refused():
+    """num_warps=3: the interpreter ignores num_warps; a GPU's compiler takes only powers of 2."""
+    fn = edit("01", "axpy", (LAUNCH, LAUNCH[:-1] + ", num_warps=3)"))
+    message = _refused("axpy", fn)
+    assert "`axpy_kernel`" in message and "num_warps=3" in message and "power of 2" in message, message
+
+
+def test_launch_options_a_gpu_takes_pass(capsys):
+    """The same launch with num_warps=2."""
+    check("axpy", edit("01", "axpy", (LAUNCH, LAUNCH[:-1] + ", num_warps=2)")))
+    assert "✓ axpy" in capsys.readouterr().out
