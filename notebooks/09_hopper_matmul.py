@@ -704,6 +704,35 @@ for gpu in recorded_devices():
               "`make bench LESSON=09` re-records it)")
 
 # %% [markdown]
+# The same rows drawn for one GPU: each implementation's speed as a share of cuBLAS's, timed the two
+# ways. On the left the GPU's time alone (graph replays: lesson 04's two rows run the same kernel and
+# draw one line); on the right calls back to back from Python, the host's time included:
+
+# %%
+launch_gpus = [gpu for gpu in recorded_devices()
+               if any("launched_ms" in r for r in recorded_rows("hopper_matmul_fp16", gpu)[0])]
+if launch_gpus:
+    gpu = launch_gpus[0]
+    rows = [r for r in recorded_rows("hopper_matmul_fp16", gpu)[0] if "launched_ms" in r]
+    cublas = {r["size"]: r for r in rows if r["impl"] == "cuBLAS"}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), sharey=True)
+    for ax, (key, title) in zip(axes, (("graphed_ms", "as graph replays"),
+                                       ("launched_ms", "launched from Python, back to back"))):
+        for impl in LAUNCH_ROWS[:-1]:
+            points = sorted((r["size"], cublas[r["size"]][key] / r[key]) for r in rows
+                            if r["impl"] == impl and r.get(key) and r["size"] in cublas)
+            ax.plot([n for n, _ in points], [x for _, x in points], "o-", label=impl)
+        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")   # cuBLAS
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(cublas), [f"{n}³" for n in sorted(cublas)])
+        ax.set_xlabel("matrix size")
+        ax.set_title(title, fontsize=10)
+    axes[0].set_ylabel(f"cuBLAS's time ÷ this one's\n(on {gpu})")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    plt.show()
+
+# %% [markdown]
 # At the sizes marked `*` the launched column is the CPU's pace, not the kernel's. What each row does
 # on the host at every call:
 #
