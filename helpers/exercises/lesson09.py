@@ -254,7 +254,7 @@ def _through_descriptors(fn):
         return (f"{where} stored {by_pointer_stored:,} of its {stored:,} bytes through pointers "
                 f"(tl.store), not through a tensor descriptor: C's tiles go out by descriptor too, and "
                 f"the rows and columns past C's edges are dropped by it, not by a mask.")
-    return _with_unequal_blocks(fn)
+    return _work_done(fn) or _with_unequal_blocks(fn)
 
 
 # ---------------------------------------------------------------- 2. persistent_matmul
@@ -369,17 +369,81 @@ def _each_tile_once(fn):
         return past
     stores = [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches
               if kind == "store"]
-    offsets = np.concatenate([offs for _, offs in stores])
-    elements, counts = np.unique(offsets, return_counts=True)
-    if counts.max() > 1:
-        element = int(elements[np.argmax(counts)])
-        by = sorted({pid[0] for pid, offs in stores if element in offs})
-        row, col = divmod(element, N)
-        return (f"{where} stored {int((counts > 1).sum()):,} elements of C more than once: C[{row}, {col}] "
-                f"was stored {int(counts.max())} times, by program(s) {by}. Each "
-                f"output tile belongs to one program and is computed once: check how your loop hands "
-                f"the tiles out, so that no two programs, and no program twice, take the same tile.")
-    return _unshared(stores, programs, where) or _with_unequal_blocks(fn, 3)
+    return (_stored_twice(stores, N, where) or _unshared(stores, programs, where) or _dividing_count(fn)
+            or _work_done(fn, programs) or _with_unequal_blocks(fn, 3))
+
+
+def _stored_twice(stores, N, where):
+    """A message if an element of C (N columns, contiguous) was stored more than once. `stores`: [(pid,
+    offsets)], one per store."""
+    elements, counts = np.unique(np.concatenate([offs for _, offs in stores]), return_counts=True)
+    if counts.max() <= 1:
+        return None
+    element = int(elements[np.argmax(counts)])
+    by = sorted({pid[0] for pid, offs in stores if element in offs})
+    row, col = divmod(element, N)
+    return (f"{where} stored {int((counts > 1).sum()):,} elements of C more than once: C[{row}, {col}] "
+            f"was stored {int(counts.max())} times, by program(s) {by}. Each output tile belongs to one "
+            f"program, which computes it once and stores it once, after its K loop: check how your "
+            f"programs take their tiles, so that no two programs, and no program twice, take the same "
+            f"tile, and that the store comes after the loop.")
+
+
+def _work_done(fn, *programs):
+    """On float16 A and B: every tl.dot multiplies float16 tiles as loaded, and the dots' multiply-adds
+    add up to the product's, tile by tile and K step by K step (cdiv(M, BLOCK_M) x cdiv(N, BLOCK_N)
+    tiles, each over cdiv(K, BLOCK_K) steps): no tile computed twice or past the last, no K step past
+    K, however the values come out; and, with one program per tile, each element of C stored once.
+    2 x 3 tiles cut by C's edges, K in 3 steps, the last partial; with `programs` = 4, more tiles than
+    programs and a count they do not divide."""
+    from helpers.solutions import load_solution
+
+    BM, BN, BK = load_solution("09").TMA_TILE   # the lesson's tile: the sizes (2 x 3 tiles, 3 K steps)
+    M, K, N = 2 * BM - 3, 3 * BK - 8, 3 * BN - 8
+    a, b = _operands(M, K, N, F16)
+    with interpreter.dots() as dots:
+        launches, problem = _recorded(lambda a, b: fn(a, b, *programs), a, b, touches=not programs)
+    if problem:
+        return problem
+    launch = f" with programs={programs[0]}" if programs else ""
+    where = f"for float16 A ({M}, {K}) and B ({K}, {N}){launch}, your kernel"
+    other = sorted({d.dtypes for d in dots if d.dtypes != ("float16", "float16")})
+    if other:
+        return (f"{where}'s tl.dot multiplied {' and '.join(other[0])} tiles: the tiles were converted "
+                f"before their product. tl.dot takes them as loaded, float16 on the tensor cores, and adds "
+                f"into the float32 accumulator it is given.")
+    if dots:   # the tile the kernel ran: its launcher's, which may be its own
+        BM, BK, BN = dots[0].shape
+    tiles, steps = math.ceil(M / BM) * math.ceil(N / BN), math.ceil(K / BK)
+    need, done = tiles * steps * BM * BN * BK, sum(math.prod(d.shape) for d in dots)
+    if done > need:
+        return (f"{where}'s tl.dot calls did {done:,} multiply-adds where the product's {tiles} tiles of "
+                f"{BM} x {BN}, each over {steps} K steps of {BK}, need {need:,}: {done / need:.2f} times "
+                f"the work. Each tile is computed once, by one program, over K once: no program goes "
+                f"past the last tile, and the K loop stops at K.")
+    if programs:
+        return None
+    stores = [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches
+              if kind == "store"]
+    return _stored_twice(stores, N, where)
+
+
+def _dividing_count(fn):
+    """No program stores more than its share where `programs` divides the tile count (2 x 2 tiles, 2
+    programs). A walk in runs of tiles // programs + 1 consecutive tiles (for cdiv) fits the share
+    where the count does not divide, as in _each_tile_once, and here gives one program three tiles
+    and the other one."""
+    from helpers.solutions import load_solution
+
+    block_m, block_n, _ = load_solution("09").TMA_TILE
+    M, K, N = 2 * block_m, 24, 2 * block_n
+    a, b = _operands(M, K, N, F32)
+    launches, problem = _recorded(lambda a, b: fn(a, b, 2), a, b, touches=True)
+    if problem:
+        return problem
+    stores = [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches
+              if kind == "store"]
+    return _unshared(stores, 2, f"for a ({M}, {K}) @ ({K}, {N}) product with programs=2, your kernel")
 
 
 EXERCISES = [
@@ -404,21 +468,28 @@ def linear_reference(h, w, scale=None, residual=None):
     return out.to(h.dtype)                                        # write MN
 
 
-def _column_slice(rows, cols, dtype, scale=1.0):
-    """A (rows, cols) view of a wider matrix: rows cols + 16 values apart, the first 16 bytes skipped,
-    so that the view's start and rows stay 16-byte aligned while its row stride is not its width."""
+def _column_slice(rows, cols, dtype, scale=1.0, extra=16):
+    """A (rows, cols) view of a wider matrix: rows cols + extra values apart (a multiple of 16), the
+    first 16 bytes skipped, so that the view's start and rows stay 16-byte aligned while its row stride
+    is not its width."""
     unit = 16 // torch.empty((), dtype=dtype).element_size()
-    return (torch.randn(rows, cols + 16, device=DEVICE) * scale).to(dtype)[:, unit:unit + cols]
+    return (torch.randn(rows, cols + extra, device=DEVICE) * scale).to(dtype)[:, unit:unit + cols]
 
 
 def _linear_operands(M, K, N, dtype, scale, residual, views):
     """(h, w, scale or None, residual or None): w scaled by 1 / sqrt(K), so that h @ w.T is of order one;
-    the scale of both signs."""
-    make = (lambda r, c, sc=1.0: _column_slice(r, c, dtype, sc)) if views else \
-        (lambda r, c, sc=1.0: (torch.randn(r, c, device=DEVICE) * sc).to(dtype))
-    h, w = make(M, K), make(N, K, K**-0.5)
+    the scale of both signs. views: h, w and the residual column slices of wider matrices, no two with
+    the same row stride (h's K + 16, w's K + 48, the residual's another), so that a descriptor given
+    another operand's row stride reads the wrong rows."""
+    if views:
+        extra_r = next(e for e in (16, 32, 64, 80) if N + e not in (K + 16, K + 48))
+        h, w = _column_slice(M, K, dtype), _column_slice(N, K, dtype, K**-0.5, extra=48)
+        r = _column_slice(M, N, dtype, extra=extra_r) if residual else None
+    else:
+        h = torch.randn(M, K, device=DEVICE).to(dtype)
+        w = (torch.randn(N, K, device=DEVICE) * K**-0.5).to(dtype)
+        r = torch.randn(M, N, device=DEVICE).to(dtype) if residual else None
     s = torch.randn(M, device=DEVICE) if scale else None
-    r = make(M, N) if residual else None
     return h, w, s, r
 
 
@@ -506,7 +577,7 @@ def _epilogue_structure(fn):
         return (f"{where} stored {int((counts > 1).sum()):,} elements of the output more than once "
                 f"(out[{row}, {col}] {int(counts.max())} times): each output tile belongs to one "
                 f"program, which stores it once.")
-    unshared = _unshared(stores, ran, where)
+    unshared = _unshared(stores, ran, where) or _linear_dividing_count(fn)
     if unshared:
         return unshared
     wanted = (np.arange(M)[:, None] * r.stride(0) + np.arange(N)[None, :]).reshape(-1)
@@ -539,6 +610,20 @@ def _epilogue_structure(fn):
             return None
     return (f"{where} never read the residual's {M} x {N} elements (row stride {r.stride(0)}) as a "
             f"whole: read each of its tiles, with the residual's own row stride, in the epilogue.")
+
+
+def _linear_dividing_count(fn):
+    """No program stores more than its share where the programs divide the tiles: a (128, K) @ (K, 256)
+    product, 2 x 2 tiles at the CPU's 64 x 128 for SMS = 2 programs, and at most 16 tiles (so as many
+    programs) at any of a GPU's configurations. A walk in runs of tiles // programs + 1 consecutive
+    tiles fits the share where the count does not divide (_epilogue_structure's), and not here."""
+    M, K, N = 128, _aligned(40, 72, F32), 256
+    launches, problem = _recorded(fn, *_linear_operands(M, K, N, F32, False, False, False), touches=True)
+    if problem:
+        return problem
+    main = max(launches, key=lambda launch: launch.bytes_stored)
+    stores = [(pid, offs) for pid, _name, kind, offs in main.touches if kind == "store"]
+    return _unshared(stores, math.prod(main.grid), f"for h ({M}, {K}) and w ({N}, {K}), your code")
 
 
 def _linear_structure(fn):

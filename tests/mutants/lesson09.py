@@ -331,3 +331,76 @@ RIGHT += [
                          "            acc = acc + tl.load(r_ptr + rr[:, None] * stride_r + rc[None, :],\n"
                          "                                mask=(rr[:, None] < M) & (rc[None, :] < N), other=0.0).to(tl.float32)\n"))),
 ]
+
+# ---------------------------------------------------------------- the work each exercise does, and strides
+#
+# Right values, wrong work: found by writing the mistakes a learner would make and seeing what check
+# said. The counts of multiply-adds and stores (helpers/exercises/lesson09.py, _work_done) catch these.
+
+TMA_MAINLOOP = ("    off_m, off_n = pid_m * BLOCK_M, pid_n * BLOCK_N\n"
+                "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n"
+                "    for k in range(0, K, BLOCK_K):\n"
+                "        a = a_desc.load([off_m, k])            # (BLOCK_M, BLOCK_K): zeros past A's edges\n"
+                "        b = b_desc.load([k, off_n])            # (BLOCK_K, BLOCK_N)\n"
+                "        acc = tl.dot(a, b, acc)\n"
+                "    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))")
+PERSISTENT_DOT = "            acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc)"
+
+WRONG += [
+    Wrong("tma_matmul", "C's tile stored at every K step: right in the end, stored K / BLOCK_K times",
+          launched_as_in_the_notebook(edit("09", "tma_matmul_kernel", (
+              "        acc = tl.dot(a, b, acc)\n    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))",
+              "        acc = tl.dot(a, b, acc)\n        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))")))),
+    Wrong("tma_matmul", "the tiles converted to float32 before tl.dot: off the float16 tensor cores",
+          launched_as_in_the_notebook(edit("09", "tma_matmul_kernel", (
+              "        acc = tl.dot(a, b, acc)\n    c_desc.store",
+              "        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)\n    c_desc.store")))),
+    Wrong("tma_matmul", "the K loop one step past K: a step of zeros (the descriptors pad) per tile",
+          launched_as_in_the_notebook(edit("09", "tma_matmul_kernel", (
+              "    for k in range(0, K, BLOCK_K):\n        a = a_desc.load([off_m, k])",
+              "    for k in range(0, K + BLOCK_K, BLOCK_K):\n        a = a_desc.load([off_m, k])")))),
+    Wrong("tma_matmul", "each program computes and stores its whole row of tiles",
+          launched_as_in_the_notebook(edit("09", "tma_matmul_kernel", (TMA_MAINLOOP,
+              "    off_m = pid_m * BLOCK_M\n"
+              "    for pn in range(0, tl.cdiv(N, BLOCK_N)):\n"
+              "        off_n = pn * BLOCK_N\n"
+              "        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n"
+              "        for k in range(0, K, BLOCK_K):\n"
+              "            acc = tl.dot(a_desc.load([off_m, k]), b_desc.load([k, off_n]), acc)\n"
+              "        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))")))),
+    Wrong("persistent_matmul", "the tiles converted to float32 before tl.dot: off the float16 tensor cores",
+          launched_as_in_the_notebook(edit("09", "persistent_matmul_kernel", (
+              PERSISTENT_DOT, PERSISTENT_DOT.replace("b_desc.load([k, pid_n * BLOCK_N])",
+                                                     "b_desc.load([k, pid_n * BLOCK_N]).to(tl.float32)")
+                                             .replace("a_desc.load([pid_m * BLOCK_M, k])",
+                                                      "a_desc.load([pid_m * BLOCK_M, k]).to(tl.float32)"))),
+              persistent=True)),
+    Wrong("persistent_matmul", "every program computes as many tiles as program 0, only the store guarded",
+          launched_as_in_the_notebook(edit("09", "persistent_matmul_kernel", (
+              LOOP + "\n" + COORDS,
+              "    n_tiles = num_pid_m * num_pid_n\n"
+              "    for i in range(0, tl.cdiv(n_tiles, tl.num_programs(0))):\n"
+              "        tile = tl.program_id(0) + i * tl.num_programs(0)\n" + COORDS),
+              ("        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))",
+               "        if tile < n_tiles:\n"
+               "            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))")),
+              persistent=True)),
+    # runs of n_tiles // programs + 1 fit the share only where programs do not divide the tiles
+    Wrong("persistent_matmul", "contiguous runs of n_tiles // programs + 1 tiles (for cdiv)",
+          launched_as_in_the_notebook(edit("09", "persistent_matmul_kernel", (
+              LOOP, "    n_tiles = num_pid_m * num_pid_n\n"
+                    "    per = n_tiles // tl.num_programs(0) + 1\n"
+                    "    for tile in range(tl.program_id(0) * per, min(tl.program_id(0) * per + per, n_tiles)):")),
+              persistent=True)),
+    Wrong("linear", "contiguous runs of n_tiles // programs + 1 tiles (for cdiv)", edit(
+        "09", "linear", ("    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=FLATTEN,",
+                         "    per = n_tiles // tl.num_programs(0) + 1\n"
+                         "    for tile in tl.range(tl.program_id(0) * per, min(tl.program_id(0) * per + per, n_tiles), "
+                         "1, flatten=FLATTEN,"))),
+    Wrong("linear", "w's descriptor given h's row stride", edit(
+        "09", "linear", ("w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_w, 1],",
+                         "w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_h, 1],"))),
+    Wrong("linear", "h's descriptor given w's row stride", edit(
+        "09", "linear", ("h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],",
+                         "h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_w, 1],"))),
+]
