@@ -124,9 +124,11 @@ def test_shipped_notebooks_run_to_the_end_with_every_exercise_not_done(tmp_path)
     rows = table(results, {p.name[:2] for p in LESSONS})
     events = read_events(events_file)
     wrong = [(r[1], r[3]) for r in rows if r[3] != "not done"]
-    assert rows and not wrong, f"as shipped, these exercises were not recorded as not done: {wrong}"
     failed = [(ev["path"].rsplit("/", 1)[-1], ev.get("source", "").strip().splitlines()[:1], ev.get("ename"),
                ev.get("evalue", "")[:200]) for ev in events if ev.get("outcome") != "passed"]
+    tail = "\n".join(log.read_text().splitlines()[-30:]) if log.exists() else ""
+    assert rows and not wrong, (f"as shipped, these exercises were not recorded as not done: {wrong}; "
+                                f"nbval exit {code}; cells that failed: {failed}\n--- end of {log}:\n{tail}")
     assert code == 0 and not failed, f"nbval exit {code}; cells that failed: {failed}"
     assert sum(NEEDS in ev.get("stdout", "") for ev in events) >= len(LESSONS) - 3, \
         "cells that need an unfinished exercise should say so"
