@@ -30,7 +30,7 @@ import pathlib
 import torch
 import torch.nn.functional as F
 
-from helpers.block import SMALL, block_input, block_weights, decoder_block, rope_tables
+from helpers.block import SMALL, BlockConfig, block_input, block_weights, decoder_block, rope_tables
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import (
     UNEQUAL_BLOCKS_WHY,
@@ -225,10 +225,12 @@ def _aligned(rows, cols, dtype, view, scale=1.0):
 
 
 def _gate_up(f, K, dtype, view, gate_scale):
-    """w_gate_up (2f, K): rows 2j (gate) scaled by gate_scale, rows 2j + 1 (up) of unit outputs."""
-    w = _aligned(2 * f, K, F32, view, scale=K ** -0.5)
+    """w_gate_up (2f, K): rows 2j (gate) scaled by gate_scale, rows 2j + 1 (up) of unit outputs; made in
+    float32, then copied into the layout asked for (a column slice where `view`: a conversion of the
+    slice itself would be a contiguous copy)."""
+    w = _aligned(2 * f, K, F32, False, scale=K ** -0.5)
     w[0::2] *= gate_scale
-    return w.to(dtype)
+    return _aligned(2 * f, K, dtype, view).copy_(w)
 
 
 def _with_both_tails(M, K, f, dtype):
@@ -252,6 +254,9 @@ def _swiglu_cases():
              (_odd(67, 127), 136, 40, F16, False, False, "several tiles per program, odd M"),
              (_odd(21, 63), 72, 24, F16, True, False, "h a column slice: its own row stride"),
              (_odd(21, 63), 80, 56, F32, False, True, "w_gate_up a column slice: its own row stride"),
+             # the smallest case with a strided operand, so the one check() runs once more to see what
+             # PyTorch did: both operands strided there, so that a copy of either (.contiguous()) shows
+             (_odd(5, 9), 64, 24, F16, True, True, "both operands column slices, few rows"),
              (M_big, K_big, f_big, F16, True, True, "larger, both operands strided")]
     cases = []
     for M, K, f, dtype, h_view, w_view, why in specs:
@@ -381,7 +386,14 @@ EPS_HINT = ("In this case cfg.eps is {eps:.3g}, not BlockConfig's default 1e-5, 
 ALPHA = (150 * SMALL.head_dim ** 0.5) ** 0.5
 
 
-def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False, tiny=False):
+# A block of other sizes than SMALL's, every one of them: 3 heads of 64, a width and an MLP width that
+# are multiples of 8 (rows 16-byte aligned, as descriptors need) but of no tile, and another RoPE base.
+# A forward that takes a size or the base from anywhere but cfg (SMALL, a notebook's globals, numbers
+# written in) gets this case wrong.
+OTHER_SIZES = BlockConfig(dim=192, n_heads=3, hidden=520, rope_base=500.0)
+
+
+def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False, tiny=False, base=SMALL):
     """gate_scale: w_gate multiplied by it, so that the MLP's gates are of that size, and w_up divided by
     it, so that SiLU(gate) * up stays of order one (float32's rounding of a large product, summed by the
     down projection, would leave the outputs that cancel to near zero outside the tolerance).
@@ -391,15 +403,15 @@ def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False, tiny=False):
     smaller), so that both norms see a mean square near eps / 10: any other eps changes their scale by a
     factor of 1.6 or more, visible at a GPU's tolerance too."""
     seed = int(torch.randint(0, 2**31 - 1, ()))
-    w = block_weights(SMALL, DEVICE, seed=seed)
+    w = block_weights(base, DEVICE, seed=seed)
     for norm in ("attn_norm", "mlp_norm"):   # norms of random scale: swapping them shows
-        w[norm] = 1.0 + 0.5 * torch.randn(SMALL.dim, device=DEVICE)
+        w[norm] = 1.0 + 0.5 * torch.randn(base.dim, device=DEVICE)
     w["w_gate"] *= gate_scale
     w["w_up"] /= gate_scale
-    x = block_input(SMALL, B, N, DEVICE, seed=seed + 1)
-    cfg, hint = SMALL, GATES_HINT if gate_scale != 1 else ""
+    x = block_input(base, B, N, DEVICE, seed=seed + 1)
+    cfg, hint = base, GATES_HINT if gate_scale != 1 else ""
     if tiny:
-        cfg = dataclasses.replace(SMALL, eps=float(3e-5 * (10 / 3) ** torch.rand(())))   # log-uniform
+        cfg = dataclasses.replace(base, eps=float(3e-5 * (10 / 3) ** torch.rand(())))   # log-uniform
         scale = (cfg.eps / 10) ** 0.5
         x, w["wo"] = x * scale, w["wo"] * scale
         hint = EPS_HINT.format(eps=cfg.eps)
@@ -412,7 +424,8 @@ def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False, tiny=False):
         w["wk"][slow] = -ALPHA * z / z.pow(2).sum()                 # k's: about -ALPHA
         hint = SCORES_HINT
     eps = f", eps={cfg.eps:.3g}" if cfg.eps != SMALL.eps else ""
-    return Case(f"B{B} N{N}, d={SMALL.dim}, {SMALL.n_heads} heads, f={SMALL.hidden}{eps} ({why})",
+    rope_base = f", RoPE base {cfg.rope_base:g}" if cfg.rope_base != SMALL.rope_base else ""
+    return Case(f"B{B} N{N}, d={cfg.dim}, {cfg.n_heads} heads, f={cfg.hidden}{eps}{rope_base} ({why})",
                 (x, *(w[n] for n in WEIGHT_NAMES)), {"cfg": cfg}, hint=hint)
 
 
@@ -428,6 +441,8 @@ def _block_cases():
             _block_case(2, _odd(*pick((21, 41), (201, 401))), "every attention score near -150: exp "
                         "underflows for every key unless the row's maximum is subtracted",
                         scores_far_below=True),
+            _block_case(2, _odd(9, 17), "another block's sizes and RoPE base: each taken from cfg",
+                        base=OTHER_SIZES),
             _block_case(1, _odd(9, 17), "tokens a few hundred times smaller: both norms' mean squares lie "
                                         "below cfg.eps, which then sets their scale", tiny=True)]
 

@@ -411,3 +411,20 @@ def views_by_unbind(x, w, cfg):
 
 RIGHT += [Right("decoder_block_fused", "views by unbind, reshapes that are views, no del", views_by_unbind),
           Right("decoder_block_fused", "the forward written out with replaceable steps", _block)]
+
+# Found by writing the mistakes a learner would make: the copy shows only on a case where both operands
+# are strided (the smallest strided case, which check() runs once more), the sizes only on a block of
+# other sizes than SMALL's (OTHER_SIZES in helpers/exercises/lesson11.py).
+WRONG += [
+    Wrong("swiglu_linear", "w_gate_up copied contiguous in the wrapper: the weights read twice a call", edit(
+        "11", "swiglu_linear", ("    M, K = h.shape\n    N = w_gate_up.shape[0]\n    out = h.new_empty",
+                                "    w_gate_up = w_gate_up.contiguous()\n"
+                                "    M, K = h.shape\n    N = w_gate_up.shape[0]\n    out = h.new_empty"))),
+    Wrong("decoder_block_fused", "the heads written in as SMALL's: H, D = 4, 64", edit(
+        "11", "decoder_block_fused", ("    H, D = cfg.n_heads, cfg.head_dim\n    x2 = x.reshape(B * N, d)\n    qkv",
+                                      "    H, D = 4, 64\n    x2 = x.reshape(B * N, d)\n    qkv"))),
+    Wrong("decoder_block_fused", "RoPE's tables at BlockConfig's default base, not cfg.rope_base", edit(
+        "11", "decoder_block_fused", ("    cos, sin = _rope_tables(cfg, N, x.device)\n    q, k =",
+                                      "    cos, sin = _rope_tables(BlockConfig(dim=cfg.dim, n_heads=cfg.n_heads), "
+                                      "N, x.device)\n    q, k ="))),
+]
