@@ -92,6 +92,11 @@ def test_tests_and_notebook_kernels_import_the_expected_triton(tmp_path):
     assert code == 0, f"the notebook kernel did not import triton {EXPECTED_TRITON}: {said}"
 
 
+def _end_of(log, lines=40):
+    """The last lines of nbval's log, for a failure's message."""
+    return "\n".join(log.read_text().splitlines()[-lines:]) if log.exists() else ""
+
+
 @pytest.mark.notebooks
 def test_solved_notebooks_pass(tmp_path):
     solved = [solved_copy(p, tmp_path / "solved") for p in LESSONS]
@@ -101,7 +106,7 @@ def test_solved_notebooks_pass(tmp_path):
     events = read_events(events_file)
     not_passing = [r for r in rows if r[3] != "pass"]
     cells = "\n".join(summary_lines(summarize(events, rows)))
-    tail = "\n".join(log.read_text().splitlines()[-40:])
+    tail = _end_of(log)
     assert code == 0 and not not_passing, \
         f"nbval exit {code}; exercises not passing: {not_passing}{cells}\n--- end of {log}:\n{tail}"
     waiting = [(ev["path"].rsplit("/", 1)[-1], ev["cell"]) for ev in events if NEEDS in ev.get("stdout", "")]
@@ -126,7 +131,7 @@ def test_shipped_notebooks_run_to_the_end_with_every_exercise_not_done(tmp_path)
     wrong = [(r[1], r[3]) for r in rows if r[3] != "not done"]
     failed = [(ev["path"].rsplit("/", 1)[-1], ev.get("source", "").strip().splitlines()[:1], ev.get("ename"),
                ev.get("evalue", "")[:200]) for ev in events if ev.get("outcome") != "passed"]
-    tail = "\n".join(log.read_text().splitlines()[-30:]) if log.exists() else ""
+    tail = _end_of(log)
     assert rows and not wrong, (f"as shipped, these exercises were not recorded as not done: {wrong}; "
                                 f"nbval exit {code}; cells that failed: {failed}\n--- end of {log}:\n{tail}")
     assert code == 0 and not failed, f"nbval exit {code}; cells that failed: {failed}"

@@ -305,6 +305,11 @@ def _persistent_cases():
     return cases + [_long_k_case(pick(3, 11))]
 
 
+def _stores(launches):
+    """[(pid, offsets)]: every store the launches made (recorded with touches=True), one per tile."""
+    return [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches if kind == "store"]
+
+
 def _unshared(stores, programs, where):
     """A message if one program stored more tiles than its share, cdiv(tiles, programs): the tiles were
     not handed out among the programs (program 0 walking all of them, say). `stores`: [(pid, offsets)],
@@ -367,8 +372,7 @@ def _each_tile_once(fn):
     past = _past_the_last_tile(main, where)
     if past:
         return past
-    stores = [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches
-              if kind == "store"]
+    stores = _stores(launches)
     return (_stored_twice(stores, N, where) or _unshared(stores, programs, where) or _dividing_count(fn)
             or _work_done(fn, programs) or _with_unequal_blocks(fn, 3))
 
@@ -423,8 +427,7 @@ def _work_done(fn, *programs):
                 f"past the last tile, and the K loop stops at K.")
     if programs:
         return None
-    stores = [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches
-              if kind == "store"]
+    stores = _stores(launches)
     return _stored_twice(stores, N, where)
 
 
@@ -441,8 +444,7 @@ def _dividing_count(fn):
     launches, problem = _recorded(lambda a, b: fn(a, b, 2), a, b, touches=True)
     if problem:
         return problem
-    stores = [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches
-              if kind == "store"]
+    stores = _stores(launches)
     return _unshared(stores, 2, f"for a ({M}, {K}) @ ({K}, {N}) product with programs=2, your kernel")
 
 
@@ -565,7 +567,7 @@ def _epilogue_structure(fn):
     past = _past_the_last_tile(main, where)
     if past:
         return past
-    stores = [(pid, offs) for pid, _name, kind, offs in main.touches if kind == "store"]
+    stores = _stores([main])
     ran, tiles = math.prod(main.grid), len(stores)     # one store per output tile
     if ran != min(SMS, tiles):
         return (f"{where} launched a grid of {ran} programs {main.grid} for {tiles} output tiles, with "
@@ -577,7 +579,7 @@ def _epilogue_structure(fn):
         return (f"{where} stored {int((counts > 1).sum()):,} elements of the output more than once "
                 f"(out[{row}, {col}] {int(counts.max())} times): each output tile belongs to one "
                 f"program, which stores it once.")
-    unshared = _unshared(stores, ran, where) or _linear_dividing_count(fn)
+    unshared = _unshared(stores, ran, where)
     if unshared:
         return unshared
     wanted = (np.arange(M)[:, None] * r.stride(0) + np.arange(N)[None, :]).reshape(-1)
@@ -622,14 +624,16 @@ def _linear_dividing_count(fn):
     if problem:
         return problem
     main = max(launches, key=lambda launch: launch.bytes_stored)
-    stores = [(pid, offs) for pid, _name, kind, offs in main.touches if kind == "store"]
+    stores = _stores([main])
     return _unshared(stores, math.prod(main.grid), f"for h ({M}, {K}) and w ({N}, {K}), your code")
 
 
 def _linear_structure(fn):
-    """_epilogue_structure, the mainloop's products in the inputs' dtype (_dots_as_loaded), then the
-    product with unequal blocks (_linear_unequal_blocks)."""
-    return _epilogue_structure(fn) or _dots_as_loaded(fn) or _linear_unequal_blocks(fn)
+    """_epilogue_structure, the shares where the programs divide the tiles (_linear_dividing_count), the
+    mainloop's products in the inputs' dtype (_dots_as_loaded), then the product with unequal blocks
+    (_linear_unequal_blocks)."""
+    return (_epilogue_structure(fn) or _linear_dividing_count(fn) or _dots_as_loaded(fn)
+            or _linear_unequal_blocks(fn))
 
 
 def _dots_as_loaded(fn):

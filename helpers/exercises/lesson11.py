@@ -386,15 +386,16 @@ EPS_HINT = ("In this case cfg.eps is {eps:.3g}, not BlockConfig's default 1e-5, 
 ALPHA = (150 * SMALL.head_dim ** 0.5) ** 0.5
 
 
-# A block of other sizes than SMALL's, every one of them: 3 heads of 64, a width and an MLP width that
-# are multiples of 8 (rows 16-byte aligned, as descriptors need) but of no tile, and another RoPE base.
+# A block of other sizes than SMALL's, every one of them: 3 heads of 64 (d = 192), an MLP width that is a
+# multiple of 8 (rows 16-byte aligned, as descriptors need) but of no tile, and another RoPE base.
 # A forward that takes a size or the base from anywhere but cfg (SMALL, a notebook's globals, numbers
 # written in) gets this case wrong.
 OTHER_SIZES = BlockConfig(dim=192, n_heads=3, hidden=520, rope_base=500.0)
 
 
 def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False, tiny=False, base=SMALL):
-    """gate_scale: w_gate multiplied by it, so that the MLP's gates are of that size, and w_up divided by
+    """base: the block's sizes and RoPE base (SMALL, or OTHER_SIZES).
+    gate_scale: w_gate multiplied by it, so that the MLP's gates are of that size, and w_up divided by
     it, so that SiLU(gate) * up stays of order one (float32's rounding of a large product, summed by the
     down projection, would leave the outputs that cancel to near zero outside the tolerance).
     scores_far_below: every attention score near -150 (see ALPHA).
