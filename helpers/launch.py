@@ -27,6 +27,12 @@ the tensors' dtypes, the constexprs), with n_ctx replaced by power_of_2_bucket(n
 the autotuner runs its choice, and the autotuner is not asked (Triton still compiles the kernel if
 the new key needs another specialisation).
 
+A wrapper that checks its arguments at every call (shapes, strides, alignment) can go one step
+further: what it checks decides the Launcher's key and the grid too. `launcher.bind(grid, *args)`
+launches, then returns a function that repeats that launch with other arguments of the same key;
+the wrapper keeps it under a key of what it checked, and checks a key's first call only (lesson 09's
+`matmul`).
+
 A host tensor descriptor is passed as it is: Triton's launch function encodes it into a TMA descriptor
 at every call (its base address is the tensor's), with the box the compiled kernel was built for. So
 the box a configuration's pre-hook sets on the descriptors (lesson 10's attention) matters only for
@@ -205,6 +211,34 @@ class Launcher:
                          *addresses, *values)
         interpreter.count_launch()   # the course's meters count every launch, this path's too
         return None
+
+    def bind(self, grid, *args, **constexprs):
+        """Launch as a call does, then return `again(*args)`: the same launch with other arguments of the
+        same key, on the current stream, without building the key or working out the grid. The caller
+        vouches for the key: tensors of the same dtypes and devices, 16-byte aligned as these are, and
+        the same integers. For a wrapper that keys its calls on what its own checks read (lesson 09's
+        `matmul`: dtypes, devices, shapes, strides, alignment): its checks, the key and the grid are
+        then worked out once per key of its own. `again` goes through a call where that would not launch
+        the compiled kernel directly (a recording, a profiler's hooks, configurations swapped in).
+        None where every call goes through kernel[grid] (the interpreter)."""
+        self(grid, *args, **constexprs)
+        prepared = self.prepared.get(_key_and_addresses(args, constexprs)[0]) if ON_GPU else None
+        if prepared is None or prepared[3] is None:   # (no direct launch function: another Triton)
+            return None
+        _, trailing, configs, direct, values, config = prepared
+        grid_now = _three(grid(trailing) if callable(grid) else grid)
+
+        def again(*call_args):
+            hooks = knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls
+            if interpreter.recording() or hooks or getattr(self.kernel, "configs", None) is not configs:
+                return self(grid, *call_args, **constexprs)
+            if config is not None:
+                self.kernel.best_config = config
+            direct(*grid_now, self.current_stream(self.current_device()),
+                   *[a.data_ptr() if isinstance(a, torch.Tensor) else a for a in call_args], *values)
+            interpreter.count_launch()
+            return None
+        return again
 
     def _first_call(self, key, grid, args, constexprs):
         """A key's first call, the slow way: through kernel[grid] (compiles, autotunes, launches), or,

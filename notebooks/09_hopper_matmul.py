@@ -747,29 +747,39 @@ if launch_gpus:
 #   compiled variant and the autotuner's choice. Every later call at that key hands its arguments
 #   straight to the compiled kernel's launcher (with Triton 3.6, its C launcher: below), each tensor
 #   as its address. Lesson 04's kernel is launched that way in the third row;
-# - **lesson 09's matmul** is launched that way too. Host descriptors would still cost every call
-#   (each built and validated in Python, then encoded by the launch; a prepared launch can take them,
-#   as lesson 10's attention shows), so its programs build their descriptors themselves. That costs
-#   the GPU a little at the start of every launch (each program writes three descriptors and waits
-#   for them to be visible before its first copy), and saves the host far more (compare its host
-#   column with exercise 2's; one call's host time is a single reading, and a busy host can make it
-#   an outlier). Its
-#   own checks and the descriptors' scratch memory leave its host time close to lesson 04's prepared
-#   call (compare the two). With PDL, calls back to back hide most of
-#   that start: each launch builds its descriptors while the kernel before it finishes;
+# - **lesson 09's matmul** is launched that way too, and goes one step further. What its checks read
+#   (the operands' dtypes, devices, shapes, strides, and whether each starts on a 16-byte boundary)
+#   also decides everything in the launcher's key, and the grid. So `matmul` keys its calls on
+#   exactly that: the first call at such a key checks, lets the launcher work out its key and the
+#   grid, and keeps the launch (`Launcher.bind`); each later call builds its own small key, allocates
+#   C and launches. Host descriptors would still cost every call (each built and validated in Python,
+#   then encoded by the launch; a prepared launch can take them, as lesson 10's attention shows), so
+#   its programs build their descriptors themselves. That costs the GPU a little at the start of
+#   every launch (each program writes three descriptors and waits for them to be visible before its
+#   first copy), and saves the host far more: compare its host column with exercise 2's and with
+#   lesson 04's prepared call (one call's host time is a single reading, and a busy host can make it
+#   an outlier). With PDL, calls back to back hide most of that start: each launch builds its
+#   descriptors while the kernel before it finishes;
 # - **cuBLAS** does its equivalent in C++, behind one dispatch.
 #
-# What is left in a prepared call is Python all the same: `matmul`'s checks, C's allocation, the key,
-# the grid, and the hand-over to Triton's C launcher, which packs the arguments for the driver. (With
-# Triton 3.6, the recorded one, the prepared launch calls that C launcher itself, with the
-# descriptors' scratch memory from the allocator. Triton's own launch function does the same through
-# Python that defines a helper function and calls it for two kinds of scratch memory at every call,
-# which a prepared launch has worked out once.) Small things count at this scale: the grid divides
-# with `helpers.launch.cdiv`, not `triton.cdiv`, whose every call from Python goes through the
-# wrapper that lets kernels call it too (lesson 11 times both), and the scratch memory is handed over
-# as an address, which the C launcher takes as it is (given a tensor, it would call its `data_ptr()`
-# and ask the driver about the pointer). Once the kernel outlasts all that (the larger sizes),
-# launched and graphed meet and only the kernel matters. Below that, what else removes the bill:
+# `matmul`, checks at a key's first call only:
+
+# %%
+show(course.matmul)
+
+# %% [markdown]
+# What is left in its later calls is Python all the same: the key, C's allocation, and the hand-over
+# to Triton's C launcher, which packs the arguments for the driver. (With Triton 3.6, the recorded
+# one, the prepared launch calls that C launcher itself, with the descriptors' scratch memory from
+# the allocator. Triton's own launch function does the same through Python that defines a helper
+# function and calls it for two kinds of scratch memory at every call, which a prepared launch has
+# worked out once.) Small things count at this scale: the scratch memory is handed over as an
+# address, which the C launcher takes as it is (given a tensor, it would call its `data_ptr()` and
+# ask the driver about the pointer), and a grid worked out at every call (the course's other
+# prepared launches) divides with `helpers.launch.cdiv`, not `triton.cdiv`, whose every call from
+# Python goes through the wrapper that lets kernels call it too (lesson 11 times both). Once the
+# kernel outlasts all that (the larger sizes), launched and graphed meet and only the kernel matters.
+# Below that, what else removes the bill:
 #
 # - **CUDA graphs**, where the same shapes come back step after step: no Python at all per launch
 #   (lesson 11's `CapturedStep`);

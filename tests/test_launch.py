@@ -332,3 +332,43 @@ def test_with_triton_3_6_a_prepared_launch_calls_the_c_launcher_itself():
     (direct,) = [prepared[3] for prepared in launcher.prepared.values()]
     assert (direct is not None) == triton.__version__.startswith("3.6.")
     torch.testing.assert_close(launch(launcher, x, y, alpha=0.5), 0.5 * x + y)
+
+
+def test_a_bound_launch_repeats_the_call_with_other_tensors_of_the_key():
+    """Launcher.bind launches, then returns a function that launches the same key again (None under the
+    interpreter, where every call goes through kernel[grid]). Each repeat is counted, and a recording
+    still sees the kernel run through the interpreter."""
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(1000, device=DEVICE) for _ in range(2))
+    out = torch.empty_like(x)
+    grid = lambda meta: (cdiv(1000, meta["BLOCK"]),)  # noqa: E731
+    again = launcher.bind(grid, x, y, out, 1000, 2.0)
+    torch.testing.assert_close(out, 2.0 * x + y)
+    if not ON_GPU:
+        assert again is None
+        return
+    x2, out2 = torch.randn(1000, device=DEVICE), torch.empty_like(x)
+    before = interpreter.launch_count()
+    again(x2, y, out2, 1000, -1.0)
+    assert interpreter.launch_count() == before + 1
+    torch.testing.assert_close(out2, -x2 + y)
+    with interpreter.record() as rec:
+        again(x, y, out2, 1000, 3.0)
+    assert rec.launches, "a recording must see the launch run through the interpreter"
+    torch.testing.assert_close(out2, 3.0 * x + y)
+
+
+@gpu_only
+def test_a_bound_launch_follows_configurations_swapped_in_by_a_check():
+    launcher = Launcher(scaled_add)
+    x, y = (torch.randn(1000, device=DEVICE) for _ in range(2))
+    out = torch.empty_like(x)
+    again = launcher.bind(lambda meta: (cdiv(1000, meta["BLOCK"]),), x, y, out, 1000, 2.0)
+    saved = scaled_add.configs
+    scaled_add.configs = [triton.Config({"BLOCK": 32}, num_warps=1)]
+    try:
+        again(x, y, out, 1000, 0.5)
+        torch.testing.assert_close(out, 0.5 * x + y)
+        assert scaled_add.best_config.kwargs["BLOCK"] == 32
+    finally:
+        scaled_add.configs = saved

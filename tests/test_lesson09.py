@@ -79,6 +79,29 @@ def test_the_fast_matmul_says_what_its_descriptors_need():
         lesson09.matmul(randn(5, 48), randn(40, 8))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("b_is_nk", [False, True])
+@pytest.mark.parametrize("scaled", [False, True])
+def test_the_fast_matmul_and_its_calls_at_a_key_checked_before(dtype, b_is_nk, scaled):
+    """matmul checks a key's first call (dtypes, devices, shapes, strides, alignment) and launches later
+    calls at that key as it did (on a GPU, Launcher.bind): fresh operands at the key get their own
+    product; a view of the same shape at another row stride is another key; one misaligned is refused."""
+    M, K, N = 37, 72, 40
+    for call in range(2):
+        a = randn(M, K, dtype=dtype)
+        b = randn(N, K, dtype=dtype, scale=K**-0.5) if b_is_nk else randn(K, N, dtype=dtype, scale=K**-0.5)
+        scale = randn(M).abs() if scaled else None
+        expected = a.double() @ (b.double().T if b_is_nk else b.double())
+        expected = expected * scale.double()[:, None] if scaled else expected
+        assert_matches(lesson09.matmul(a, b, scale, b_is_nk=b_is_nk), expected, MATMUL_TOL, dtype)
+    wide = aligned_view(M, K, dtype)    # row stride K + 16: another key
+    assert_matches(lesson09.matmul(wide, b, scale, b_is_nk=b_is_nk),
+                   lesson09.matmul(wide.contiguous(), b, scale, b_is_nk=b_is_nk).double(), MATMUL_TOL, dtype)
+    shifted = randn(M * K + 1, dtype=dtype)[1:].view(M, K)   # a's shape and strides, its start shifted
+    with pytest.raises(AssertionError, match="a: its row stride"):
+        lesson09.matmul(shifted, b, scale, b_is_nk=b_is_nk)
+
+
 @pytest.mark.skipif(not ON_GPU, reason="the descriptors' scratch memory is allocated on a GPU")
 def test_the_descriptor_scratch_is_two_buffers_per_stream_taken_in_turn_handed_over_as_addresses():
     """Two, for programmatic dependent launch: a launch may write its descriptors while the one before
