@@ -1143,8 +1143,11 @@ for gpu, record in backward_runs.items():
 # tiles at the diagonal and around the loop. The trick depends on two compilers' heuristics, so the
 # test holds the spill count under a bound: a Triton upgrade that undoes it fails there, not silently
 # in `make bench`. At D = 64 nothing spilled before or after, and the kernel is about where it was.
-# There the consumers do not meet (each adds its own 64 keys' share of every column of dQ, twice the
-# adds of D = 128), and the rest of the gap is not yet explained. FlashAttention-3's causal backward at
+# There the consumers now meet as at D = 128: each computes half of dQ's columns over both halves of
+# the keys, so each adds a 64 x 32 tile per query tile. Each adding its own 64 keys' share of every
+# column instead (no handshake, but twice the values added and twice the dQ buffers) measured a
+# little slower on an H200 at every length timed; with half the dQ buffers, a fifth ring slot fits
+# in shared memory. The rest of the gap is not yet explained. FlashAttention-3's causal backward at
 # D = 128 on Hopper splits the work as this kernel does (tiles of 64 query rows against 128 keys, two
 # warpgroups that divide the keys for Sᵀ, dP, dK and dV and dQ's columns between them, P and dS fed to
 # dV and dK from registers).

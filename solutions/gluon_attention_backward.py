@@ -11,9 +11,12 @@ out and lse, and dout, it returns dq, dk, dv. How the work is laid out is FlashA
       dP^T = V dO^T (64 x 64, asynchronous wgmmas), P^T from the saved lse, dS^T = P^T (dP^T - delta),
       then dV += P^T dO and dK += dS^T Q with P^T and dS^T fed from registers;
 * dQ = dS K needs dS, the transpose of what a consumer holds: each consumer stores its dS^T in shared
-  memory, where a wgmma reads it transposed. At D = 128 both consumers' dS^T are needed: consumer w
-  computes dQ's columns 64w .. 64w + 63 over all 128 keys (mbarriers ds_full and ds_free hand the
-  dS^T buffers between them); at D = 64 each adds its own 64 keys' share of all 64 columns;
+  memory, where a wgmma reads it transposed, and computes half of dQ's columns over all 128 keys:
+  consumer w the columns (D/2)w .. (D/2)(w + 1) - 1, from both consumers' dS^T (mbarriers ds_full and
+  ds_free hand the dS^T buffers between them). At D = 64 each consumer adding its own 64 keys' share
+  of all 64 columns instead needs no handshake, but adds twice the values and keeps twice the dQ
+  buffers; it measured a little slower on an H200 at every length timed, and leaves no room for a
+  fifth ring slot;
 * dQ is added into a float32 buffer by the TMA engine, as FlashAttention-3 does: the consumer writes
   its dQ tile to shared memory (two buffers each) and issues one TMA reduction, which adds the tile
   into global memory while the consumer goes on. (Lesson 10's Triton kernel adds with atomics from
@@ -130,13 +133,12 @@ def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, 
     ACC_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, HEAD_DIM, 16])
     A_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=ACC_LAYOUT, k_width=2)
-    DQ_BY_COLUMNS: gl.constexpr = HEAD_DIM == 128
-    DQ_COLS: gl.constexpr = 64 if DQ_BY_COLUMNS else HEAD_DIM
+    DQ_COLS: gl.constexpr = HEAD_DIM // 2   # this consumer's columns of dQ
     DQ_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, DQ_COLS, 16])
     BUFFERS: gl.constexpr = dq_smem.shape[0] // 2   # dQ tiles per consumer
     ROW_LAYOUT: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    col0: gl.constexpr = 64 * WG if DQ_BY_COLUMNS else 0
+    col0: gl.constexpr = DQ_COLS * WG
     for t in range(t_lo, t_hi):
         # z is 0, from inline PTX that LLVM cannot see into: the shared-memory views below depend on it,
         # so LLVM computes their wgmma descriptors in the loop (ptxas then folds z and places them)
@@ -180,29 +182,20 @@ def _tiles(WG: gl.constexpr, dk, dv, k_smem, v_smem, ds_smem, ds_full, ds_free, 
         delta = gl.convert_layout(delta_rows, gl.SliceLayout(0, S_LAYOUT))
         dpT = warpgroup_mma_wait(1, deps=[dp_token])     # dP^T is done; dV may still run
         ds16 = (pT * (dpT - delta[None, :])).to(gl.float16)
-        if DQ_BY_COLUMNS:
-            # dQ[:, col0 : col0 + 64] = dS K[:, those columns] over both warpgroups' keys: wait until the
-            # other consumer is done reading the dS^T buffers (tile t - 1), write ours, wait for theirs
-            mbarrier.wait(ds_free, (t & 1) ^ 1)
-            ds_smem.index(WG + z).store(ds16)
-            fence_async_shared()
-            mbarrier.arrive(ds_full, count=1)
-            mbarrier.wait(ds_full, t & 1)
-            dq = warpgroup_mma(ds_smem.index(z).permute((1, 0)), k_smem.index(z).slice(col0, 64, dim=1),
-                               gl.zeros([64, 64], gl.float32, DQ_LAYOUT), use_acc=False, is_async=True)
-            dq = warpgroup_mma(ds_smem.index(1 + z).permute((1, 0)),
-                               k_smem.index(1 + z).slice(col0, 64, dim=1), dq, is_async=True)
-        else:
-            # this warpgroup's 64 keys' share of every column
-            ds_smem.index(WG).store(ds16)
-            fence_async_shared()
-            sync_warpgroup()
-            dq = warpgroup_mma(ds_smem.index(WG).permute((1, 0)), k,
-                               gl.zeros([64, DQ_COLS], gl.float32, DQ_LAYOUT), use_acc=False, is_async=True)
+        # dQ[:, col0 : col0 + DQ_COLS] = dS K[:, those columns] over both warpgroups' keys: wait until the
+        # other consumer is done reading the dS^T buffers (tile t - 1), write ours, wait for theirs
+        mbarrier.wait(ds_free, (t & 1) ^ 1)
+        ds_smem.index(WG + z).store(ds16)
+        fence_async_shared()
+        mbarrier.arrive(ds_full, count=1)
+        mbarrier.wait(ds_full, t & 1)
+        dq = warpgroup_mma(ds_smem.index(z).permute((1, 0)), k_smem.index(z).slice(col0, DQ_COLS, dim=1),
+                           gl.zeros([64, DQ_COLS], gl.float32, DQ_LAYOUT), use_acc=False, is_async=True)
+        dq = warpgroup_mma(ds_smem.index(1 + z).permute((1, 0)),
+                           k_smem.index(1 + z).slice(col0, DQ_COLS, dim=1), dq, is_async=True)
         dk = warpgroup_mma(gl.convert_layout(ds16, A_LAYOUT), q, dk, is_async=True)
         dq = warpgroup_mma_wait(1, deps=[dq])            # dV and dQ are done; dK may still run
-        if DQ_BY_COLUMNS:
-            mbarrier.arrive(ds_free, count=1)            # this consumer has read both dS^T buffers
+        mbarrier.arrive(ds_free, count=1)                # this consumer has read both dS^T buffers
         # While dK runs: dQ through shared memory, added into global memory by one TMA reduction (rows
         # past N, in the next head's rows, add zeros: their dS is 0). Buffer t % BUFFERS was last read
         # by the reduction of tile t - BUFFERS: the thread that issued it waits until it has read it,
@@ -269,7 +262,7 @@ def gluon_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk
     k_smem = gl.allocate_shared_memory(gl.float16, [2, 64, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(gl.float16, [2, 64, HEAD_DIM], v_desc.layout)
     ds_smem = gl.allocate_shared_memory(gl.float16, [2, 64, 64], q_desc.layout)   # the same 128-byte swizzle
-    dq_smem = gl.allocate_shared_memory(gl.float32, [2 * DQ_BUFFERS, 64, 64], dq_desc.layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2 * DQ_BUFFERS, 64, HEAD_DIM // 2], dq_desc.layout)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_full = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -304,10 +297,10 @@ def gluon_attention_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk
 
 
 def stages(head_dim):
-    """Ring slots (Q and dO, 64 rows each) beside K, V and the dS^T and dQ buffers: 2 at D = 128 (213,360
-    bytes of shared memory compiled; a third slot would not fit in a Hopper CTA's 227 KB), 4 at D = 64
-    (180,592 bytes)."""
-    return {64: 4, 128: 2}[head_dim]
+    """Ring slots (Q and dO, 64 rows each) beside K, V and the dS^T and dQ buffers: 2 at D = 128 (about
+    213 KB of shared memory compiled; a third slot would not fit in a Hopper CTA's 227 KB), 5 at D = 64
+    (about 164 KB; on an H200 a little faster than 4, and a sixth was not measured)."""
+    return {64: 5, 128: 2}[head_dim]
 
 
 def descriptors(*tensors):
@@ -318,10 +311,11 @@ def descriptors(*tensors):
 
 
 def dq_descriptor(dq):
-    """The host TMA descriptor over float32 dQ's (B*H*N, D) view: boxes of 64 rows and 64 columns (a
-    consumer's share at D = 128, all of them at D = 64)."""
-    layout = gl.NVMMASharedLayout.get_default_for([64, 64], gl.float32)
-    return TensorDescriptor.from_tensor(dq.view(-1, dq.shape[-1]), [64, 64], layout)
+    """The host TMA descriptor over float32 dQ's (B*H*N, D) view: boxes of 64 rows and D / 2 columns (a
+    consumer's share)."""
+    cols = dq.shape[-1] // 2
+    layout = gl.NVMMASharedLayout.get_default_for([64, cols], gl.float32)
+    return TensorDescriptor.from_tensor(dq.view(-1, dq.shape[-1]), [64, cols], layout)
 
 
 def gluon_attention_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None, num_stages=None,
