@@ -291,10 +291,12 @@ tile_coords = course.tile_coords          # for your kernels below
 #
 # No offsets, no pointers, no masks: the ragged edges of M, N and K are the descriptors' business.
 # Beside the values, the check counts the bytes your kernel moved through pointers: every tile of A,
-# B and C must go through a descriptor. Then it runs one more small product with `course.TMA_TILE`
-# set to another tile for the call: on a GPU the lesson's tile is 128 × 128, where `BLOCK_M` used for
-# `BLOCK_N` still gives the right values, so there it sets 32 × 64 × 16; on a CPU every case runs at
-# 32 × 64 × 16, where a kernel with those numbers written in passes, so there it sets 64 × 32 × 32.
+# B and C must go through a descriptor. It records which tile each program stores, since the values
+# come out right in any order: program `p` stores tile `tile_coords(p, ...)`. Then it runs one more
+# small product with `course.TMA_TILE` set to another tile for the call: on a GPU the lesson's tile
+# is 128 × 128, where `BLOCK_M` used for `BLOCK_N` still gives the right values, so there it sets
+# 32 × 64 × 16; on a CPU every case runs at 32 × 64 × 16, where a kernel with those numbers written
+# in passes, so there it sets 64 × 32 × 32.
 
 # %% tags=["exercise"]
 @triton.jit

@@ -17,8 +17,9 @@
 
 Beyond the values, each check measures what the lesson teaches, with the interpreter's record of
 every load and store (on a GPU too, on small inputs): the bytes a tensor descriptor moved, the
-programs a launch ran, which elements each stored, how many tiles each program stored (no program
-more than its share, cdiv(tiles, programs)), whether a program stored a tile wholly past the output
+programs a launch ran, which elements each stored, which tile each of `tma_matmul`'s programs
+stored (program p the tile tile_coords(p) gives: lesson 04's grouped order, which the values do not
+show), how many tiles each program stored (no program more than its share, cdiv(tiles, programs)), whether a program stored a tile wholly past the output
 (those products fill their tiles exactly, so that a count of tiles one too many shows), and how often
 each residual element was read.
 `tma_matmul` and `persistent_matmul` run one more product in the interpreter with another tile of
@@ -254,7 +255,55 @@ def _through_descriptors(fn):
         return (f"{where} stored {by_pointer_stored:,} of its {stored:,} bytes through pointers "
                 f"(tl.store), not through a tensor descriptor: C's tiles go out by descriptor too, and "
                 f"the rows and columns past C's edges are dropped by it, not by a mask.")
-    return _work_done(fn) or _with_unequal_blocks(fn)
+    return _work_done(fn) or _in_tile_order(fn) or _with_unequal_blocks(fn)
+
+
+GROUP_M = 8   # the exercises' launchers pass it to tile_coords
+
+
+def _grouped(tile, tiles_m, tiles_n, group=GROUP_M):
+    """(tile row, tile column) of tile number `tile` in lesson 04's grouped order (tile_coords), in Python."""
+    per_group = group * tiles_n
+    first = tile // per_group * group
+    rows = min(tiles_m - first, group)
+    return first + tile % per_group % rows, tile % per_group // rows
+
+
+def _in_tile_order(fn):
+    """Program p stores tile tile_coords(p) (lesson 04's grouped order, GROUP_M rows of tiles at a time):
+    at the lesson's tile, 10 rows of tiles (a full group and 2 more) by 2 columns, where row-major and
+    column-major orders both differ from it."""
+    from helpers.solutions import load_solution
+
+    BM, BN, _ = load_solution("09").TMA_TILE
+    M, K, N = 9 * max(BM, BN) + 3, 24, 2 * BN - 8
+    a, b = _operands(M, K, N, F32)
+    with interpreter.dots() as dots:
+        launches, problem = _recorded(fn, a, b, touches=True)
+    if problem:
+        return problem
+    if dots:   # the tile the kernel ran: its launcher's, which may be its own
+        BM, _, BN = dots[0].shape
+    tiles_m, tiles_n = math.ceil(M / BM), math.ceil(N / BN)
+    where = f"for a ({M}, {K}) @ ({K}, {N}) product ({tiles_m} x {tiles_n} tiles of {BM} x {BN}), your kernel"
+    for pid, offs in _stores(launches):
+        first = int(offs.min())
+        got, want = (first // N // BM, first % N // BN), _grouped(pid[0], tiles_m, tiles_n)
+        if pid[1:] != (0, 0):
+            return (f"{where} ran program {pid} on a grid of more than one dimension. The launcher's grid "
+                    f"is 1-D, one program per tile: program_id(0) is the tile's number, and "
+                    f"tile_coords gives its row and column.")
+        if got != want:
+            tile = pid[0]
+            named = {(tile // tiles_n, tile % tiles_n): " (row-major: pid // num_pid_n, pid % num_pid_n)",
+                     (tile % tiles_m, tile // tiles_m): " (column-major: pid % num_pid_m, pid // num_pid_m)"}
+            return (f"{where}'s program {tile} stored the tile at tile row {got[0]}, column {got[1]}"
+                    f"{named.get(got, '')}. In lesson 04's grouped order program {tile} computes tile "
+                    f"row {want[0]}, column {want[1]}: tile_coords(program_id(0), num_pid_m, num_pid_n, "
+                    f"GROUP_M) gives them, with num_pid_m = cdiv(M, BLOCK_M) = {tiles_m} and num_pid_n = "
+                    f"cdiv(N, BLOCK_N) = {tiles_n}. The values come out right in any order; the order "
+                    f"decides which tiles of A and B the programs running together share in L2.")
+    return None
 
 
 # ---------------------------------------------------------------- 2. persistent_matmul

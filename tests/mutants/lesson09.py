@@ -15,6 +15,7 @@ from mutants import Right, Wrong, edit
 
 # Loading the solution also sets Triton's allocator, which descriptors built in a kernel need on a GPU.
 course = load_solution("09")
+tile_coords = course.tile_coords
 
 # ---------------------------------------------------------------- 1. tma_matmul
 
@@ -23,9 +24,11 @@ course = load_solution("09")
 def device_side_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
                        A_DESC: tl.constexpr, B_DESC: tl.constexpr, C_DESC: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """C = A @ B for one tile; each operand through a descriptor built here (X_DESC) or through pointers."""
-    off_m = tl.program_id(0) * BLOCK_M
-    off_n = tl.program_id(1) * BLOCK_N
+    """C = A @ B for tile number program_id(0) in lesson 04's order; each operand through a descriptor
+    built here (X_DESC) or through pointers."""
+    pid_m, pid_n = tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), 8)
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
     rm = off_m + tl.arange(0, BLOCK_M)
     rn = off_n + tl.arange(0, BLOCK_N)
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
@@ -60,7 +63,7 @@ def device_side(a, b, a_desc=True, b_desc=True, c_desc=True, b_row_stride=None):
     (M, K), N = a.shape, b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     BM, BN, BK = course.TMA_TILE
-    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
+    grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)
     device_side_kernel[grid](a, b, c, M, N, K, a.stride(0), b_row_stride or b.stride(0), c.stride(0),
                              A_DESC=a_desc, B_DESC=b_desc, C_DESC=c_desc, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
     return c
@@ -113,6 +116,16 @@ WRONG = [
     Wrong("tma_matmul", "the tile counts as M // BLOCK_M + 1 and N // BLOCK_N + 1, not cdiv", edit(
         "09", "tma_matmul", (TMA_COORDS, TMA_COORDS.replace("tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)",
                                                             "M // BLOCK_M + 1, N // BLOCK_N + 1")))),
+    # the values are right in any order: only where the programs store says which order they took
+    Wrong("tma_matmul", "tiles in row-major order, not lesson 04's grouped order", edit(
+        "09", "tma_matmul", (TMA_COORDS, "    pid_m, pid_n = tl.program_id(0) // tl.cdiv(N, BLOCK_N), "
+                                         "tl.program_id(0) % tl.cdiv(N, BLOCK_N)"))),
+    Wrong("tma_matmul", "tiles in column-major order, not lesson 04's grouped order", edit(
+        "09", "tma_matmul", (TMA_COORDS, "    pid_m, pid_n = tl.program_id(0) % tl.cdiv(M, BLOCK_M), "
+                                         "tl.program_id(0) // tl.cdiv(M, BLOCK_M)"))),
+    Wrong("tma_matmul", "a 2-D grid, program (i, j) computing tile row i, column j", edit(
+        "09", "tma_matmul", (TMA_COORDS, "    pid_m, pid_n = tl.program_id(0), tl.program_id(1)"),
+        (TMA_GRID, "    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))"))),
     Wrong("tma_matmul", "the running sum kept in C's dtype (float16 for float16 inputs)", edit(
         "09", "tma_matmul", ("    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n    for k in range(0, K, BLOCK_K):\n"
                              "        a = a_desc.load",
