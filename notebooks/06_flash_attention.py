@@ -340,7 +340,7 @@ PRUNE = {"early_config_prune": small_problems_one_config}
 # exponentials, and the backward pass exponentiates it again. It also counts your kernel's matrix
 # products at $N = 512$: the score products `tl.dot(q, kT)` must do no more work than the products
 # with V, so a first pass over the K tiles for the row max (every score computed twice) fails. Last,
-# the check gives your autotuner blocks of 32 query rows and 16 keys for one more run: on a GPU short
+# the check gives your autotuner blocks of 64 query rows and 16 keys for one more run: on a GPU short
 # sequences run with the first configuration, 64 × 64, where `BLOCK_M` and `BLOCK_N` mixed up go
 # unnoticed.
 

@@ -207,8 +207,9 @@ attention_tiles = course.attention_tiles
 # checks that every tile moves through a descriptor, counts the bytes of K read against the causal
 # count, checks that V's loads land in V's own memory and that your function copies none of q, k, v
 # or the output beside the kernel (no `.contiguous()`), compiles your kernel with 16 query
-# rows and tiles of 32 keys, and runs it with 32 query rows and tiles of 16 (on a GPU the autotuner
-# may choose square blocks for every case, where `BLOCK_M` and `BLOCK_N` mixed up go unnoticed). On a
+# rows and tiles of 32 keys, and runs it with 64 query rows and tiles of 16 (on a GPU the autotuner
+# may choose square blocks for every case, where `BLOCK_M` and `BLOCK_N` mixed up go unnoticed, and
+# on the CPU `BLOCK_M` is twice `BLOCK_N`, where the diagonal's end can be miscounted unseen). On a
 # GPU one more case has q's sequences 2³⁰ + 64 values apart, so that `b * sq_b` passes 2³¹ for the
 # third: it needs `b` in int64.
 

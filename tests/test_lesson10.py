@@ -91,7 +91,7 @@ DIAGONAL_END = ("offs_m, start_m, start_m + BLOCK_M,\n"
      "k_desc = head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n, n_ctx, HEAD_DIM, BLOCK_M)")])
 def test_where_the_autotuner_has_only_square_blocks_a_block_mix_up_is_still_caught(mix_up, monkeypatch):
     """On a GPU causal_attention's autotuner may choose square blocks for every case: the check's extra
-    run with 32 query rows and key tiles of 16 still rejects a kernel that mixes up BLOCK_M and BLOCK_N."""
+    run with 64 query rows and key tiles of 16 still rejects a kernel that mixes up BLOCK_M and BLOCK_N."""
     from mutants import edit
 
     causal_attention = edit("10", "causal_attention", *([mix_up] if mix_up else []))

@@ -26,9 +26,10 @@ multiply-adds in Q K^T as in P V), the causal kernels skip the tiles right of th
 by program against the exact count for the kernel's own blocks), the
 PyTorch backward writes the gradients itself (autograd records nothing), and the
 autograd.Function's backward runs Triton kernels and holds no N x N tensor. The forward
-kernels run once more with 32 query rows and key tiles of 16 (their autotuner given that
+kernels run once more with 64 query rows and key tiles of 16 (their autotuner given that
 one configuration): on a GPU short sequences run with square 64 x 64 blocks, where BLOCK_M
-and BLOCK_N mixed up give the right values.
+and BLOCK_N mixed up give the right values, and on the CPU BLOCK_M is twice BLOCK_N, where a
+causal diagonal that ends two key tiles on, not at the query block's end, does.
 """
 
 import collections
@@ -120,7 +121,8 @@ KERNEL_SPECS = pick(
          (1, 2, 77, 32, torch.float16, 1.0, False, "float16 inputs, float32 arithmetic"),
          (1, 2, 91, 64, KERNEL_DTYPE, BIG_SCALE, False, "scores up to ~100: exp overflows without the max"),
          (2, 2, 51, 32, KERNEL_DTYPE, 1.0, True, "strided views of a (B, N, H, D) tensor"),
-         (1, 2, 37, 32, KERNEL_DTYPE, FAR, False, FAR_WHY)],
+         (1, 2, 37, 32, KERNEL_DTYPE, FAR, False, FAR_WHY),
+         (1, 2, 128, 32, KERNEL_DTYPE, 1.0, False, "N a multiple of every block: no tile cut")],
     gpu=[(1, 1, 1, 64, KERNEL_DTYPE, 1.0, False, "a single query and key"),
          (2, 3, 1001, 64, KERNEL_DTYPE, 1.0, False, "N not a multiple of the blocks"),
          (4, 2, 129, 16, KERNEL_DTYPE, 1.0, False, "head dimension 16, one key past a block"),
@@ -128,7 +130,8 @@ KERNEL_SPECS = pick(
          (2, 8, 999, 128, KERNEL_DTYPE, 1.0, False, "16 heads, one key short of whole blocks"),
          (1, 4, 701, 128, KERNEL_DTYPE, BIG_SCALE, False, "scores up to ~100: exp overflows without the max"),
          (2, 2, 333, 64, KERNEL_DTYPE, 1.0, True, "strided views of a (B, N, H, D) tensor"),
-         (1, 2, 37, 32, KERNEL_DTYPE, FAR, False, FAR_WHY)])
+         (1, 2, 37, 32, KERNEL_DTYPE, FAR, False, FAR_WHY),
+         (1, 2, 512, 64, KERNEL_DTYPE, 1.0, False, "N a multiple of every block: no tile cut")])
 
 
 # float16 cases whose running sums pass float16's largest value (65504) on the way to a result that
@@ -352,20 +355,38 @@ def _torch_backward_cases():
     return cases
 
 
+F16_STATS_WHY = "float16 inputs: m, l, acc and the lse in float32, the output in float16"
+
+
+def _tiled_reference(q, k, v, causal=False, sm_scale=None, block_m=None, block_n=None):
+    """attention_reference: the tiles change nothing in the result."""
+    return attention_reference(q, k, v, causal, sm_scale)
+
+
 def _tiled_cases():
-    """The plain-PyTorch exercise: float32 and float64, both masks, on either device (it is small)."""
-    specs = [(1, 1, 65, 32, torch.float32, False, 1.0, False, "one row past whole tiles"),
-             (2, 3, 99, 64, torch.float32, False, 1.0, False, "N not a multiple of the tiles"),
-             (1, 2, 77, 16, torch.float32, True, 1.0, False, "causal"),
-             (2, 1, 131, 32, torch.float64, True, 1.0, False, "causal, float64"),
-             (1, 2, 91, 64, torch.float32, False, BIG_SCALE, False, "scores up to ~100"),
-             (1, 2, 91, 64, torch.float64, True, BIG_SCALE, False, "scores up to ~100, causal"),
-             (2, 2, 51, 32, torch.float32, True, 1.0, True, "strided views, causal"),
-             (1, 2, 37, 32, torch.float32, False, FAR, False, FAR_WHY),
-             (1, 1, 29, 16, torch.float64, True, FAR, False, FAR_WHY + ", causal")]
+    """The plain-PyTorch exercise: float32 and float64 (float16 once: the running statistics in float32),
+    both masks, on either device (it is small). Two causal cases pass other tiles than the default
+    32 x 16, block_n larger than block_m and block_n not dividing it: a tile then straddles the diagonal
+    in blocks other than the query block's own."""
+    # (B, H, N, D, dtype, causal, scale, strided, (block_m, block_n) or None for the default, why)
+    specs = [(1, 1, 65, 32, torch.float32, False, 1.0, False, None, "one row past whole tiles"),
+             (2, 3, 99, 64, torch.float32, False, 1.0, False, None, "N not a multiple of the tiles"),
+             (1, 2, 77, 16, torch.float32, True, 1.0, False, (16, 32), "causal, key tiles longer than the "
+                                                                      "query blocks"),
+             (2, 1, 131, 32, torch.float64, True, 1.0, False, (24, 16), "causal, float64, key tiles that do "
+                                                                       "not divide the query blocks"),
+             (1, 2, 91, 64, torch.float32, False, BIG_SCALE, False, None, "scores up to ~100"),
+             (1, 2, 91, 64, torch.float64, True, BIG_SCALE, False, None, "scores up to ~100, causal"),
+             (2, 2, 51, 32, torch.float32, True, 1.0, True, None, "strided views, causal"),
+             (1, 2, 37, 32, torch.float32, False, FAR, False, None, FAR_WHY),
+             (1, 1, 29, 16, torch.float64, True, FAR, False, None, FAR_WHY + ", causal"),
+             (1, 2, 70, 32, torch.float16, False, 1.0, False, None, F16_STATS_WHY)]
     cases = []
-    for i, (B, H, N, D, dtype, causal, scale, strided, why) in enumerate(specs):
+    for i, (B, H, N, D, dtype, causal, scale, strided, blocks, why) in enumerate(specs):
         label, kwargs = _label(B, H, N, D, dtype, why), {"causal": causal}
+        if blocks:
+            kwargs["block_m"], kwargs["block_n"] = blocks
+            label += f", block_m={blocks[0]}, block_n={blocks[1]}"
         if i % 2 == 1 and scale == 1.0:
             kwargs["sm_scale"] = random_sm_scale(D)
             label += f", sm_scale={kwargs['sm_scale']}"
@@ -587,21 +608,24 @@ def _single_pass(fn):
 
 def _unequal_blocks(kernel_name, causal):
     """A structure check: one more forward in the interpreter with the autotuner of `kernel_name` given
-    BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 for the call (rerun_with_config), out and lse
+    BLOCK_M = 64 query rows and key tiles of BLOCK_N = 16 for the call (rerun_with_config), out and lse
     against the reference. On a GPU the first configuration, the one short sequences run with, is 64 x
-    64. N = 70: three query blocks, the last cut by N, and five key tiles, the last cut too."""
+    64; on the CPU every configuration has BLOCK_M = 2 BLOCK_N, where a causal diagonal that ends two
+    key tiles past its start, not where the query block ends, is right. N = 100: two query blocks, the
+    second cut by N (a first row taken as program_id(0) * BLOCK_N leaves rows 80 to 99 unwritten), and
+    seven key tiles, the last cut too."""
     def check(fn):
         import triton
 
-        B, H, N, D = 1, 2, 70, 16
+        B, H, N, D = 1, 2, 100, 16
         q, k, v = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(3))
-        config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
+        config = triton.Config({"BLOCK_M": 64, "BLOCK_N": 16}, num_warps=4, num_stages=1)
         why = UNEQUAL_BLOCKS_WHY + ("the query block's rows and the rows of out and lse go with BLOCK_M, "
                                     "the key tiles and the loop's step with BLOCK_N" +
                                     (", and the diagonal's keys end where the query block ends." if causal
                                      else "."))
         want = attention_reference(*(t.double() for t in (q, k, v)), causal=causal)
-        where = (f"run with BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 (the check gave your "
+        where = (f"run with BLOCK_M = 64 query rows and key tiles of BLOCK_N = 16 (the check gave your "
                  f"autotuner this one configuration for one call), at B{B} H{H} N{N} D{D} float32 in the "
                  f"interpreter, your kernel")
         return rerun_with_config(fn, kernel_name, config, (q, k, v), tuple(want), where, why,
@@ -754,7 +778,7 @@ CAUSAL_NAN = "Causal: query i sees keys 0..i, itself included, so no row of scor
 # The launchers the lesson gives make q, k, v (and dO, the saved out and lse) contiguous:
 # copies_inputs=True in its kernel exercises.
 EXERCISES = [
-    Exercise("06", "attention_tiled", "tiled attention, online softmax (PyTorch)", attention_reference,
+    Exercise("06", "attention_tiled", "tiled attention, online softmax (PyTorch)", _tiled_reference,
              _tiled_cases, tol=FP32, structure=_tiles_only, nan_hint=CAUSAL_NAN),
     Exercise("06", "flash_forward", "FlashAttention forward (Triton)", _full, _kernel_cases, tol=FP32,
              kernel=True, copies_inputs=True,

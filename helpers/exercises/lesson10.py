@@ -29,8 +29,9 @@ every load and store (on a GPU too, on small inputs):
    right of the diagonal skipped), no N x N tensor, V's loads in V's own storage (no copy), no copy
    of q, k or the output beside the kernel, and the block rule: run with 16 query rows and
    tiles of 32 keys, the kernel must refuse to compile (`tl.static_assert`) or still be right; and
-   run with 32 query rows and tiles of 16 keys it must be right (on a GPU the autotuner may choose
-   square blocks for every case, where BLOCK_M and BLOCK_N mixed up give the right values);
+   run with 64 query rows and tiles of 16 keys it must be right (on a GPU the autotuner may choose
+   square blocks for every case, where BLOCK_M and BLOCK_N mixed up give the right values, and the
+   CPU's blocks are 32 x 16, where a diagonal that ends two key tiles on is right);
 3. one launch writes dQ, dK and dV, and every write into dQ is an atomic add of the whole launch's
    scope, not scope="cta" (full and causal, at a length no block divides: every MASK branch runs);
 4. x read exactly twice, one exponential per element in each pass (the interpreter's exp is
@@ -146,9 +147,9 @@ CAUSAL_SPECS = pick(
     cpu=[(1, 1, 1, 16, F32, "projection", "randn", "one token"),
          (2, 2, 37, 32, F32, "projection", "randn", "q, k, v column slices of one projection"),
          (1, 2, 75, 64, F16, "projection", "randn", "float16"),
-         (2, 2, 50, 32, F32, "mixed", "randn", "q contiguous, k a longer cache's first N positions "
+         (2, 3, 50, 32, F32, "mixed", "randn", "q contiguous, k a longer cache's first N positions "
                                                 "through a transpose, v rows padded: three sets of strides, "
-                                                "two heads"),
+                                                "three heads"),
          (1, 2, 61, 32, F32, "projection", "negative",
           "every score near -280: each exp underflows unless the running max is subtracted"),
          (1, 1, 45, 16, F16, "mixed", "positive", "float16, scores near +400: exp overflows unless the "
@@ -366,17 +367,19 @@ def _copied_beside(eager, size):
 
 
 def _unequal_blocks(fn):
-    """One more run, in the interpreter, with the autotuner given BLOCK_M = 32 query rows and key tiles
-    of BLOCK_N = 16 for the call (rerun_with_config). N = 70: three query blocks, the last cut by N, each
-    with two key tiles on its diagonal."""
-    B, H, N, D = 1, 2, 70, 16
+    """One more run, in the interpreter, with the autotuner given BLOCK_M = 64 query rows and key tiles
+    of BLOCK_N = 16 for the call (rerun_with_config). The CPU's own configuration has BLOCK_M = 2 BLOCK_N,
+    where a diagonal that ends two key tiles past start_m, not where the query block ends, is right.
+    N = 100: two query blocks, the second cut by N (a first row taken as program_id(0) * BLOCK_N leaves
+    rows 80 to 99 unwritten), with four key tiles on each diagonal."""
+    B, H, N, D = 1, 2, 100, 16
     q, k, v = projection_views(B, H, N, D, F32)
-    config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)
+    config = triton.Config({"BLOCK_M": 64, "BLOCK_N": 16}, num_warps=4, num_stages=1)
     why = UNEQUAL_BLOCKS_WHY + ("the query block's rows, Q's and the output's descriptors go with "
                                 "BLOCK_M; K's and V's descriptors and the key loop's step with BLOCK_N; the "
                                 "diagonal's keys end where the query block ends, at start_m + BLOCK_M.")
     want = causal_attention_reference(*(t.double() for t in (q, k, v)))
-    where = (f"run with BLOCK_M = 32 query rows and key tiles of BLOCK_N = 16 (the check gave your "
+    where = (f"run with BLOCK_M = 64 query rows and key tiles of BLOCK_N = 16 (the check gave your "
              f"autotuner this one configuration for one call), at B{B} H{H} N{N} D{D} float32 in the "
              f"interpreter, your kernel")
     return rerun_with_config(fn, "causal_attention_kernel", config, (q, k, v), want, where, why,

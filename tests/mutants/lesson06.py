@@ -19,14 +19,15 @@ def whole_rows(q, k, v, causal=False, sm_scale=None, block_m=32, block_n=16):
     """Query blocks, but each sees all N keys at once: an exact softmax over a whole row of scores."""
     B, H, N, D = q.shape
     sm_scale = D ** -0.5 if sm_scale is None else sm_scale
-    out, lse = torch.empty_like(q), torch.empty(B, H, N, dtype=q.dtype, device=q.device)
+    stats = torch.promote_types(q.dtype, torch.float32)
+    out, lse = torch.empty_like(q), torch.empty(B, H, N, dtype=stats, device=q.device)
     for i in range(0, N, block_m):
-        s = q[:, :, i:i + block_m] @ k.transpose(-2, -1) * sm_scale
+        s = q[:, :, i:i + block_m].to(stats) @ k.to(stats).transpose(-2, -1) * sm_scale
         if causal:
             rows = torch.arange(i, i + s.shape[2], device=q.device)
             s = s.masked_fill(torch.arange(N, device=q.device)[None, :] > rows[:, None], float("-inf"))
         lse[:, :, i:i + block_m] = torch.logsumexp(s, dim=-1)
-        out[:, :, i:i + block_m] = torch.softmax(s, dim=-1) @ v
+        out[:, :, i:i + block_m] = (torch.softmax(s, dim=-1) @ v.to(stats)).to(q.dtype)
     return out, lse
 
 
@@ -178,6 +179,8 @@ CAUSAL_MAX_PASS = ("    # keys 0 .. start_m-1 come before every query of this bl
                                    keep="offs_m[:, None] >= offs_n[None, :]")
                    + "    # keys 0 .. start_m-1 come before every query of this block: no mask\n")
 
+FWD_FIRST = "acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, 0, n_full, n_ctx, qk_scale,"
+
 FWD_BLOCKS = [("FWD_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]", "FWD_CONFIGS = _configs(cpu=[(32, 16, 4, 1)]"),
               ("gpu=[(64, 64, 4, 3), (128, 64, 8, 3)", "gpu=[(32, 32, 4, 2), (128, 64, 8, 3)")]
 
@@ -201,11 +204,21 @@ WRONG = [
           two_passes),
     Wrong("attention_tiled", "causal loop stops before the diagonal tile", edit(
         "06", "attention_tiled", ("stop = min(N, i + block_m) if causal", "stop = i if causal"))),
+    Wrong("attention_tiled", "m, l, acc and the lse kept in q's dtype: float16 for float16 inputs", edit(
+        "06", "attention_tiled", ("stats = torch.promote_types(q.dtype, torch.float32)", "stats = q.dtype"))),
+    # right wherever block_n divides block_m (the default 32 x 16): only then is every tile left of the
+    # query block's own wholly in the past
+    Wrong("attention_tiled", "the causal mask applied only to key tiles from the query block's start on", edit(
+        "06", "attention_tiled", ("            if causal:\n                cols = torch.arange(",
+                                  "            if causal and j >= i:\n                cols = torch.arange("))),
 
     Wrong("flash_forward", "pure PyTorch, no kernel", lambda q, k, v, sm_scale=None: attention_reference(
         q, k, v, False, sm_scale)),
     Wrong("flash_forward", "sm_scale hard-coded to 1/sqrt(D)", edit("06", "flash_forward", HARD_CODED_SCALE)),
     Wrong("flash_forward", "acc kept in float16 between tiles", edit("06", "flash_forward", *F16_ACC_FULL)),
+    # right wherever N is no multiple of BLOCK_N: the masked loop then takes the last tile anyway
+    Wrong("flash_forward", "the unmasked loop stops at n_ctx - BLOCK_N: the last whole tile dropped", edit(
+        "06", "flash_forward", (FWD_FIRST, FWD_FIRST.replace("0, n_full, n_ctx", "0, n_ctx - BLOCK_N, n_ctx")))),
     Wrong("flash_forward", "acc not rescaled when the max grows", edit(
         "06", "flash_forward", ("        acc = acc * alpha[:, None]\n", ""))),
     Wrong("flash_forward", "keys past N loaded as 0 but not masked in the scores", edit(
@@ -250,6 +263,10 @@ WRONG = [
          "v = tl.load(v_ptrs, mask=(offs_n[:, None] < n_ctx) & (offs_n[:, None] <= tl.max(offs_m)), other=0.0)"),
     )),
     Wrong("flash_forward_causal", ONE_TILE_PAST, edit("06", "flash_forward_causal", FWD_ONE_PAST)),
+    # right wherever BLOCK_M = 2 BLOCK_N: every configuration the CPU runs but the check's extra one
+    Wrong("flash_forward_causal", "the diagonal's keys end two key tiles past start_m, not at start_m + BLOCK_M",
+          edit("06", "flash_forward_causal", (FWD_ONE_PAST[0], FWD_ONE_PAST[0].replace("start_m + BLOCK_M",
+                                                                                        "start_m + 2 * BLOCK_N")))),
     Wrong("flash_forward_causal", "causal mask off by one (keys j < i)", edit(
         "06", "flash_forward_causal", ("s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        m_new",
                                        "s = tl.where(offs_m[:, None] > offs_n[None, :], s, float(\"-inf\"))\n        m_new"))),

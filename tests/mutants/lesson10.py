@@ -60,6 +60,16 @@ CAUSAL_WRONG = [
         "10", "causal_attention", ("N, H, D ** -0.5 * lesson06.LOG2E.value,", "N, H, D ** -0.5,"))),
     Wrong("causal_attention", "the block rule as a Python assert: a no-op once compiled", edit(
         "10", "causal_attention", (ASSERT, '    assert BLOCK_M % BLOCK_N == 0, "causal: BLOCK_N must divide BLOCK_M"\n'))),
+    # every CPU case has one head or two
+    Wrong("causal_attention", "the heads written in as 2: b = pid // 2, h = pid % 2", edit(
+        "10", "causal_attention", ("    b = (tl.program_id(1) // n_heads).to(tl.int64)\n"
+                                   "    h = (tl.program_id(1) % n_heads).to(tl.int64)\n",
+                                   "    b = (tl.program_id(1) // 2).to(tl.int64)\n"
+                                   "    h = (tl.program_id(1) % 2).to(tl.int64)\n"))),
+    # right wherever BLOCK_M = 2 BLOCK_N: the CPU's configuration, not the check's extra one
+    Wrong("causal_attention", "the diagonal's keys end two key tiles past start_m, not at start_m + BLOCK_M",
+          edit("10", "causal_attention", (DIAGONAL_CALL, DIAGONAL_CALL.replace("start_m + BLOCK_M,",
+                                                                               "start_m + 2 * BLOCK_N,")))),
     Wrong("causal_attention", "K read with Q's strides", edit(
         "10", "causal_attention", ("head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n,",
                                    "head_descriptor(k_ptr, b, h, sq_b, sq_h, sq_n,"))),
