@@ -19,9 +19,9 @@ Beyond the values, each check measures what the lesson teaches, with the interpr
 every load and store (on a GPU too, on small inputs): the bytes a tensor descriptor moved, the
 programs a launch ran, which elements each stored, which tile each of `tma_matmul`'s programs
 stored (program p the tile tile_coords(p) gives: lesson 04's grouped order, which the values do not
-show), how many tiles each program stored (no program more than its share, cdiv(tiles, programs)), whether a program stored a tile wholly past the output
-(those products fill their tiles exactly, so that a count of tiles one too many shows), and how often
-each residual element was read.
+show), how many tiles each program stored (no program more than its share, cdiv(tiles, programs)),
+whether a program stored a tile wholly past the output (those products fill their tiles exactly, so
+that a count of tiles one too many shows), and how often each residual element was read.
 `tma_matmul` and `persistent_matmul` run one more product in the interpreter with another tile of
 three sizes: 32 x 64 x 16 where the lesson's tile is square (a GPU's 128 x 128), so that BLOCK_M and
 BLOCK_N mixed up show there too, and 64 x 32 x 32 where the lesson's is the CPU's 32 x 64 x 16, so
