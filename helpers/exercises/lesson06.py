@@ -191,6 +191,24 @@ def _dq_large_sums_case(saved):
     return _full_backward_case(label, q, k, v, dout, saved)
 
 
+def _dk_large_sums_case(saved):
+    """dQ's case with the roles of q and k traded: k = 0, so that every score is 0 and P = 1/N, v = +30
+    on the first half of the keys and -30 on the second, dO = 30: dS = +-56.25. With q = 100 on the
+    first half of the queries and -98 on the second, each key's running sum of dS q reaches 1.44
+    million, then comes back to 28,800 (about 5,000 once scaled)."""
+    N, D = 512, 32
+    q = torch.full((1, 1, N, D), 100.0, device=DEVICE, dtype=torch.float16)
+    q[..., N // 2:, :] = -98.0
+    k = torch.zeros(1, 1, N, D, device=DEVICE, dtype=torch.float16)
+    v = torch.full((1, 1, N, D), 30.0, device=DEVICE, dtype=torch.float16)
+    v[..., N // 2:, :] = -30.0
+    dout = torch.full((1, 1, N, D), 30.0, device=DEVICE, dtype=torch.float16)
+    label = _label(1, 1, N, D, torch.float16, f"{F16_LARGE_SUMS_WHY}: every score 0 (k = 0), v = +30 on the "
+                   f"first half of the keys and -30 on the second, dO = 30, q = 100 then -98, so dK's "
+                   f"running sum reaches about 1.4 million before it comes back to about 5,000") + ", full"
+    return _full_backward_case(label, q, k, v, dout, saved)
+
+
 def _full_backward_case(label, q, k, v, dout, saved):
     """A case of full attention for the backward: (q, k, v, out, lse, dout) if `saved`, else (q, k, v,
     dout)."""
@@ -332,7 +350,7 @@ def _backward_cases(saved=True, gradients=2):
     far = next(spec for spec in KERNEL_SPECS if spec[5] == FAR)
     cases.append(_backward_case(*far, causal=False, with_scale=False, saved=saved))
     cases[-1].hint = FAR_KEYS_HINT
-    cases += [_backward_large_sums_case(saved), _dq_large_sums_case(saved)]
+    cases += [_backward_large_sums_case(saved), _dq_large_sums_case(saved), _dk_large_sums_case(saved)]
     if saved and ON_GPU:
         cases.append(later("past 2**31 elements per tensor", lambda: backward_past_int32_case(gradients)))
     return cases

@@ -323,6 +323,9 @@ WRONG = [
     Wrong("flash_backward_dkdv", ONE_TILE_PAST, edit("06", "flash_backward_dkdv", DKDV_ONE_PAST)),
     Wrong("flash_backward_dkdv", "dK and dV kept in float16 between query blocks", edit(
         "06", "flash_backward_dkdv", *F16_DKDV)),
+    Wrong("flash_backward_dkdv", "dK alone kept in float16 between query blocks", edit(
+        "06", "flash_backward_dkdv", F16_DKDV[1],
+        ("    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)\n", "    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float16)\n"))),
     Wrong("flash_backward_dkdv", "dK not multiplied by sm_scale", edit(
         "06", "flash_backward_dkdv", ("(dk * sm_scale).to(dk_ptr.dtype.element_ty)", "dk.to(dk_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dkdv", "dS = P * dP: delta not subtracted", edit(
