@@ -715,8 +715,9 @@ DQ_CONFIGS = configs(cpu=[(64, 32, 4, 1)],
 # - Multiply $dK$ by `sm_scale` once, before storing.
 #
 # The check gives your launcher what the forward pass saved and a random $dO$, and compares $dK$ and
-# $dV$ with autograd's through the naive version in float64: float32 on the CPU (and three float16
-# cases), float16 on a GPU, both masks, random `sm_scale`s, sequence lengths that no block divides.
+# $dV$ with autograd's through the naive version in float64: float32 on the CPU (and four float16
+# cases), float16 on a GPU, both masks, random `sm_scale`s, sequence lengths that no block divides
+# and one that every block does.
 # Three float16 cases have running sums that pass 65,504 before they come back, in $dV$, $dK$ and
 # $dQ$: an accumulator kept in float16 between tiles overflows there.
 
