@@ -173,39 +173,27 @@ def _backward_large_sums_case(saved):
     return _full_backward_case(label, q, k, v, dout, saved)
 
 
-def _dq_large_sums_case(saved):
-    """Every score equal (q = 0), so that P = 1/N, and dP = dO V^T = +28,800 for the first half of the
-    keys and -28,800 for the second: dS = +-56.25. With k = 100 on the first half and 98 on the second,
-    each query's running sum of dS K reaches 1.44 million, then comes back to 28,800 (about 5,000 once
+def _halves(first, second, N, D):
+    """(1, 1, N, D) float16: `first` in the first half of the rows, `second` in the second."""
+    t = torch.full((1, 1, N, D), float(first), device=DEVICE, dtype=torch.float16)
+    t[..., N // 2:, :] = second
+    return t
+
+
+def _ds_large_sums_case(saved, gradient):
+    """Every score 0 and P = 1/N, v = +30 on the first half of the keys and -30 on the second, dO = 30:
+    dP = dO V^T = +-28,800 and dS = +-56.25. For dQ = dS K: q = 0, and k = 100 on the first half of the
+    keys, 98 on the second; for dK = dS^T Q: k = 0, and q = 100 on the first half of the queries, -98
+    on the second. Either running sum reaches 1.44 million, then comes back to 28,800 (about 5,000 once
     scaled): float16's tolerance, relative, covers float32's roundings on the way there."""
     N, D = 512, 32
-    q = torch.zeros(1, 1, N, D, device=DEVICE, dtype=torch.float16)
-    k = torch.full((1, 1, N, D), 100.0, device=DEVICE, dtype=torch.float16)
-    k[..., N // 2:, :] = 98.0
-    v = torch.full((1, 1, N, D), 30.0, device=DEVICE, dtype=torch.float16)
-    v[..., N // 2:, :] = -30.0
-    dout = torch.full((1, 1, N, D), 30.0, device=DEVICE, dtype=torch.float16)
-    label = _label(1, 1, N, D, torch.float16, f"{F16_LARGE_SUMS_WHY}: every score equal, v = +30 on the "
-                   f"first half of the keys and -30 on the second, dO = 30, k = 100 then 98, so dQ's "
-                   f"running sum reaches about 1.4 million before it comes back to about 5,000") + ", full"
-    return _full_backward_case(label, q, k, v, dout, saved)
-
-
-def _dk_large_sums_case(saved):
-    """dQ's case with the roles of q and k traded: k = 0, so that every score is 0 and P = 1/N, v = +30
-    on the first half of the keys and -30 on the second, dO = 30: dS = +-56.25. With q = 100 on the
-    first half of the queries and -98 on the second, each key's running sum of dS q reaches 1.44
-    million, then comes back to 28,800 (about 5,000 once scaled)."""
-    N, D = 512, 32
-    q = torch.full((1, 1, N, D), 100.0, device=DEVICE, dtype=torch.float16)
-    q[..., N // 2:, :] = -98.0
-    k = torch.zeros(1, 1, N, D, device=DEVICE, dtype=torch.float16)
-    v = torch.full((1, 1, N, D), 30.0, device=DEVICE, dtype=torch.float16)
-    v[..., N // 2:, :] = -30.0
-    dout = torch.full((1, 1, N, D), 30.0, device=DEVICE, dtype=torch.float16)
-    label = _label(1, 1, N, D, torch.float16, f"{F16_LARGE_SUMS_WHY}: every score 0 (k = 0), v = +30 on the "
-                   f"first half of the keys and -30 on the second, dO = 30, q = 100 then -98, so dK's "
-                   f"running sum reaches about 1.4 million before it comes back to about 5,000") + ", full"
+    zeros, hundreds = torch.zeros(1, 1, N, D, device=DEVICE, dtype=torch.float16), _halves(100, 98, N, D)
+    q, k = (zeros, hundreds) if gradient == "dQ" else (_halves(100, -98, N, D), zeros)
+    v, dout = _halves(30, -30, N, D), _halves(30, 30, N, D)
+    how = "k = 0, q = 100 then -98" if gradient == "dK" else "q = 0, k = 100 then 98"
+    label = _label(1, 1, N, D, torch.float16, f"{F16_LARGE_SUMS_WHY}: every score 0 ({how}), v = +30 on the "
+                   f"first half of the keys and -30 on the second, dO = 30, so {gradient}'s running sum "
+                   f"reaches about 1.4 million before it comes back to about 5,000") + ", full"
     return _full_backward_case(label, q, k, v, dout, saved)
 
 
@@ -350,7 +338,7 @@ def _backward_cases(saved=True, gradients=2):
     far = next(spec for spec in KERNEL_SPECS if spec[5] == FAR)
     cases.append(_backward_case(*far, causal=False, with_scale=False, saved=saved))
     cases[-1].hint = FAR_KEYS_HINT
-    cases += [_backward_large_sums_case(saved), _dq_large_sums_case(saved), _dk_large_sums_case(saved)]
+    cases += [_backward_large_sums_case(saved), *(_ds_large_sums_case(saved, grad) for grad in ("dQ", "dK"))]
     if saved and ON_GPU:
         cases.append(later("past 2**31 elements per tensor", lambda: backward_past_int32_case(gradients)))
     return cases
