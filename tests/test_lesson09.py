@@ -17,6 +17,7 @@ from matmul_testing import (
 )
 
 from helpers import DEVICE, ON_GPU
+from helpers.exercises.lesson09 import _grouped as grouped_tile  # lesson 04's grouped order, in Python
 from helpers.solutions import load_solution
 from helpers.traffic import triton_traffic
 
@@ -139,14 +140,6 @@ def test_back_to_back_matmuls_with_pdl_each_read_the_last_ones_result():
     assert torch.isfinite(results[1]).all() and torch.equal(results[0], results[1])
 
 
-def grouped(tile, tiles_m, tiles_n, group=8):
-    """(row, column) of tile number `tile` in lesson 04's grouped order, in plain Python."""
-    per_group = group * tiles_n
-    first = tile // per_group * group
-    rows = min(tiles_m - first, group)
-    return first + tile % per_group % rows, tile % per_group // rows
-
-
 def test_tma_matmul_runs_one_program_per_tile_in_grouped_order():
     from helpers import interpreter
 
@@ -161,7 +154,7 @@ def test_tma_matmul_runs_one_program_per_tile_in_grouped_order():
     for pid, _name, kind, offs in launch.touches:
         if kind == "store":
             first = int(offs.min())
-            assert (first // N // BM, first % N // BN) == grouped(pid[0], tiles_m, tiles_n)
+            assert (first // N // BM, first % N // BN) == grouped_tile(pid[0], tiles_m, tiles_n)
 
 
 def test_a_persistent_launch_has_the_programs_it_is_given_and_stores_each_tile_once():

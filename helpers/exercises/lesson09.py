@@ -287,12 +287,12 @@ def _in_tile_order(fn):
     tiles_m, tiles_n = math.ceil(M / BM), math.ceil(N / BN)
     where = f"for a ({M}, {K}) @ ({K}, {N}) product ({tiles_m} x {tiles_n} tiles of {BM} x {BN}), your kernel"
     for pid, offs in _stores(launches):
-        first = int(offs.min())
-        got, want = (first // N // BM, first % N // BN), _grouped(pid[0], tiles_m, tiles_n)
         if pid[1:] != (0, 0):
             return (f"{where} ran program {pid} on a grid of more than one dimension. The launcher's grid "
                     f"is 1-D, one program per tile: program_id(0) is the tile's number, and "
                     f"tile_coords gives its row and column.")
+        first = int(offs.min())
+        got, want = (first // N // BM, first % N // BN), _grouped(pid[0], tiles_m, tiles_n)
         if got != want:
             tile = pid[0]
             named = {(tile // tiles_n, tile % tiles_n): " (row-major: pid // num_pid_n, pid % num_pid_n)",
