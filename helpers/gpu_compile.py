@@ -138,6 +138,27 @@ def _target():
     return target, make_backend(target)
 
 
+def compile_for_hopper(kernel, signature, constexprs, **options):
+    """`kernel` (a @triton.jit function, or the interpreter's stand-in for one) compiled whole for a Hopper
+    GPU (sm_90) by Triton's NVIDIA backend and ptxas, here, with or without a GPU: the CompiledKernel,
+    whose .asm holds its PTX and SASS-ready cubin. signature: {parameter: Triton type, "constexpr" for
+    the constexprs}; options: num_warps, num_stages, ... Call it while no kernel runs."""
+    import triton
+    from triton.compiler import ASTSource
+
+    from helpers import interpreter
+
+    target, _ = _target()
+    stand_ins = _StandIns()
+    interpreter.restore_language()   # what interpreted launches may have left patched (see problems)
+    try:
+        with stand_ins.in_tensor_methods():
+            source = ASTSource(stand_ins.of(kernel), signature, constexprs)
+            return triton.compile(source, target=target, options=options)
+    finally:
+        interpreter.restore_language()
+
+
 def _options_refused(kwargs):
     """What Triton's NVIDIA backend says of a launch's options, or None if it takes them. The interpreter
     ignores num_warps, num_stages and the like; a GPU's compiler checks them first (num_warps=3: "num_warps

@@ -410,6 +410,11 @@ def install():
     global _installed
     if _installed:
         return
+    # Left to the first interpreted launch, this import (Triton's code generator, which imports Gluon's
+    # language) would run while the interpreter has triton.language patched: Gluon would keep the
+    # patched functions, and every Gluon kernel compiled later in the process would fail ("Did you
+    # forget to add @triton.gluon.jit ?"). Imported first, it keeps the real ones.
+    import triton.compiler.code_generator  # noqa: F401
     from triton.runtime import interpreter
 
     _wrap_builder(interpreter.InterpreterBuilder)

@@ -179,8 +179,10 @@ class Launcher:
                                                         driver.active.get_current_stream)
 
     def __call__(self, grid, *args, **constexprs):
-        if not ON_GPU or interpreter.recording():   # the interpreter runs it (a meter is reading it)
+        if not ON_GPU:
             return self.kernel[grid](*args, **constexprs)
+        if interpreter.recording():   # the interpreter runs it (a meter is reading it)
+            return self._recorded_call(grid, args, constexprs)
         key, addresses = _key_and_addresses(args, constexprs)
         try:
             prepared = self.prepared.get(key)
@@ -253,11 +255,30 @@ class Launcher:
             config = getattr(self.kernel, "best_config", None)
             self.tuned[bucket] = (configs, config)
             return config
-        if config.pre_hook is not None:             # the autotuner's last steps, with the bucket's choice
+        self._run_config(grid, args, constexprs, config)
+        return config
+
+    def _run_config(self, grid, args, constexprs, config):
+        """The autotuner's last steps, with a configuration chosen before: its pre-hook, then the launch."""
+        if config.pre_hook is not None:
             config.pre_hook({**dict(zip(self.jit.arg_names, args)), **constexprs, **config.all_kwargs()})
         self.kernel.best_config = config
         self.kernel.fn[grid](*args, **constexprs, **config.all_kwargs())
-        return config
+
+    def _recorded_call(self, grid, args, constexprs):
+        """A call under a recording, which the interpreter runs: with the configuration a launch here would
+        run, the one chosen for the key's bucket, where there is one (the autotuner may never have seen this
+        key: it would time every configuration, in the interpreter). Otherwise through kernel[grid]; what
+        the autotuner picks there, timed in the interpreter, is not kept as the bucket's choice."""
+        configs = getattr(self.kernel, "configs", None)
+        try:
+            key, _ = _key_and_addresses(args, constexprs)
+            configs_then, config = self.tuned.get(self._bucket(key, len(args)), (None, None))
+        except TypeError:                           # an argument that cannot be part of a key
+            configs_then = None
+        if configs is None or configs_then is not configs:
+            return self.kernel[grid](*args, **constexprs)
+        return self._run_config(grid, args, constexprs, config)
 
     def _bucket(self, key, n_args):
         """What decides the autotuner's choice, with each bucketed argument replaced by its bucket: the

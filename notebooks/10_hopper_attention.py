@@ -348,15 +348,60 @@ for group, by_gpu in attention_rows.items():      # the first panel, every GPU
 #   instruction requires for its second operand, scales in blocks, and multiplies Q and K by a random
 #   orthogonal matrix first, which spreads outlier values and keeps the 8-bit error small.
 #
-# Plain Triton can write an overlap inside one warpgroup of its own kind: rotate the loop so that each
-# step issues `tl.dot(q, k_next.T)` for the next tile before the current tile's softmax, two score
-# tiles alive at once (more registers than FlashAttention-3's shift, which the Gluon section below
-# writes); the compiled `wgmma` is asynchronous, and whether the two overlap is then the compiler's
-# scheduling. It cannot write the rest: which warpgroup waits at which barrier so that two alternate,
-# and how many registers each holds (`warp_specialize=True` asks for a producer, no more). FP8
-# attention with its safeguards is a kernel of its own, beyond this course. CUTLASS and CuTe in C++,
-# or Triton's lower-level Gluon dialect, expose warpgroups, barriers and register counts, and can
-# express all four.
+# Plain Triton cannot say which warpgroup waits at which barrier so that two alternate, or how many
+# registers each holds (`warp_specialize=True` asks for a producer, no more). FP8 attention with its
+# safeguards is a kernel of its own, beyond this course. CUTLASS and CuTe in C++, or Triton's
+# lower-level Gluon dialect, expose warpgroups, barriers and register counts, and can express all four.
+#
+# The third technique's loop, though, plain Triton can write. `course._attend_shifted` issues tile j's
+# scores and tile j − 1's `P V` one after the other, then runs tile j's softmax, which needs only the
+# scores; a configuration with `shifted=True` runs it in place of the lesson's loop:
+
+# %%
+show(course._attend_shifted)
+
+# %% [markdown]
+# The `wgmma` instruction is asynchronous: a warpgroup issues it and goes on, and waits for it with
+# `wgmma.wait_group N` (until at most N groups of its wgmmas are still running). Whether the softmax
+# runs while the `P V` does is the compiler's choice, and the PTX says what it chose. `course.wgmma_order`
+# compiles the lesson's kernel for Hopper (here, GPU or not) and lists, in order, the wgmmas, their
+# waits and the exponentials (`ex2`, per thread); `|` marks a branch target, where a loop starts again.
+# D = 128, 128 × 128 tiles, 8 warps, full attention: the first loop is the unmasked one, the second
+# the last, partial key tile's.
+
+# %%
+try:
+    for name, shifted in (("lesson's loop", False), ("shifted loop", True)):
+        print(f"{name:14} {course.wgmma_order(shifted)}")
+except Exception as error:  # noqa: BLE001  (a Triton without its NVIDIA backend or ptxas)
+    print(f"This Triton cannot compile for sm_90 here ({type(error).__name__}).")
+
+# %% [markdown]
+# Every `wait 0` in the shifted loop comes straight after the wgmmas it waits for: the scores, then
+# the `P V`, both finished before the first exponential. Nothing overlaps; the shift only adds a wait
+# per tile, a first tile before the loop and a last `P V` after it. (In the lesson's loop the `P V`
+# issued last is the one wgmma still running past other work: until the wait at the top of the
+# next step.) Timed beside the lesson's loop, each at the same few configurations with the fastest
+# kept, and cuDNN, on the GPUs recorded (`tests/gpu_shifted_forward.py`):
+
+# %%
+shifted_runs = course.shifted_recorded()
+if not shifted_runs:
+    print("Not recorded yet: tests/gpu_shifted_forward.py on a Hopper GPU records it.")
+for gpu, run in shifted_runs.items():
+    print(f"{gpu} ({run['date']}, torch {run['torch']}, triton {run['triton']}), cuDNN's time ÷ ours:")
+    print(f"  {'':22}{'lesson loop':>13}{'shifted':>10}")
+    for row in run["rows"]:
+        best = {way: min(times.values()) for way, times in row["ms"].items()}
+        shape = f"D{row['D']} {'causal' if row['causal'] else 'full'} N{row['N']}"
+        print(f"  {shape:22}{row['cudnn_ms'] / best['plain']:13.2f}{row['cudnn_ms'] / best['shifted']:10.2f}")
+
+# %% [markdown]
+# In the record, at D = 128 the shifted loop is slower at every shape: the same work in the same
+# order, waited on more often. At D = 64 the two are within a few hundredths of each other. To
+# overlap the softmax with a matrix multiply, the kernel must say where each wait goes, which Gluon
+# can: its `warpgroup_mma_wait` is written by the kernel, and the Gluon section below writes this same
+# shift with the wait on the scores alone.
 #
 # ### What the profiler sees
 #
@@ -1471,8 +1516,9 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 #   configuration that breaks the rule fail to compile.
 # - Against cuDNN, what remains is what plain Triton does not express: warpgroups taking turns,
 #   registers moved from producer to consumers (`setmaxnreg`, hidden from ncu's launch figure). cuDNN
-#   also runs one program per SM, and FP8 is beyond this course. A rotated loop can overlap the next
-#   scores with this softmax in one warpgroup.
+#   also runs one program per SM, and FP8 is beyond this course. FlashAttention-3's shifted loop,
+#   written in plain Triton, gains nothing: the compiler waits for every wgmma before the softmax
+#   starts (read the PTX's `wgmma.wait_group`).
 # - Gluon says the arrangement itself: partitions (`gl.warp_specialize`), their register budgets,
 #   shared-memory rings and mbarriers. Its kernels compile without a GPU but run only on one, and a
 #   barrier waited on with the wrong parity gives no error: it hangs, or returns early and the numbers

@@ -213,6 +213,16 @@ def causal_attention(q, k, v):
 
 
 @triton.jit
+def _softmax_step(s, m_i, l_i, qk_scale):
+    """One tile's online softmax: its probabilities p, the factor alpha that rescales what came before,
+    and the running sum and max after it."""
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    p = tl.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    return p, alpha, l_i * alpha + tl.sum(p, 1), m_new
+
+
+@triton.jit
 def _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, lo, hi, n_ctx, qk_scale, BLOCK_N: tl.constexpr,
             HEAD_DIM: tl.constexpr, MASK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """Online softmax over key tiles lo, lo + BLOCK_N, ... < hi. MASK: "none", "keys" or "causal"."""
@@ -226,12 +236,32 @@ def _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, lo, hi, n_ctx, qk_sc
             if MASK == "causal":
                 keep = keep & (offs_m[:, None] >= offs_n[None, :])
             s = tl.where(keep, s, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        p = tl.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, l_i, m_i = _softmax_step(s, m_i, l_i, qk_scale)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attend_shifted(acc, l_i, m_i, q, k_desc, v_desc, head, hi, qk_scale, BLOCK_N: tl.constexpr,
+                    HEAD_DIM: tl.constexpr):
+    """Key tiles 0 .. hi, unmasked, the loop shifted by one matrix multiply as FlashAttention-3 shifts
+    it: each step issues tile j's scores and tile j - 1's P V, then runs tile j's softmax, which needs
+    only the scores. Written to see whether the compiler overlaps the softmax with the P V (it does not:
+    the lesson shows where it waits). A configuration made with shifted=True runs it; the search holds
+    none (tests/gpu_shifted_forward.py times it)."""
+    if hi > 0:
+        k = k_desc.load([head, 0, 0]).reshape(BLOCK_N, HEAD_DIM)
+        p, alpha, l_i, m_i = _softmax_step(tl.dot(q, k.T), m_i, l_i, qk_scale)
+        acc = acc * alpha[:, None]
+        for start_n in tl.range(BLOCK_N, hi, BLOCK_N):
+            k = k_desc.load([head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+            v = v_desc.load([head, start_n - BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
+            s = tl.dot(q, k.T)                          # tile j's scores ...
+            acc = tl.dot(p.to(v.dtype), v, acc)         # ... and tile j - 1's P V, issued together
+            p, alpha, l_i, m_i = _softmax_step(s, m_i, l_i, qk_scale)
+            acc = acc * alpha[:, None]
+        v = v_desc.load([head, hi - BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
+        acc = tl.dot(p.to(v.dtype), v, acc)
     return acc, l_i, m_i
 
 
@@ -242,9 +272,9 @@ def _set_attention_boxes(args):
     args["k_desc"].block_shape = args["v_desc"].block_shape = [1, args["BLOCK_N"], D]
 
 
-def _attention_config(bm, bn, warps, stages, ws=False):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": ws}, num_warps=warps,
-                         num_stages=stages, pre_hook=_set_attention_boxes)
+def _attention_config(bm, bn, warps, stages, ws=False, shifted=False):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": ws, "SHIFTED": shifted},
+                         num_warps=warps, num_stages=stages, pre_hook=_set_attention_boxes)
 
 
 # (BLOCK_M, BLOCK_N, warps, stages[, warp-specialised]): at 128 query rows, 4 warps (one warpgroup holds
@@ -284,7 +314,7 @@ def _attention_search(configs, named_args, **kwargs):
 @triton.jit
 def attention_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, n_ctx, qk_scale, HEAD_DIM: tl.constexpr,
                      CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     WARP_SPECIALIZE: tl.constexpr):
+                     WARP_SPECIALIZE: tl.constexpr, SHIFTED: tl.constexpr):
     """One program: BLOCK_M query rows of one (batch, head); out and lse (natural log) for those rows.
     The descriptors see q, k, v, o as (B * H, N, D): a box never crosses from one head into the next."""
     # Causal: the masked key tiles must end where the query block ends (64 rows, 128 keys would not).
@@ -299,16 +329,20 @@ def attention_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, n_ctx, qk_scale, H
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    if CAUSAL:   # keys before the block: all visible; the block's own keys: the diagonal mask
-        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, 0, start_m, n_ctx, qk_scale,
-                                BLOCK_N, HEAD_DIM, "none", WARP_SPECIALIZE)
+    # Causal: the keys before the block are all visible, the block's own take the diagonal mask. Full:
+    # whole key tiles take no mask; the last, partial one hides the keys past n_ctx.
+    n_unmasked = start_m if CAUSAL else (n_ctx // BLOCK_N) * BLOCK_N
+    if SHIFTED:
+        acc, l_i, m_i = _attend_shifted(acc, l_i, m_i, q, k_desc, v_desc, head, n_unmasked, qk_scale,
+                                        BLOCK_N, HEAD_DIM)
+    else:
+        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, 0, n_unmasked, n_ctx,
+                                qk_scale, BLOCK_N, HEAD_DIM, "none", WARP_SPECIALIZE)
+    if CAUSAL:
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, start_m, start_m + BLOCK_M,
                                 n_ctx, qk_scale, BLOCK_N, HEAD_DIM, "causal", WARP_SPECIALIZE)
-    else:        # whole key tiles: no mask; the last, partial one: hide the keys past n_ctx
-        n_full = (n_ctx // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, 0, n_full, n_ctx, qk_scale,
-                                BLOCK_N, HEAD_DIM, "none", WARP_SPECIALIZE)
-        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, n_full, n_ctx, n_ctx,
+    else:
+        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, head, offs_m, n_unmasked, n_ctx, n_ctx,
                                 qk_scale, BLOCK_N, HEAD_DIM, "keys", WARP_SPECIALIZE)
     out = (acc / l_i[:, None]).to(o_desc.dtype)
     o_desc.store([head, start_m, 0], out.reshape(1, BLOCK_M, HEAD_DIM))
@@ -342,6 +376,35 @@ def attention(q, k, v, causal=False, sm_scale=None):
     _attention_launcher(grid, *(heads_descriptor(t) for t in (q, k, v, out)), lse, N,
                         sm_scale * lesson06.LOG2E.value, HEAD_DIM=D, CAUSAL=causal)
     return out, lse
+
+
+def wgmma_order(shifted, causal=False, head_dim=128):
+    """attention_kernel compiled for Hopper (sm_90) here, with or without a GPU (128 x 128 tiles, 8 warps,
+    2 stages; shifted: with the loop of _attend_shifted): its tensor-core instructions, their waits and
+    its exponentials in the order of the PTX, one string. "8 wgmma": 8 wgmma instructions issued, one
+    warpgroup's share of one product; "wait 0": wait until none of this warpgroup's wgmmas is still
+    running; "66 ex2": 66 exponentials a thread; "|": a branch target, where a loop starts again."""
+    from helpers.gpu_compile import compile_for_hopper
+
+    signature = {**{name: f"tensordesc<fp16[1,128,{head_dim}]>" for name in ("q_desc", "k_desc", "v_desc",
+                                                                              "o_desc")},
+                 "lse_ptr": "*fp32", "n_ctx": "i32", "qk_scale": "fp32"}
+    constexprs = {"HEAD_DIM": head_dim, "CAUSAL": causal, "BLOCK_M": 128, "BLOCK_N": 128,
+                  "WARP_SPECIALIZE": False, "SHIFTED": shifted}
+    signature.update(dict.fromkeys(constexprs, "constexpr"))
+    with compiler_quiet():
+        compiled = compile_for_hopper(attention_kernel.fn, signature, constexprs, num_warps=8, num_stages=2)
+    steps = []
+    for line in compiled.asm["ptx"].splitlines():
+        line = line.strip()
+        step = ("wgmma" if line.startswith("wgmma.mma_async") else "ex2" if line.startswith("ex2.approx")
+                else "|" if line.startswith("$L__BB") else
+                "wait " + line.split()[-1].rstrip(";") if line.startswith("wgmma.wait_group") else None)
+        if step in ("wgmma", "ex2") and steps and steps[-1][1] == step:
+            steps[-1][0] += 1
+        elif step:
+            steps.append([1, step])
+    return "  ".join(f"{n} {step}" if step in ("wgmma", "ex2") else step for n, step in steps)
 
 
 # ---------------------------------------------------------------- FlashAttention-3's arrangement, in Gluon
@@ -386,6 +449,12 @@ def gluon_build(head_dim=128, causal=True):
 def gluon_recorded():
     """{GPU name: tests/gpu_gluon_check.py's record}: the Gluon forward checked and timed on that GPU."""
     return lesson09.recorded("10_hopper_attention_gluon")
+
+
+def shifted_recorded():
+    """{GPU name: tests/gpu_shifted_forward.py's record}: the forward with the lesson's loop and with
+    _attend_shifted's, each at a few configurations, timed beside cuDNN on that GPU."""
+    return lesson09.recorded("10_hopper_attention_shifted")
 
 
 def gluon_backward_recorded():

@@ -252,3 +252,29 @@ def test_the_backward_compiles_for_hopper(tmp_path, head_dim):
     # pointers in the loop it was about 950 (3.9): the bound says when a Triton upgrade undoes that.
     assert report["spill_stores"] == 0 if head_dim == 64 else report["spill_stores"] <= 600
     assert built["shared"] <= HOPPER_SMEM_PER_CTA
+
+
+_AFTER_A_LAUNCH = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch
+import helpers
+from helpers.solutions import load_solution
+course = load_solution("10")
+q = torch.randn(1, 1, 40, 64, device=helpers.DEVICE, dtype=torch.float16)
+course.attention(q, q, q, True)   # on the CPU, an interpreted launch first
+print(course.gluon_build(head_dim=64, causal=False)["registers"])
+"""
+
+
+def test_a_gluon_kernel_compiles_after_an_interpreted_launch(tmp_path):
+    """Lesson 10 runs Triton kernels through the interpreter before it compiles the Gluon forward. Triton
+    imports Gluon's language during a first launch, while the interpreter has triton.language patched;
+    Gluon kept the patched functions and every Gluon compile after it failed ("Did you forget to add
+    @triton.gluon.jit ?"), unless Triton's cache held the kernel. helpers imports it first now. A fresh
+    process and an empty cache, as a learner's first Run All."""
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", _AFTER_A_LAUNCH, str(ROOT)], capture_output=True, text=True,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert int(done.stdout.split()[-1]) > 0

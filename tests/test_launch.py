@@ -221,6 +221,23 @@ def test_inside_a_meter_the_interpreter_runs_it():
 
 
 @gpu_only
+def test_inside_a_meter_a_length_the_autotuner_never_saw_runs_its_buckets_choice():
+    """A length in a tuned bucket never reaches the autotuner (no entry in its cache). Recorded, it still
+    runs once, with the bucket's configuration: not every configuration timed in the interpreter."""
+    launcher = Launcher(scaled_add, buckets={"n": power_of_2_bucket})
+    x, y = (torch.randn(2100, device=DEVICE) for _ in range(2))   # 2048's bucket: timed
+    launch(launcher, x, y)
+    chosen = scaled_add.best_config
+    x, y = (torch.randn(2200, device=DEVICE) for _ in range(2))   # the same bucket: not timed
+    launch(launcher, x, y)
+    with interpreter.record() as rec:
+        out = launch(launcher, x, y)
+    assert [launch.kernel for launch in rec.launches] == ["scaled_add"]
+    assert rec.launches[0].grid[0] == triton.cdiv(2200, chosen.kwargs["BLOCK"])
+    torch.testing.assert_close(out, 2.0 * x + y)
+
+
+@gpu_only
 def test_a_prepared_launch_can_be_captured_in_a_cuda_graph():
     launcher = Launcher(scaled_add)
     x, y = (torch.randn(4096, device=DEVICE) for _ in range(2))

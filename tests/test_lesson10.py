@@ -160,6 +160,38 @@ def test_attention_forward_and_lse(causal, N, D):
     torch.testing.assert_close(lse.double(), torch.logsumexp(scores, -1), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("causal, N", [(False, 100), (False, 128), (True, 100), (True, 16)])
+def test_the_shifted_loop_gives_the_lesson_loops_output(causal, N):
+    """_attend_shifted (FlashAttention-3's order in plain Triton) against the lesson's loop, at the same
+    blocks: a length no block divides, one every block divides, and (causal) a block with no key tile
+    before it."""
+    from helpers.exercises import tuned_over
+
+    q, k, v, _ = attention_inputs(N, 64)
+    bm, bn, warps, stages = (32, 16, 4, 1) if not ON_GPU else (128, 64, 8, 3)
+    outputs = []
+    for shifted in (False, True):
+        with tuned_over(lesson10.attention_kernel, [lesson10._attention_config(bm, bn, warps, stages,
+                                                                               shifted=shifted)]):
+            outputs.append(lesson10.attention(q, k, v, causal=causal))
+    for plain, shifted in zip(*outputs):
+        torch.testing.assert_close(shifted, plain, atol=2e-3, rtol=2e-3)
+
+
+def test_the_compiler_waits_for_every_wgmma_of_the_shifted_loop_before_its_softmax():
+    """Lesson 10 says so from this PTX: in the shifted loop (the second branch target on), each issue of
+    wgmmas is waited for at once, so no exponential runs beside a wgmma. A Triton that overlaps them
+    fails here, and the lesson's text must change with it."""
+    from helpers import gpu_compile
+
+    if not gpu_compile.available():
+        pytest.skip("this Triton cannot compile for sm_90 here")
+    steps = lesson10.wgmma_order(shifted=True).split("  ")
+    loop = steps[steps.index("|") + 1:]
+    loop = loop[:loop.index("|")]
+    assert [s.split()[-1] for s in loop] == ["wgmma", "0", "wgmma", "0", "ex2"], steps
+
+
 @pytest.mark.parametrize("causal, N, D", ATTENTION_CASES)
 def test_attention_backward_matches_autograd(causal, N, D):
     q, k, v, dout = attention_inputs(N, D)
