@@ -269,9 +269,32 @@ def backward_past_int32_case(gradients, H=2**15 + 1, N=512, D=128, dtype=torch.f
                 reference_args=tuple(t[:, -1:] for t in args), part=_last_head, guard=False)
 
 
+# A running maximum started at a large negative number in place of -inf (-1e4, say) is right wherever a
+# row has a score above it. Here the odd query rows score every key -2e4 (about -2.9e4 in exp2's units):
+# such a start stays the row's "max", every p underflows to 0, and out is 0/0.
+BELOW_STAND_INS = -2e4
+BELOW_STAND_INS_WHY = ("query rows 1, 3, 5, ... score every key -2e4: below -1e4 and any other finite "
+                       "stand-in for -inf that the running max might start at")
+
+
+def _below_stand_ins_case():
+    """Every key's first coordinate is 40; the odd queries are zero but for theirs, so each of them scores
+    every key the same, BELOW_STAND_INS (at the default sm_scale): float32's rounding of a score that
+    large (about 2e-3) is then the same for every key, and the softmax is exactly uniform. The even
+    queries are N(0, 1) with a first coordinate of 0."""
+    B, H, N, D = 1, 2, 37, 32
+    q, k, v = qkv(B, H, N, D, KERNEL_DTYPE)
+    k[..., 0] = 40.0
+    q[..., 0] = 0.0
+    q[..., 1::2, :] = 0.0
+    q[..., 1::2, 0] = BELOW_STAND_INS * D ** 0.5 / 40.0
+    return Case(_label(B, H, N, D, KERNEL_DTYPE, BELOW_STAND_INS_WHY), (q, k, v))
+
+
 def _kernel_cases():
-    """Cases for the forward kernels: every other one with a random sm_scale (never the large-score one);
-    on a GPU, a last one past 2**31 elements (the lesson asks for int64 offsets)."""
+    """Cases for the forward kernels: every other one with a random sm_scale (never the large-score one),
+    then the float16 large-sums case and the case below -1e4; on a GPU, a last one past 2**31 elements
+    (the lesson asks for int64 offsets)."""
     cases = []
     for i, (B, H, N, D, dtype, scale, strided, why) in enumerate(KERNEL_SPECS):
         label, kwargs = _label(B, H, N, D, dtype, why), {}
@@ -280,7 +303,7 @@ def _kernel_cases():
             label += f", sm_scale={kwargs['sm_scale']}"
         cases.append(Case(label, qkv(B, H, N, D, dtype, scale, strided), kwargs,
                           hint=STRIDED_HINT if strided else ""))
-    cases.append(_forward_large_sums_case())
+    cases += [_forward_large_sums_case(), _below_stand_ins_case()]
     return cases + ([later("past 2**31 elements per tensor", past_int32_case)] if ON_GPU else [])
 
 
@@ -589,27 +612,34 @@ def _one_tile_too_many(dots, every_tile, held="queries", streamed="keys"):
             f"still loaded and multiplied. Look at the bound of the loop that reaches the diagonal.")
 
 
-def _scores_twice(dots):
+def _scores_twice(fn, dots):
     """None if a forward kernel's score products (tl.dot(q, kT): (BLOCK_M, D, BLOCK_N), the head dimension
     summed over) do no more multiply-adds than its products with V ((BLOCK_M, BLOCK_N, D)), as one pass
     over the keys does; else why not. A first pass for the row max, then a second for the sums, computes
-    every score twice. Silent where the two shapes cannot be told apart (BLOCK_N = D)."""
-    scores = sum(dot.multiply_adds for dot in dots if dot.shape[1] == MEASURE_D != dot.shape[2])
-    values = sum(dot.multiply_adds for dot in dots if dot.shape[2] == MEASURE_D != dot.shape[1])
+    every score twice. `dots`: fn's products at D = MEASURE_D; where key tiles of BLOCK_N = MEASURE_D make
+    the two shapes the same, fn is measured once more at twice that D."""
+    D = MEASURE_D
+    if any(dot.shape[1] == dot.shape[2] == D for dot in dots):
+        D = 2 * MEASURE_D
+        _, dots, problem = _measured(fn, *qkv(1, 1, MEASURE_N, D, KERNEL_DTYPE))
+        if problem:
+            return problem
+    scores = sum(dot.multiply_adds for dot in dots if dot.shape[1] == D != dot.shape[2])
+    values = sum(dot.multiply_adds for dot in dots if dot.shape[2] == D != dot.shape[1])
     if not values or scores <= 1.2 * values:
         return None
-    return (f"at N = {MEASURE_N} your kernel's score products (tl.dot(q, kT)) did {scores:,} multiply-adds, "
-            f"{scores / values:.1f} times those of its products with V ({values:,}): every score was "
-            f"computed more than once. A first pass over the K tiles for the row max, then a second for "
-            f"the sums, reads K twice and multiplies it twice. The online softmax needs one pass: when the "
-            f"max grows, alpha rescales l_i and acc.")
+    return (f"at N = {MEASURE_N}, D = {D} your kernel's score products (tl.dot(q, kT)) did {scores:,} "
+            f"multiply-adds, {scores / values:.1f} times those of its products with V ({values:,}): every "
+            f"score was computed more than once. A first pass over the K tiles for the row max, then a "
+            f"second for the sums, reads K twice and multiplies it twice. The online softmax needs one "
+            f"pass: when the max grows, alpha rescales l_i and acc.")
 
 
 def _single_pass(fn):
     """The forward kernel streams the K tiles once: measured on full attention at N = 512 (_scores_twice)."""
     q, k, v = qkv(1, 1, MEASURE_N, MEASURE_D, KERNEL_DTYPE)
     _, dots, problem = _measured(fn, q, k, v)
-    return problem or _scores_twice(dots)
+    return problem or _scores_twice(fn, dots)
 
 
 def _unequal_blocks(kernel_name, causal):
@@ -656,7 +686,7 @@ def _skips_tiles(fn):
     traffic, dots, problem = _measured(fn, q, k, v)
     if problem:
         return problem
-    twice = _scores_twice(dots)
+    twice = _scores_twice(fn, dots)
     if twice:
         return twice
     multiply_adds = sum(dot.multiply_adds for dot in dots)

@@ -230,6 +230,10 @@ WRONG = [
     Wrong("flash_forward", "running maximum starts at 0, not -inf", edit(
         "06", "flash_forward", (FWD_M_INIT + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    n_full",
                                 FWD_M_ZERO + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    n_full"))),
+    Wrong("flash_forward", "running maximum starts at -1e4, a finite stand-in for -inf", edit(
+        "06", "flash_forward", (FWD_M_INIT + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    n_full",
+                                FWD_M_INIT.replace('float("-inf")', "-1e4")
+                                + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    n_full"))),
     Wrong("flash_forward", "lse without the max (log of l only)", edit(
         "06", "flash_forward", ("(m_i + tl.log2(l_i)) * LN2, mask=row_ok)   # back", "tl.log2(l_i) * LN2, mask=row_ok)   #"))),
     Wrong("flash_forward", "lse stored in the inputs' dtype", edit(
@@ -243,6 +247,9 @@ WRONG = [
                                 "return q.contiguous(), k.contiguous(), v, sm_scale"))),
     Wrong("flash_forward", "a first pass over the K tiles for the row max (every score computed twice)", edit(
         "06", "flash_forward", FWD_MAX_PASS)),
+    # key tiles of 16, the head dimension the check first measures at: its two products then share a shape
+    Wrong("flash_forward", "a first pass for the row max, with blocks of 32 x 16", edit(
+        "06", "flash_forward", FWD_MAX_PASS, *FWD_BLOCKS)),
     Wrong("flash_forward", "int32 offsets: bh * N * D wraps past 2**31 elements", edit(
         "06", "flash_forward", INT32_FWD), gpu_only=True),
 
@@ -275,6 +282,8 @@ WRONG = [
                                        "offs_m, start_m, hi, n_ctx, qk_scale,\n                                  HEAD_DIM, BLOCK_N, \"keys\")"))),
     Wrong("flash_forward_causal", "a first pass over the K tiles for the row max (each score computed twice)",
           edit("06", "flash_forward_causal", CAUSAL_MAX_PASS)),
+    Wrong("flash_forward_causal", "a first pass for the row max, with blocks of 32 x 16", edit(
+        "06", "flash_forward_causal", CAUSAL_MAX_PASS, *FWD_BLOCKS)),
     Wrong("flash_forward_causal", "int32 offsets: bh * N * D wraps past 2**31 elements", edit(
         "06", "flash_forward_causal", INT32_CAUSAL), gpu_only=True),
     Wrong("flash_forward_causal", "sm_scale hard-coded to 1/sqrt(D)", edit(
