@@ -141,6 +141,26 @@ def slug(device):
     return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
 
 
+def gpu_record_path(folder, device):
+    """helpers/recorded/<folder>/<gpu>.json: where a GPU script's record of one GPU goes, and a lesson
+    reads it."""
+    return RECORDED.parent / folder / f"{slug(device)}.json"
+
+
+def write_gpu_record(folder, record, out_name):
+    """A GPU script's record (a dict with "device") to gpu_record_path(folder, ...), and to $OUT/out_name
+    where OUT is set (the device machine's folder of results to bring back). Returns the paths."""
+    import os
+
+    paths = [gpu_record_path(folder, record["device"])]
+    if os.environ.get("OUT"):
+        paths.append(pathlib.Path(os.environ["OUT"]) / out_name)
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1) + "\n")
+    return paths
+
+
 def device_file(device):
     """The file holding one GPU's recorded figures: helpers/recorded/bench/nvidia-h200.json."""
     return RECORDED / (slug(device) + ".json")

@@ -16,16 +16,13 @@ Results go to helpers/recorded/10_hopper_attention_gluon_backward/<gpu>.json, wh
 """
 
 import datetime
-import json
-import os
-import pathlib
 import sys
 import traceback
 
 import torch
 
 import helpers  # noqa: F401  (before triton: it picks the GPU or the interpreter)
-from helpers.bench import measure
+from helpers.bench import measure, write_gpu_record
 from helpers.exercises.lesson10 import attention_gradients
 from helpers.solutions import ROOT, load_module, load_solution
 
@@ -85,7 +82,6 @@ def bench(lesson10):
 def main():
     backward = load_module(ROOT / "solutions" / "gluon_attention_backward.py")
     lesson10 = load_solution("10")
-    from helpers.bench import slug
 
     device = torch.cuda.get_device_name()
     record = {"device": device, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
@@ -94,12 +90,8 @@ def main():
     failed = check(backward, lesson10)
     record.update(cases=[case_name(*case) for case in CASES], failed=failed,
                   timings=[] if failed else bench(lesson10))
-    paths = [ROOT / "helpers" / "recorded" / "10_hopper_attention_gluon_backward" / f"{slug(device)}.json"]
-    if os.environ.get("OUT"):
-        paths.append(pathlib.Path(os.environ["OUT"]) / "gluon_attention_backward_gpu.json")
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1) + "\n")
+    for path in write_gpu_record("10_hopper_attention_gluon_backward", record,
+                                 "gluon_attention_backward_gpu.json"):
         say(f"wrote {path}")
     sys.exit(1 if failed else 0)
 

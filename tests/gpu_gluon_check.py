@@ -37,7 +37,6 @@ $OUT/gluon_attention_gpu.json when OUT is set).
 
 import json
 import math
-import os
 import pathlib
 import sys
 import time
@@ -49,10 +48,13 @@ import torch  # noqa: E402, I001  (helpers between torch and triton, as in the s
 import torch.nn.functional as F  # noqa: E402
 
 import helpers  # noqa: E402,F401  (before triton: picks the device)
+from helpers.bench import gpu_record_path, write_gpu_record  # noqa: E402
 from helpers.solutions import load_module  # noqa: E402
 
 import triton  # noqa: E402
 import triton.testing  # noqa: E402
+
+RECORD_FOLDER = "10_hopper_attention_gluon"   # helpers/recorded/<this>/<gpu>.json, read by lesson 10
 
 
 DEVICE = "cuda"
@@ -294,7 +296,7 @@ def main():
     if "--schedules" in sys.argv:
         schedules = sys.argv[sys.argv.index("--schedules") + 1].split(",")
         assert all(s in SCHEDULES for s in schedules), f"--schedules takes some of {', '.join(SCHEDULES)}"
-    path = record_path(record["device"])
+    path = gpu_record_path(RECORD_FOLDER, record["device"])
     if "--program-cost" in sys.argv:   # added to this GPU's record, the rest of it kept
         kept = json.loads(path.read_text()) if path.exists() else {}
         record = {**kept, "program_cost": program_cost(ga), "program_cost_stamp": record}
@@ -334,19 +336,9 @@ def main():
     sys.exit(1 if failures else 0)
 
 
-def record_path(device):
-    """helpers/recorded/10_hopper_attention_gluon/<gpu>.json, where lesson 10 reads this GPU's record."""
-    from helpers.bench import slug
-
-    return ROOT / "helpers" / "recorded" / "10_hopper_attention_gluon" / f"{slug(device)}.json"
-
-
 def write(record):
-    paths = [record_path(record["device"])]
-    if os.environ.get("OUT"):
-        paths.append(pathlib.Path(os.environ["OUT"]) / "gluon_attention_gpu.json")
-    for path in paths:
-        path.write_text(json.dumps(record, indent=1) + "\n")
+    """To helpers/recorded/10_hopper_attention_gluon/<gpu>.json, where lesson 10 reads this GPU's record."""
+    for path in write_gpu_record(RECORD_FOLDER, record, "gluon_attention_gpu.json"):
         say(f"wrote {path}")
 
 

@@ -14,16 +14,14 @@ $OUT/attention_shifted_gpu.json when OUT is set).
 
 import datetime
 import json
-import os
-import pathlib
 import sys
 
 import torch
 
 import helpers  # noqa: F401  (before triton: it picks the GPU or the interpreter)
-from helpers.bench import measure, slug
+from helpers.bench import measure, write_gpu_record
 from helpers.exercises import tuned_over
-from helpers.solutions import ROOT, load_solution
+from helpers.solutions import load_solution
 
 SHAPES = [(8, 2048), (4, 4096), (1, 16384)]
 CONFIGS = {128: [(128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 4, 2)],
@@ -81,12 +79,7 @@ def main():
                 record["rows"].append(time_shape(lesson10, cudnn, B, N, D, causal, wrong))
     record["wrong"] = wrong
     say("orders:", json.dumps(record["order"], indent=1))
-    paths = [ROOT / "helpers" / "recorded" / "10_hopper_attention_shifted" / f"{slug(device)}.json"]
-    if os.environ.get("OUT"):
-        paths.append(pathlib.Path(os.environ["OUT"]) / "attention_shifted_gpu.json")
-    for path in paths:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1) + "\n")
+    for path in write_gpu_record("10_hopper_attention_shifted", record, "attention_shifted_gpu.json"):
         say(f"wrote {path}")
     sys.exit(1 if wrong else 0)
 
