@@ -733,6 +733,12 @@ def _run_cases(ex, fn, on_case=None):
         problem = _computed_beside(ex, fn, cases)
         if problem:
             raise CheckFailed(f"every case gives the right values, but {problem}")
+    if ex.kernel and not ON_GPU:   # the interpreter counts the bytes a kernel stores; a GPU's kernels do not
+        if on_case is not None:
+            on_case("what your kernels stored, on a small input")
+        problem = _stored_too_little(ex, fn, cases)
+        if problem:
+            raise CheckFailed(f"every case gives the right values, but {problem}")
     return len(cases)
 
 
@@ -817,6 +823,37 @@ def _computed_beside(ex, fn, cases):
                "more pass over memory)")
     return "\n".join([head, *lines[:3], *more, f"{why}: the Python function around it should only {may} "
                                                   f"and launch."])
+
+
+def _stored_too_little(ex, fn, cases):
+    """None if `fn`'s kernels, run once more on a small case in the interpreter (which counts every
+    store), stored at least half as many bytes as `fn` returned; else why not. A result computed where
+    neither meter looks (NumPy, plain Python) and handed back beside a kernel that does little else
+    passes every comparison. The case: the smallest with at least 4,096 input elements (in the smallest
+    of all, a stray scratch store can outweigh the result), or the largest there is."""
+    size = lambda c: sum(t.numel() for t in _tensors((c.args, c.kwargs)))  # noqa: E731
+    by_size = sorted((case for case in cases if case.build is None), key=size)
+    case = next((case for case in by_size if size(case) >= 4096), by_size[-1] if by_size else None)
+    if case is None:
+        return None
+    what = "your function"
+    try:
+        with time_limit(ex.timeout_s, what), interpreter.quiet(), interpreter.record() as rec:
+            out = ex.run(fn, *case.args, **case.kwargs)
+    except Exception as e:  # noqa: BLE001  (the learner's code, run once more: say what it raised)
+        return f"run once more on case '{case.label}', {_explain_exception(e, case)}"
+    held = {}   # storage -> the bytes of it the outputs span (outputs may share one, or view an input)
+    for t in _tensors(out):
+        storage = t.untyped_storage()
+        spans = min(t.numel() * t.element_size(), storage.nbytes())
+        held[storage.data_ptr()] = max(held.get(storage.data_ptr(), 0), spans)
+    returned, stored = sum(held.values()), sum(launch.bytes_stored for launch in rec.launches)
+    if stored >= returned / 2:
+        return None
+    return (f"run once more on case '{case.label}', your kernels stored {stored:,} bytes in all, and your "
+            f"function returned {returned:,}: most of the result was not written by a kernel. This "
+            f"exercise asks your kernel to compute it and store it; values computed in NumPy or plain "
+            f"Python and handed back pass the comparison, but no kernel did the work.")
 
 
 @contextlib.contextmanager

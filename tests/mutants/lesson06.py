@@ -1,5 +1,6 @@
 """Lesson 06: attention_tiled, flash_forward(_causal), the four backward steps (PyTorch, dK/dV, dQ, autograd)."""
 
+import numpy as np
 import torch
 
 from helpers.exercises.lesson06 import attention_reference
@@ -45,6 +46,19 @@ def naive_grads(q, k, v, out, lse, dout, causal=False, sm_scale=None):
 
 forward, forward_causal = edit("06", "flash_forward"), edit("06", "flash_forward_causal")
 attention_backward_torch = edit("06", "attention_backward_torch")
+
+
+def numpy_beside_a_kernel(q, k, v, sm_scale=None):
+    """out and lse computed in NumPy, where neither meter looks, beside the lesson's kernel launched on
+    one token of one head (so that a kernel ran), no PyTorch op on the data."""
+    forward(q[:1, :1, :1], k[:1, :1, :1], v[:1, :1, :1], sm_scale)
+    qn, kn, vn = (t.detach().cpu().numpy().astype(np.float64) for t in (q, k, v))
+    s = qn @ kn.swapaxes(-1, -2) * (q.shape[-1] ** -0.5 if sm_scale is None else sm_scale)
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - m)
+    out, lse = (e / e.sum(-1, keepdims=True)) @ vn, (m + np.log(e.sum(-1, keepdims=True)))[..., 0]
+    return (torch.from_numpy(out.astype(q.detach().cpu().numpy().dtype)),
+            torch.from_numpy(lse.astype(np.float32)))
 
 
 class TritonForwardAutogradBackward(torch.autograd.Function):
@@ -214,6 +228,9 @@ WRONG = [
 
     Wrong("flash_forward", "pure PyTorch, no kernel", lambda q, k, v, sm_scale=None: attention_reference(
         q, k, v, False, sm_scale)),
+    # the interpreter counts the bytes a kernel stores: the CPU only
+    Wrong("flash_forward", "values from NumPy beside a kernel run on one token", numpy_beside_a_kernel,
+          cpu_only=True),
     Wrong("flash_forward", "sm_scale hard-coded to 1/sqrt(D)", edit("06", "flash_forward", HARD_CODED_SCALE)),
     Wrong("flash_forward", "acc kept in float16 between tiles", edit("06", "flash_forward", *F16_ACC_FULL)),
     # right wherever N is no multiple of BLOCK_N: the masked loop then takes the last tile anyway
