@@ -382,7 +382,9 @@ except Exception as error:  # noqa: BLE001  (a Triton without its NVIDIA backend
 # per tile, a first tile before the loop and a last `P V` after it. (In the lesson's loop the `P V`
 # issued last is the one wgmma still running past other work: until the wait at the top of the
 # next step.) Timed beside the lesson's loop, each at the same few configurations with the fastest
-# kept, and cuDNN, on the GPUs recorded (`tests/gpu_shifted_forward.py`):
+# kept, and cuDNN, on the GPUs recorded (`tests/gpu_shifted_forward.py`). It is a run of its own, on
+# its own day and machine: compare its two columns with each other, not with `make bench`'s ratios
+# above.
 
 # %%
 shifted_runs = course.shifted_recorded()
