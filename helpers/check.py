@@ -596,9 +596,19 @@ def _explain_exception(e, case=None):
                 f"code's mistake, but the checks here run kernels in the interpreter. Write that step with "
                 f"operations it runs (a tensor descriptor's atomic_add, for instance, as tl.atomic_add "
                 f"through pointers).{_where(e)}")
+    if isinstance(inner, RuntimeError) and "active drivers" in text:   # no GPU for the autotuner to time on
+        return (f"Triton's autotuner chooses among its configurations by timing each on a GPU, and there "
+                f"is none here ({text}). In the interpreter give it one configuration (the lessons' "
+                f"`pick(cpu=[one config], gpu=[...])`), or launch with fixed block sizes.")
+    where = _where(e)
+    if "libdevice" in where:   # Triton's interpreter has no libdevice: its calls return None
+        return (f"Triton's interpreter cannot run libdevice's functions (it raised {type(inner).__name__}: "
+                f"{text[:200]}): on a GPU the line is right, but the checks here run kernels in the "
+                f"interpreter. Write that step with triton.language's own operations (tl.exp, tl.sqrt, "
+                f"...).{where}")
     if len(text) > 400:
         text = text[:400] + " ..."
-    return f"it raised {type(inner).__name__}: {text}{_where(e)}"
+    return f"it raised {type(inner).__name__}: {text}{where}"
 
 
 # ---------------------------------------------------------------- check

@@ -7,6 +7,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from helpers import DEVICE, INTERPRET, check, exercises, passed, records
 from helpers.check import (
@@ -777,3 +778,33 @@ def test_an_operation_the_interpreter_lacks_is_not_blamed_on_the_learner():
     assert text.startswith("Triton's interpreter cannot run an operation your kernel uses")
     assert "create_descriptor_reduce" in text and "tl.atomic_add" in text
     assert _explain_exception(AttributeError("x has no attribute y")).startswith("it raised AttributeError")
+
+
+def test_an_autotuner_with_no_gpu_to_time_on_is_explained():
+    text = _explain_exception(RuntimeError("0 active drivers ([]). There should only be one."))
+    assert text.startswith("Triton's autotuner chooses among its configurations by timing each on a GPU")
+    assert "pick(cpu=[one config]" in text
+
+
+@triton.jit
+def _one_plus_tanh_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y + 0.0 * (1.0 + libdevice.tanh(x)), mask=mask)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="a GPU runs libdevice's functions")
+def test_libdevice_in_the_interpreter_is_not_blamed_on_the_learner():
+    """Triton's interpreter returns None for libdevice's functions: the learner's arithmetic on it raises
+    a TypeError that says nothing of why."""
+    def add(x, y):
+        out = torch.empty_like(x)
+        _one_plus_tanh_kernel[(triton.cdiv(x.numel(), 256),)](x, y, out, x.numel(), BLOCK=256)
+        return out
+
+    with pytest.raises(CheckFailed) as failed:
+        check("vector_add", add)
+    assert "Triton's interpreter cannot run libdevice's functions" in str(failed.value)
+    assert "libdevice.tanh(x)" in str(failed.value)   # the line

@@ -71,7 +71,9 @@ def fused(fn, *args, elementwise=False):
     once = sum(max(t.numel(), out.numel()) * t.element_size() for t in args if isinstance(t, torch.Tensor))
     if elementwise and loaded > once:
         return (f"its kernel loaded {loaded:,} bytes where reading each input once per output element takes "
-                f"{once:,}: an input was loaded again. Load each once into registers and use it there.")
+                f"{once:,}: an input was loaded again, or loaded where nothing is stored (a load without "
+                f"the store's mask reads its lanes past the last element too). Load each input once, with "
+                f"the store's mask, and use it from registers.")
     return None
 
 

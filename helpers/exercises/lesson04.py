@@ -180,6 +180,31 @@ def _one_kernel(fn):
     return fused(fn, *args)
 
 
+def _with_tl_dot(with_bias):
+    """A structure check: None if the product's kernel multiplies its tiles with tl.dot (the calls counted
+    in the interpreter, on a GPU too), else what the lesson asks. A product broadcast and summed over K
+    (tl.sum(a[:, :, None] * b[None, :, :], 1)) gives the same values, but builds a BLOCK_M x BLOCK_K x
+    BLOCK_N tensor and never reaches the tensor cores."""
+    from helpers import interpreter
+
+    def check(fn):
+        M, N, K = 33, 65, 47
+        args = (torch.randn(M, K, device=DEVICE, dtype=torch.float16),
+                (torch.randn(K, N, device=DEVICE) / K**0.5).half(),
+                torch.randn(N, device=DEVICE, dtype=torch.float16))[:3 if with_bias else 2]
+        fn(*args)   # on a GPU the first call at a new size autotunes, outside the record
+        with interpreter.record() as rec, interpreter.dots() as dots:
+            fn(*args)
+        if not rec.launches or dots:
+            return None
+        return (f"at {M}x{N}x{K} its kernel multiplied the tiles without tl.dot. A product broadcast and "
+                f"summed over K (tl.sum(a[:, :, None] * b[None, :, :], 1)) gives the same values, but it "
+                f"holds a BLOCK_M x BLOCK_K x BLOCK_N tensor at once and runs on the ordinary arithmetic "
+                f"units. Step 4 asks for acc = tl.dot(a, b, acc): the tensor cores, with the products "
+                f"summed in float32.")
+    return check
+
+
 def _unequal_blocks(kernel_name, with_bias):
     """A structure check: one more product in the interpreter with the autotuner of `kernel_name` given
     tiles of 32 x 64 x 16 in groups of 2 tile rows for the call (rerun_with_config). The CPU's
@@ -286,9 +311,10 @@ EXERCISES = [
     Exercise("04", "grouped_order", "grouped tile order", grouped_order_reference, _grouped_order_cases,
              run=_every_program, reference_in_float64=False),
     Exercise("04", "matmul", "tiled matmul with tl.dot", matmul_reference, _matmul_cases, kernel=True,
-             structure=_unequal_blocks("matmul_kernel", with_bias=False)),
+             structure=lambda fn: (_with_tl_dot(with_bias=False)(fn)
+                                   or _unequal_blocks("matmul_kernel", with_bias=False)(fn))),
     Exercise("04", "matmul_bias_gelu", "matmul + bias + GELU epilogue", matmul_bias_gelu_reference,
              _epilogue_cases, kernel=True, tol=EPILOGUE_TOL,
-             structure=lambda fn: (_one_kernel(fn)
+             structure=lambda fn: (_one_kernel(fn) or _with_tl_dot(with_bias=True)(fn)
                                    or _unequal_blocks("matmul_bias_gelu_kernel", with_bias=True)(fn))),
 ]

@@ -125,6 +125,9 @@ WRONG += [
         "04", "matmul", ("(offs_k[None, :] < k_left), other=0.0)", "(offs_k[None, :] < k_left))"),
         ("(offs_n[None, :] < N), other=0.0)", "(offs_n[None, :] < N))"))),
     Wrong("matmul", "pure PyTorch, no kernel", lambda a, b: a @ b),
+    Wrong("matmul", "no tl.dot: the tiles broadcast and summed over K", edit(
+        "04", "matmul", ("acc = tl.dot(a, b, acc)",
+                         "acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)"))),
     Wrong("matmul", "the output converted to float16 whatever C's dtype", edit(
         "04", "matmul", ("tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)",
                          "tl.store(c_ptrs, acc.to(tl.float16), mask=mask)")), cpu_only=True),
