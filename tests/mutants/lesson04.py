@@ -125,6 +125,10 @@ WRONG += [
         "04", "matmul", ("(offs_k[None, :] < k_left), other=0.0)", "(offs_k[None, :] < k_left))"),
         ("(offs_n[None, :] < N), other=0.0)", "(offs_n[None, :] < N))"))),
     Wrong("matmul", "pure PyTorch, no kernel", lambda a, b: a @ b),
+    # the CPU's cancelling case: its partial sums climb to about 128, where float16 rounds by 1/16
+    Wrong("matmul", "float32 acc, but each step's tl.dot in float16 (out_dtype=tl.float16)", edit(
+        "04", "matmul", ("acc = tl.dot(a, b, acc)", "acc += tl.dot(a, b, out_dtype=tl.float16)")),
+          cpu_only=True),
     Wrong("matmul", "no tl.dot: the tiles broadcast and summed over K", edit(
         "04", "matmul", ("acc = tl.dot(a, b, acc)",
                          "acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)"))),
