@@ -24,6 +24,7 @@ code, generated code) when run without one.
 import dataclasses
 import datetime
 import json
+import os
 import pathlib
 import re
 import statistics
@@ -150,8 +151,6 @@ def gpu_record_path(folder, device):
 def write_gpu_record(folder, record, out_name):
     """A GPU script's record (a dict with "device") to gpu_record_path(folder, ...), and to $OUT/out_name
     where OUT is set (the device machine's folder of results to bring back). Returns the paths."""
-    import os
-
     paths = [gpu_record_path(folder, record["device"])]
     if os.environ.get("OUT"):
         paths.append(pathlib.Path(os.environ["OUT"]) / out_name)

@@ -783,13 +783,15 @@ _OP_NAMES = {"_to_copy": ".to() (a converting copy)", "copy_": "copy_ (a copy)",
 _COPY_NAMES = {"clone": ".contiguous() or .clone()", "_to_copy": ".to() or .float()", "copy_": "copy_"}
 
 
-def _small_case(cases, strided):
+def _small_case(cases, strided, at_least=0):
     """The smallest case (the cheapest to run once more); if `strided`, the smallest that passes a
-    non-contiguous tensor (where a copy of an input shows), if there is one."""
+    non-contiguous tensor (where a copy of an input shows), if there is one; with `at_least`, the
+    smallest of at least that many input elements, or else the largest."""
     cases = [case for case in cases if case.build is None]   # not a large case built in its turn
     views = [case for case in cases if _strided(case)] if strided else []
     size = lambda c: sum(t.numel() for t in _tensors((c.args, c.kwargs)))  # noqa: E731
-    return min(views or cases, key=size, default=None)
+    large = [case for case in views or cases if size(case) >= at_least]
+    return min(large, key=size) if large else max(views or cases, key=size, default=None)
 
 
 def _computed_beside(ex, fn, cases):
@@ -841,9 +843,7 @@ def _stored_too_little(ex, fn, cases):
     neither meter looks (NumPy, plain Python) and handed back beside a kernel that does little else
     passes every comparison. The case: the smallest with at least 4,096 input elements (in the smallest
     of all, a stray scratch store can outweigh the result), or the largest there is."""
-    size = lambda c: sum(t.numel() for t in _tensors((c.args, c.kwargs)))  # noqa: E731
-    by_size = sorted((case for case in cases if case.build is None), key=size)
-    case = next((case for case in by_size if size(case) >= 4096), by_size[-1] if by_size else None)
+    case = _small_case(cases, strided=False, at_least=4096)
     if case is None:
         return None
     what = "your function"

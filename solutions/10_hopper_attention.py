@@ -22,6 +22,8 @@ and:
     trainable_attention the two as an autograd function
 """
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 
@@ -394,17 +396,19 @@ def wgmma_order(shifted, causal=False, head_dim=128):
     signature.update(dict.fromkeys(constexprs, "constexpr"))
     with compiler_quiet():
         compiled = compile_for_hopper(attention_kernel.fn, signature, constexprs, num_warps=8, num_stages=2)
-    steps = []
-    for line in compiled.asm["ptx"].splitlines():
-        line = line.strip()
-        step = ("wgmma" if line.startswith("wgmma.mma_async") else "ex2" if line.startswith("ex2.approx")
-                else "|" if line.startswith("$L__BB") else
-                "wait " + line.split()[-1].rstrip(";") if line.startswith("wgmma.wait_group") else None)
-        if step in ("wgmma", "ex2") and steps and steps[-1][1] == step:
-            steps[-1][0] += 1
-        elif step:
-            steps.append([1, step])
-    return "  ".join(f"{n} {step}" if step in ("wgmma", "ex2") else step for n, step in steps)
+
+    def step(line):
+        if line.startswith("wgmma.mma_async"):
+            return "wgmma"
+        if line.startswith("ex2.approx"):
+            return "ex2"
+        if line.startswith("wgmma.wait_group"):   # wgmma.wait_group.sync.aligned N;
+            return "wait " + line.split()[-1].rstrip(";")
+        return "|" if line.startswith("$L__BB") else None
+
+    steps = [s for s in (step(line.strip()) for line in compiled.asm["ptx"].splitlines()) if s]
+    runs = [(s, len(list(run))) for s, run in itertools.groupby(steps)]
+    return "  ".join(f"{n} {s}" if s in ("wgmma", "ex2") else "  ".join([s] * n) for s, n in runs)
 
 
 # ---------------------------------------------------------------- FlashAttention-3's arrangement, in Gluon

@@ -16,6 +16,7 @@ import random
 import torch
 import torch.nn.functional as F
 
+from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, rerun, rerun_with_config
 from helpers.exercises.lesson02 import fused
@@ -170,12 +171,21 @@ def matmul_bias_gelu_reference(a, b, bias):
     return F.gelu(c, approximate="tanh")       # read MN, write MN: two round trips the epilogue avoids
 
 
-def _one_kernel(fn):
-    """None if the whole layer ran as one Triton launch, else what ran besides it."""
-    M, N, K = 33, 65, 47
+STRUCTURE_MNK = (33, 65, 47)   # the product the structure checks measure: a few tiles, none whole
+
+
+def _structure_args(with_bias=True):
+    """float16 (a, b[, bias]) of STRUCTURE_MNK's sizes."""
+    M, N, K = STRUCTURE_MNK
     args = (torch.randn(M, K, device=DEVICE, dtype=torch.float16),
             torch.randn(K, N, device=DEVICE, dtype=torch.float16) / K**0.5,
             torch.randn(N, device=DEVICE, dtype=torch.float16))
+    return args if with_bias else args[:2]
+
+
+def _one_kernel(fn):
+    """None if the whole layer ran as one Triton launch, else what ran besides it."""
+    args = _structure_args()
     fn(*args)  # on a GPU the first call at a new size autotunes, launching each config several times
     return fused(fn, *args)
 
@@ -185,13 +195,9 @@ def _with_tl_dot(with_bias):
     in the interpreter, on a GPU too), else what the lesson asks. A product broadcast and summed over K
     (tl.sum(a[:, :, None] * b[None, :, :], 1)) gives the same values, but builds a BLOCK_M x BLOCK_K x
     BLOCK_N tensor and never reaches the tensor cores."""
-    from helpers import interpreter
-
     def check(fn):
-        M, N, K = 33, 65, 47
-        args = (torch.randn(M, K, device=DEVICE, dtype=torch.float16),
-                (torch.randn(K, N, device=DEVICE) / K**0.5).half(),
-                torch.randn(N, device=DEVICE, dtype=torch.float16))[:3 if with_bias else 2]
+        M, N, K = STRUCTURE_MNK
+        args = _structure_args(with_bias)
         fn(*args)   # on a GPU the first call at a new size autotunes, outside the record
         with interpreter.record() as rec, interpreter.dots() as dots:
             fn(*args)

@@ -278,14 +278,12 @@ BELOW_STAND_INS_WHY = ("query rows 1, 3, 5, ... score every key -2e4: below -1e4
 
 
 def _below_stand_ins_case():
-    """Every key's first coordinate is 40; the odd queries are zero but for theirs, so each of them scores
-    every key the same, BELOW_STAND_INS (at the default sm_scale): float32's rounding of a score that
-    large (about 2e-3) is then the same for every key, and the softmax is exactly uniform. The even
-    queries are N(0, 1) with a first coordinate of 0."""
+    """qkv's far-below-zero construction (every key's first coordinate 40), with the odd queries zero but
+    for their first coordinate, so that each of them scores every key the same, BELOW_STAND_INS (at the
+    default sm_scale): float32's rounding of a score that large (about 2e-3) is then the same for every
+    key, and the softmax is exactly uniform."""
     B, H, N, D = 1, 2, 37, 32
-    q, k, v = qkv(B, H, N, D, KERNEL_DTYPE)
-    k[..., 0] = 40.0
-    q[..., 0] = 0.0
+    q, k, v = qkv(B, H, N, D, KERNEL_DTYPE, FAR)
     q[..., 1::2, :] = 0.0
     q[..., 1::2, 0] = BELOW_STAND_INS * D ** 0.5 / 40.0
     return Case(_label(B, H, N, D, KERNEL_DTYPE, BELOW_STAND_INS_WHY), (q, k, v))
