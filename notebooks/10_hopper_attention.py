@@ -79,7 +79,8 @@ dtype = pick(cpu=torch.float32, gpu=torch.float16)
 # - **A wider search, timed as graph replays**: 64 or 128 query rows per program, 64 or 128 keys per
 #   tile, 4 or 8 warps, 2 to 4 stages, and the request for warp specialisation
 #   (`warp_specialize=True` on the key loop: a producer warp for the K and V copies) where this
-#   Triton compiles it.
+#   Triton compiles it; at D ≤ 64, one more tile, capped at 128 registers a thread so that two
+#   programs share an SM (below, after the spill).
 # - **Cheaper arithmetic per score**: the scale folded into the exponential's argument
 #   (`s * qk_scale - m`, one fused multiply-add per score), and no mask at all on the interior tiles.
 #
@@ -144,7 +145,8 @@ for gpu, record in hopper.items():
         excerpt = record["compiled"].get(name)
         print("  " + "\n    ".join(excerpt.splitlines()[:2]) if excerpt else f"  {name}: not recorded yet")
     forward_survey = [r for r in record.get("registers", []) if r["kernel"] == "attention_kernel"]
-    for r in (r for r in forward_survey if not r["causal"]):
+    for r in (r for r in forward_survey if not r["causal"] and r["head_dim"] == 128
+              and "maxnreg" not in r["config"]):            # the register cap: further down
         print(f"  {r['config']:40} " + (f"{r['registers']:3} registers, {r['spills']} spilled"
                                         if "error" not in r else f"does not compile: {r['error'][:60]}"))
     for c in (c for c in record.get("autotuned", []) if c["kernel"] == "attention_kernel"):
@@ -160,6 +162,55 @@ for gpu, record in hopper.items():
 # FlashAttention-3 and Triton's own fused-attention tutorial arrange 128 query rows. The search
 # offers both, and a spilling configuration is not always the slowest: the autotuner keeps the
 # fastest for each shape (the profile further down shows the one its own run picked for one shape).
+#
+# ### Registers decide how many programs share an SM
+#
+# An SM runs as many programs at once as its registers, its shared memory and its 64 warp slots
+# allow. On Hopper that is 65,536 registers (handed out 8 a thread at a time) and 228 KB of shared
+# memory, less 1 KB the hardware keeps per program; `course.programs_per_sm` does the division. At
+# D = 64 the 128 × 128 tile with 8 warps needs about 113 KB of shared memory (Q's 16 KB and three
+# stages of K and V, 32 KB each): two programs would fit. Its registers decide otherwise: the
+# compiler gives each of its 256 threads well over 128 (printed below), and a second program's do
+# not fit beside the first's.
+#
+# `triton.Config(..., maxnreg=128)` caps the registers the compiler may give a thread (ptxas keeps to
+# it, and spills where it cannot). At 128, two programs of 256 threads fill the register file
+# exactly. With two programs on an SM, its warp schedulers have a second program's warps to issue
+# whenever the first's wait, for the exponentials or for a `wgmma`: one program's softmax runs under
+# the other's matrix multiplies. That is the overlap FlashAttention-3 arranges with barriers between
+# two warpgroups, left here to the hardware. At D = 128 it does not work: a thread's share of the
+# 128 × 128 accumulator and scores does not fit in 128 registers (the capped tile spills, below), and
+# that tile's shared memory fits on an SM once anyway. So `course.TWO_PER_SM` joins the search only
+# at D ≤ 64. Recorded by `make bench`: the two 128 × 128 tiles at D = 64 side by side, and their
+# time on one shape (graph replays, B = 4, H = 16, N = 4,096):
+
+# %%
+print("the capped configuration:", course.lesson09.describe_config(course.TWO_PER_SM), "(D <= 64)")
+for gpu, record in hopper.items():
+    print(gpu)
+    capped = [r for r in record.get("registers", [])
+              if r["kernel"] == "attention_kernel" and not r["causal"] and "maxnreg" in r["config"]]
+    for r in capped:
+        print(f"  D={r['head_dim']:<3} {r['config']:42} {r['registers']} registers, {r['spills']} spilled")
+    runs = record.get("two_per_sm", [])
+    if not runs:
+        print("  not recorded yet (make bench records it)")
+    for r in runs:
+        fit = course.programs_per_sm(r["registers"], r["warps"], r["shared"])
+        mask = "causal" if r["causal"] else "full  "
+        print(f"  D={r['head_dim']} {mask} {r['config']:40} {r['registers']:3} registers, "
+              f"{r['shared'] / 1024:5.1f} KB shared: {fit} program(s) per SM, {r['ms']:.3f} ms")
+    for causal in (False, True):
+        pair = [r["ms"] for r in runs if r["causal"] == causal]
+        if len(pair) == 2:
+            speedup = pair[0] / pair[1]
+            print(f"  {'causal' if causal else 'full'}: the capped tile runs {speedup:.2f}x as fast")
+
+# %% [markdown]
+# The arithmetic (`programs_per_sm`) is the hardware's published limits applied to the compiled
+# kernel's registers and shared memory; Nsight Compute reports the same limit as its occupancy. The
+# panels below show what the cap bought across lengths. Where a GPU's record holds the capped tile,
+# its autotuner chose it at D = 64 for most lengths (the choices are printed above).
 #
 # ## Exercise 1 · Attention on the projection's layout
 #
@@ -1516,6 +1567,9 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 # - Read the spill count: one warpgroup holding 128 rows of D = 128 spills, two share them without. A
 #   causal loop over key tiles needs `BLOCK_N` to divide `BLOCK_M`; `tl.static_assert` makes a
 #   configuration that breaks the rule fail to compile.
+# - Registers also decide how many programs share an SM. Capped at 128 a thread (`maxnreg=128`), two
+#   8-warp programs of the D = 64 tile fit on one, and one's softmax runs under the other's matrix
+#   multiplies with no barrier written. It pays only where the cap costs no spills: not at D = 128.
 # - Against cuDNN, what remains is what plain Triton does not express: warpgroups taking turns,
 #   registers moved from producer to consumers (`setmaxnreg`, hidden from ncu's launch figure). cuDNN
 #   also runs one program per SM, and FP8 is beyond this course. FlashAttention-3's shifted loop,

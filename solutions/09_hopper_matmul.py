@@ -663,6 +663,7 @@ def describe_config(config):
     kw = config.kwargs
     extra = ", warp_specialize=True" if kw.get("WARP_SPECIALIZE") else ""
     extra += ", flattened" if kw.get("FLATTEN") else ""
+    extra += f", maxnreg={config.maxnreg}" if config.maxnreg else ""
     depth = f" (K steps of {kw['BLOCK_K']})" if kw.get("BLOCK_K", 64) != 64 else ""
     return (f"{kw['BLOCK_M']}x{kw['BLOCK_N']}{depth}, {config.num_warps} warps, {config.num_stages} "
             f"stages{extra}")

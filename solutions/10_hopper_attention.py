@@ -207,9 +207,10 @@ def causal_attention(q, k, v):
 #   of (1, rows, D): a box stays inside one head, rows past N read as zeros and are not stored, so no
 #   load or store needs a mask. (Descriptors built by each program, as causal_attention's are, measured slower
 #   on short sequences: every program writes its own descriptors before its first copy.)
-# * the search covers 64 to 128 rows per tile, 4 or 8 warps, 2 to 4 stages, and warp specialisation
-#   (some warps load K and V, the others compute) where this Triton compiles it for the GPU, timed
-#   as CUDA-graph replays like the matmul's;
+# * the search covers 64 to 128 rows per tile, 4 or 8 warps, 2 to 4 stages, warp specialisation
+#   (some warps load K and V, the others compute) where this Triton compiles it for the GPU, and at
+#   D <= 64 a tile capped at 128 registers a thread so that two programs share an SM; timed as
+#   CUDA-graph replays like the matmul's;
 # * the scale is applied inside the exponential's argument (s * scale - m: one fused multiply-add),
 #   and the interior tiles (every key valid) take no mask at all.
 
@@ -274,29 +275,38 @@ def _set_attention_boxes(args):
     args["k_desc"].block_shape = args["v_desc"].block_shape = [1, args["BLOCK_N"], D]
 
 
-def _attention_config(bm, bn, warps, stages, ws=False, shifted=False):
+def _attention_config(bm, bn, warps, stages, ws=False, shifted=False, maxnreg=None):
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": ws, "SHIFTED": shifted},
-                         num_warps=warps, num_stages=stages, pre_hook=_set_attention_boxes)
+                         num_warps=warps, num_stages=stages, maxnreg=maxnreg, pre_hook=_set_attention_boxes)
 
 
 # (BLOCK_M, BLOCK_N, warps, stages[, warp-specialised]): at 128 query rows, 4 warps (one warpgroup holds
 # every row) or 8 (two warpgroups of 64 rows each: half the registers per thread).
 ATTENTION_SEARCH = [(128, 128, 8, 3), (128, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4),
                     (128, 64, 8, 3, True), (128, 128, 8, 2, True), (128, 64, 4, 2, True)]
+# Two programs to an SM: 8 warps capped at 128 registers a thread (2 x 256 threads x 128 = the SM's
+# 65,536), 128 x 128 tiles whose shared memory at D = 64 (about 113 KB) fits twice in the SM's 228 KB.
+# While one program computes its softmax, the SM's warp schedulers can issue the other's matrix
+# multiplies. At D = 128 a thread's share of the accumulator and the scores does not fit in 128
+# registers, so the search keeps this configuration to D <= 64 (_attention_search).
+TWO_PER_SM = _attention_config(128, 128, 8, 3, maxnreg=128)
 ATTENTION_CONFIGS = pick(cpu=[_attention_config(32, 16, 4, 1)],
-                         gpu=[_attention_config(*c) for c in ATTENTION_SEARCH])
+                         gpu=[_attention_config(*c) for c in ATTENTION_SEARCH] + [TWO_PER_SM])
 
 
 SKIPPED_CONFIGS = []   # the warp-specialised configurations this Triton could not compile here (recorded)
 
 
 def _attention_search(configs, named_args, **kwargs):
-    """Prune before timing: lesson 06's rule (below 1024 keys, the first configuration), and only the
-    warp-specialised configurations that this Triton compiles for this GPU, head size and mask."""
+    """Prune before timing: lesson 06's rule (below 1024 keys, the first configuration), the register
+    cap only at D <= 64, and only the warp-specialised configurations that this Triton compiles for this
+    GPU, head size and mask."""
     configs = lesson06.small_problems_one_config(configs, named_args)
     constexprs = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}   # HEAD_DIM, CAUSAL
     kept = []
     for config in configs:
+        if config.maxnreg and constexprs["HEAD_DIM"] > 64:
+            continue
         if config.kwargs["WARP_SPECIALIZE"]:
             args = {**named_args, **constexprs, **config.all_kwargs()}
             config.pre_hook(args)
@@ -886,15 +896,15 @@ def _compiled(kernel, args, config):
 
 
 def _register_survey():
-    """Registers per thread and spilled registers of every configuration the two attention kernels'
-    autotuners may pick, at D = 128 (a spill is a value the compiler keeps in local memory, for want of a
-    register)."""
+    """Registers per thread, spilled registers and shared memory of every configuration the two attention
+    kernels' autotuners may pick: the forward at D = 128 and 64, the backward at 128 (a spill is a value
+    the compiler keeps in local memory, for want of a register)."""
     rows = []
-    for name, kernel, configs, make_args in (("attention_kernel", attention_kernel, ATTENTION_CONFIGS,
-                                              _forward_args),
-                                             ("attention_backward_kernel", attention_backward_kernel,
-                                              BACKWARD_CONFIGS, _backward_args)):
-        for D in (128,):
+    surveyed = (("attention_kernel", attention_kernel, ATTENTION_CONFIGS, _forward_args, (128, 64)),
+                ("attention_backward_kernel", attention_backward_kernel, BACKWARD_CONFIGS, _backward_args,
+                 (128,)))
+    for name, kernel, configs, make_args, head_dims in surveyed:
+        for D in head_dims:
             for causal in (False, True):
                 for config in configs:
                     row = {"kernel": name, "head_dim": D, "causal": causal,
@@ -902,10 +912,44 @@ def _register_survey():
                     try:
                         with compiler_quiet():   # a failing pass prints its whole module to stderr
                             compiled = _compiled(kernel, make_args(D, causal), config)
-                        row.update(registers=compiled.n_regs, spills=compiled.n_spills)
+                        row.update(registers=compiled.n_regs, spills=compiled.n_spills,
+                                   shared=compiled.metadata.shared)
                     except Exception as e:  # noqa: BLE001  (a configuration this Triton cannot build: say why)
                         row["error"] = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
                     rows.append(row)
+    return rows
+
+
+def programs_per_sm(registers, warps, shared):
+    """How many programs of a kernel one Hopper SM holds at once: its 65,536 registers, handed out 8 a
+    thread at a time; its 228 KB of shared memory, less 1 KB the hardware keeps per program; 64 warps."""
+    by_registers = 65536 // (-(-registers // 8) * 8 * 32 * warps)
+    by_shared = 228 * 1024 // (shared + 1024)
+    return min(by_registers, by_shared, 64 // warps)
+
+
+def _two_per_sm_survey(n=4096, heads=64, D=64):
+    """The forward at D = 64 (B = 4, H = 16, N = 4096), full and causal, with the 128 x 128, 8-warp tile
+    capped at 128 registers a thread (TWO_PER_SM) and not: registers, shared memory and milliseconds
+    (CUDA-graph replays)."""
+    from helpers.bench import measure
+
+    q, k, v = (torch.randn(heads, n, D, device="cuda", dtype=torch.float16) for _ in range(3))
+    descriptors = {name: descriptor(t, [1, 16, D]) for name, t in
+                   zip(("q_desc", "k_desc", "v_desc", "o_desc"), (q, k, v, torch.empty_like(q)))}
+    rows = []
+    for causal in (False, True):
+        args = dict(descriptors, lse_ptr=torch.empty(heads, n, device="cuda"), n_ctx=n,
+                    qk_scale=D ** -0.5 * lesson06.LOG2E.value, HEAD_DIM=D, CAUSAL=causal)
+        for config in (_attention_config(128, 128, 8, 3), TWO_PER_SM):
+            config.pre_hook({**args, **config.all_kwargs()})
+            launch = attention_kernel.fn[(cdiv(n, 128), heads)]
+            compiled = launch(**args, **config.all_kwargs())
+            ms = measure(lambda: launch(**args, **config.all_kwargs()), graph=True)
+            rows.append({"head_dim": D, "N": n, "heads": heads, "causal": causal,
+                         "config": lesson09.describe_config(config), "warps": config.num_warps,
+                         "registers": compiled.n_regs, "spills": compiled.n_spills,
+                         "shared": compiled.metadata.shared, "ms": ms})
     return rows
 
 
@@ -945,7 +989,8 @@ def record_artifacts(folder):
     with tempfile.TemporaryDirectory() as scratch:       # where ncu writes its report, then reads it
         ncu = profile.ncu_profile("10", pathlib.Path(scratch))[0]
     record = {**profile.stamp(), "compiled": compiled, "warp_specialize": _warp_specialize_survey(),
-              "registers": _register_survey(), "autotuned": _autotuner_choices(),
+              "registers": _register_survey(), "two_per_sm": _two_per_sm_survey(),
+              "autotuned": _autotuner_choices(),
               "skipped_configs": SKIPPED_CONFIGS, "ncu": ncu}
     out = folder / RECORDED / (profile.slug(torch.cuda.get_device_name()) + ".json")
     out.parent.mkdir(parents=True, exist_ok=True)

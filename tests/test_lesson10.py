@@ -314,6 +314,35 @@ def test_each_gpu_recorded_the_profile_of_every_target(gpu):
         assert "error" in row or (row["registers"] > 0 and row["spills"] >= 0), row
     for row in record.get("autotuned", []):
         assert row["kernel"] in ("attention_kernel", "attention_backward_kernel") and row["key"], row
+    # recorded since the register cap joined the search: the capped tile and the uncapped, full and causal
+    runs = record.get("two_per_sm", [])
+    assert not runs or [("maxnreg" in r["config"], r["causal"]) for r in runs] == [
+        (False, False), (True, False), (False, True), (True, True)]
+    for r in runs:
+        assert r["ms"] > 0 and r["registers"] > 0 and r["shared"] > 0 and r["head_dim"] == 64, r
+
+
+def test_the_register_cap_joins_the_search_only_at_small_heads():
+    """TWO_PER_SM (maxnreg=128) is timed at D <= 64, where it costs no spills, and pruned at D = 128."""
+    plain = lesson10._attention_config(128, 128, 8, 3)
+    configs = [plain, lesson10.TWO_PER_SM]
+    for head_dim, kept in ((128, [plain]), (64, configs), (32, configs)):
+        got = lesson10._attention_search(configs, {"n_ctx": 4096}, HEAD_DIM=head_dim, CAUSAL=True)
+        assert got == kept, head_dim
+    assert lesson10.TWO_PER_SM.all_kwargs()["maxnreg"] == 128 and lesson10.TWO_PER_SM.num_warps == 8
+    assert lesson10.lesson09.describe_config(lesson10.TWO_PER_SM) == "128x128, 8 warps, 3 stages, maxnreg=128"
+
+
+@pytest.mark.parametrize("registers, warps, shared, programs", [
+    (170, 8, 115712, 1),     # the D = 64 tile uncapped: 256 x 176 registers leave no room for a second
+    (122, 8, 115712, 2),     # capped: 2 x 256 x 128 = 65,536 registers, 2 x 114 KB of shared memory
+    (128, 8, 115712, 2),
+    (194, 8, 230400, 1),     # D = 128: one program, by registers and by shared memory
+    (64, 8, 115712, 2),      # shared memory decides: a third program's 114 KB does not fit in 228 KB
+    (32, 4, 1024, 16),       # 64 warps an SM decide
+])
+def test_programs_per_sm(registers, warps, shared, programs):
+    assert lesson10.programs_per_sm(registers, warps, shared) == programs
 
 
 def test_the_causal_int64_case_passes_2_31_with_32_bit_strides(monkeypatch):
