@@ -265,9 +265,9 @@ def _matmul_cases():
     """
     r = random.Random()
 
-    def operands(M, N, K, layout="contiguous"):
+    def operands(M, N, K, layout="contiguous", dtype=torch.float16):
         def randn(rows, cols, scale=1.0):
-            return (torch.randn(rows, cols, device=DEVICE) * scale).half()
+            return (torch.randn(rows, cols, device=DEVICE) * scale).to(dtype)
 
         a = randn(M, 2 * K)[:, ::2] if layout == "a strided" else randn(M, K)
         b = randn(N, K, K**-0.5).t() if layout == "b transposed" else randn(K, N, K**-0.5)
@@ -282,10 +282,11 @@ def _matmul_cases():
     long_k = sizes(k_cpu=(2001, 3001), k_gpu=(15, 17))
     if not ON_GPU:
         long_k = (_odd(r, 33, 95), _odd(r, 33, 95), long_k[2])  # fewer tiles: the interpreter stays quick
-    # float32 on the CPU only (the interpreter's tl.dot sums float32 products exactly; a GPU's takes
-    # float32 operands as TF32): the output converted to float16 whatever C's dtype shows there
-    in_float32 = pick(cpu=[Case(f"{shape(*plain)} float32: C in a's dtype",
-                                tuple(t.float() for t in operands(*plain)))], gpu=[])
+    # float32 on the CPU only (the interpreter's tl.dot multiplies float32 operands as they are; a GPU's
+    # takes them as TF32): values float16 cannot hold, so operands converted to float16 in the kernel
+    # show there, and so does the output converted to float16 whatever C's dtype
+    in_float32 = pick(cpu=[Case(f"{shape(*plain)} float32 (values float16 would round): C in a's dtype",
+                                operands(*plain, dtype=torch.float32))], gpu=[])
     # the CPU only: the interpreter sums float32 exactly enough; a GPU's tensor cores may truncate partial
     # sums this large, by more than the output's tolerance
     cancelling = pick(cpu=[Case(f"{shape(33, 65, 513)}: K's second half cancels its first, so the partial "

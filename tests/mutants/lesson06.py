@@ -57,8 +57,8 @@ def numpy_beside_a_kernel(q, k, v, sm_scale=None):
     m = s.max(-1, keepdims=True)
     e = np.exp(s - m)
     out, lse = (e / e.sum(-1, keepdims=True)) @ vn, (m + np.log(e.sum(-1, keepdims=True)))[..., 0]
-    return (torch.from_numpy(out.astype(q.detach().cpu().numpy().dtype)),
-            torch.from_numpy(lse.astype(np.float32)))
+    return (torch.from_numpy(out.astype(qn.dtype)).to(q.device, q.dtype),
+            torch.from_numpy(lse.astype(np.float32)).to(q.device))
 
 
 class TritonForwardAutogradBackward(torch.autograd.Function):
@@ -228,9 +228,8 @@ WRONG = [
 
     Wrong("flash_forward", "pure PyTorch, no kernel", lambda q, k, v, sm_scale=None: attention_reference(
         q, k, v, False, sm_scale)),
-    # the interpreter counts the bytes a kernel stores: the CPU only
-    Wrong("flash_forward", "values from NumPy beside a kernel run on one token", numpy_beside_a_kernel,
-          cpu_only=True),
+    # the interpreter counts the bytes a kernel stores (on a GPU too, inside record())
+    Wrong("flash_forward", "values from NumPy beside a kernel run on one token", numpy_beside_a_kernel),
     Wrong("flash_forward", "sm_scale hard-coded to 1/sqrt(D)", edit("06", "flash_forward", HARD_CODED_SCALE)),
     Wrong("flash_forward", "acc kept in float16 between tiles", edit("06", "flash_forward", *F16_ACC_FULL)),
     # right wherever N is no multiple of BLOCK_N: the masked loop then takes the last tile anyway
