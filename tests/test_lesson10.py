@@ -345,6 +345,19 @@ def test_programs_per_sm(registers, warps, shared, programs):
     assert lesson10.programs_per_sm(registers, warps, shared) == programs
 
 
+@pytest.mark.parametrize("gpu", sorted(RECORDED))
+def test_programs_per_sm_agrees_with_nsight_computes_limits(gpu):
+    """The lesson says Nsight Compute reports the limit programs_per_sm computes: for every kernel
+    profiled, the least of ncu's limits by registers, shared memory and warps. ncu's shared memory per
+    program already holds the 1 KB the hardware keeps, which programs_per_sm adds itself."""
+    for k in RECORDED[gpu]["ncu"]["kernels"]:
+        warps = int(k["launch__block_size"]) // 32
+        ours = lesson10.programs_per_sm(int(k["launch__registers_per_thread"]), warps,
+                                        int(k["launch__shared_mem_per_block"]) - 1024)
+        theirs = min(k[f"launch__occupancy_limit_{limit}"] for limit in ("registers", "shared_mem", "warps"))
+        assert ours == theirs, k["target"]
+
+
 def test_the_causal_int64_case_passes_2_31_with_32_bit_strides(monkeypatch):
     """The GPU's case, built here with a stand-in spread: the third sequence starts 2 * SPREAD values in
     (past 2**31 at full size, each stride below it), and the solution passes it."""
