@@ -396,17 +396,29 @@ def compare_tensors(out, ref, tol, where="output", dtype=None, nan_hint=""):
     bad = err > atol + rtol * want.abs().masked_fill(both_nan | same_inf, 0.0)
     if not bad.any():
         return None
-    worst = int(torch.argmax(err.masked_fill(torch.isnan(err), math.inf)).item())
+    # the worst element is the one furthest past its own tolerance (a relative tolerance allows large
+    # values a larger error: the largest error may lie within its own)
+    allowed = atol + rtol * want.abs().masked_fill(both_nan | same_inf, 0.0)
+    excess = (err / allowed).masked_fill(torch.isnan(err), math.inf).reshape(-1)
+    worst = int(torch.argmax(excess).item())
     wi = _fmt_index(worst, tuple(out.shape))
+    got_at = lambda flat: _differing(got.reshape(-1)[flat].item(), want.reshape(-1)[flat].item())  # noqa: E731
     lines = [f"{where}: {int(bad.sum())} of {n} elements are off by more than atol={atol:g} + "
              f"rtol={rtol:g}*|expected| (the tolerance for {dtype}).",
-             f"  largest error {err.reshape(-1)[worst].item():.4g} at {wi}: got "
-             f"{got.reshape(-1)[worst].item():.6g}, expected {want.reshape(-1)[worst].item():.6g}"]
+             f"  worst at {wi}: got {got_at(worst)}, an error of {err.reshape(-1)[worst].item():.4g}, "
+             f"{excess[worst].item():.3g} times the tolerance there"]
     for i in (_first(bad, out.shape, k=3) if int(bad.sum()) > 1 else []):
-        flat = i if isinstance(i, int) else _flat(i, out.shape)
-        lines.append(f"  at {i}: got {got.reshape(-1)[flat].item():.6g}, "
-                     f"expected {want.reshape(-1)[flat].item():.6g}")
+        lines.append(f"  at {i}: got {got_at(i if isinstance(i, int) else _flat(i, out.shape))}")
     return "\n".join(lines)
+
+
+def _differing(got, want):
+    """'G, expected W', with as many significant digits as it takes (6 at least) for G and W to differ."""
+    for digits in range(6, 18):
+        g, w = f"{got:.{digits}g}", f"{want:.{digits}g}"
+        if g != w:
+            break
+    return f"{g}, expected {w}"
 
 
 def compare(out, ref, tol_for, where="output", form=None, nan_hint=""):

@@ -53,12 +53,13 @@ class OutOfBounds(IndexError):
                     f"stride wrong: check {pointer}.")
         if self.lowest < 0:
             return f"Offsets below 0 come from the address arithmetic, not a missing mask: check {pointer}."
+        if len(self.block_shape) > 1:   # rows past the last reach a tile's rows times the row stride
+            return (f"The farthest lane is {self.highest - self.numel + 1} elements past the end: a tile's "
+                    f"rows past the last one reach up to its rows times the row stride. Mask every "
+                    f"dimension of the tile (rows and columns), or check {pointer}.")
         if self.highest - self.numel >= lanes:
             return (f"The farthest lane is {self.highest - self.numel + 1} elements past the end, more than "
                     f"one block ({lanes} lanes): a missing mask cannot reach that far, so check {pointer}.")
-        if len(self.block_shape) > 1:
-            return (f"The lanes are within one tile of the end: mask every dimension of the tile, or check "
-                    f"{pointer}.")
         if self.numel % lanes:
             return (f"The lanes are within one block of the end and {self.numel} is not a multiple of the "
                     f"block ({lanes}): mask the lanes past the end (`mask=offs < n`).")

@@ -150,7 +150,7 @@ def test_unwritten_elements_are_reported():
 
 
 def test_wrong_values_show_the_worst_error():
-    with pytest.raises(CheckFailed, match="largest error"):
+    with pytest.raises(CheckFailed, match="worst at"):
         check("vector_add", launcher(subtract_kernel))
 
 
@@ -590,7 +590,12 @@ def test_out_of_bounds_advice_when_the_size_is_a_multiple_of_the_block():
     assert "multiple of the block (256)" in spill.advice() and "size of the grid" in spill.advice()
     tile = OutOfBounds("k loaded out of bounds.", arg="a_ptr", numel=1000, lowest=1000, highest=1010,
                        block_shape=(16, 16))
-    assert "mask every dimension of the tile" in tile.advice()
+    assert "Mask every dimension of the tile" in tile.advice()
+    # a 2-D tile's rows past the last reach a tile's rows times the row stride: far past one tile's lanes,
+    # and still a missing mask
+    far = OutOfBounds("k loaded out of bounds.", arg="x_ptr", numel=1000, lowest=1000, highest=2567,
+                      block_shape=(32, 32))
+    assert "Mask every dimension" in far.advice() and "cannot reach that far" not in far.advice()
 
 
 def test_interpreter_warnings_never_appear_during_a_check(recwarn):

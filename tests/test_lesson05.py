@@ -113,8 +113,8 @@ def test_untouched_row_kernel_is_not_done():
         check("softmax_rows", rows_launcher(untouched_kernel))
 
 
-@pytest.mark.parametrize("kernel, message", [(no_guard_kernel, "NaN"), (no_max_kernel, "NaN|largest error"),
-                                             (contiguous_only_kernel, "largest error|column stride|rows")])
+@pytest.mark.parametrize("kernel, message", [(no_guard_kernel, "NaN"), (no_max_kernel, "NaN|worst at"),
+                                             (contiguous_only_kernel, "worst at|column stride|rows")])
 def test_broken_row_kernels_fail(kernel, message):
     with pytest.raises(CheckFailed, match=message):
         check("softmax_rows", rows_launcher(kernel))
@@ -147,7 +147,7 @@ def online_without_guard(x, chunk):
 def test_online_softmax_mistakes_fail():
     with pytest.raises(NotDone):
         check("online_softmax_torch", lambda x, chunk: (_ for _ in ()).throw(NotImplementedError("todo")))
-    with pytest.raises(CheckFailed, match="largest error"):
+    with pytest.raises(CheckFailed, match="worst at"):
         check("online_softmax_torch", online_without_rescale)
     with pytest.raises(CheckFailed, match="NaN"):
         check("online_softmax_torch", online_without_guard)
@@ -183,7 +183,7 @@ def test_tiled_without_rescale_fails():
         tiled_no_rescale_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), x.stride(1), out.stride(0),
                                                BLOCK=block)
         return out
-    with pytest.raises(CheckFailed, match="largest error"):
+    with pytest.raises(CheckFailed, match="worst at"):
         check("softmax_tiled", run)
 
 

@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import Case, Exercise, later, room_for
+from helpers.exercises import Case, Exercise, later, rerun, room_for
 from helpers.exercises.lesson02 import fused
 
 NEG_INF = float("-inf")
@@ -174,8 +174,9 @@ NEGATIVE_WHY = negative_why()
 
 
 def _softmax_rows_cases():
-    # past 2048 on the CPU too: a block of 2048 written in (the widest row another case needs) fails
-    widest = pick(4096, 16384)
+    # the widest row the lesson's block holds (MAX_ROW_BLOCK), on the CPU too: a block of 2048 or 4096
+    # written in (the widest row another case needs) fails
+    widest = 16384
     specs = [((_odd(3, 7), 1), F32, "randn", "a single column: every output is 1"),
              ((_odd(21, 41), _odd(65, 127)), F32, "randn", "width not a power of two: lanes past the end "
                                                            "are masked"),
@@ -327,6 +328,7 @@ class _WatchChunks(TorchDispatchMode):
         self.reads, self.writes = _Passes(), _Passes()
         self.x = x
         self.rows_read = 0          # the most rows of x that one op read at once
+        self.cols_read = 0          # the most columns of x that one op read at once
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -347,6 +349,7 @@ class _WatchChunks(TorchDispatchMode):
         for t in read:
             if self.x is not None and t.untyped_storage().data_ptr() == self.x.untyped_storage().data_ptr():
                 self.rows_read = max(self.rows_read, t.shape[0] if t.dim() == 2 else 1)
+                self.cols_read = max(self.cols_read, t.shape[-1] if t.dim() else 1)
         return out
 
 
@@ -364,11 +367,18 @@ def _online_torch_structure(fn):
                 f"chunk by chunk (x[:, start:start + chunk]): each step is then one operation on a "
                 f"({n_rows}, chunk) tile, not {n_rows} small ones.")
     if watch.too_wide:
+        from helpers.check import _OP_NAMES
+
         op, shape = watch.too_wide
-        return (f"for x of shape {tuple(x.shape)} with chunk={chunk}, `{op}` worked on a tensor of shape "
+        return (f"for x of shape {tuple(x.shape)} with chunk={chunk}, PyTorch's {_OP_NAMES.get(op, op)} "
+                f"worked on a tensor of shape "
                 f"{shape}, more than one chunk of columns ({n_rows} x {chunk}). The online softmax sees x "
                 f"one chunk at a time (x[:, start:start + chunk]), in both passes, and writes the output "
                 f"chunk by chunk into a tensor it allocated; no step touches a whole row.")
+    if watch.cols_read < chunk:
+        return (f"for x of shape {tuple(x.shape)} with chunk={chunk}, no operation read more than "
+                f"{watch.cols_read} column(s) of x at once: use the chunk size the function is given, "
+                f"x[:, start:start + chunk].")
     reads = watch.reads.most(x)
     if reads > 2:
         return (f"some elements of x were read in {reads} separate passes over the row. The online "
@@ -414,7 +424,8 @@ def _tiled_cases():
 
 
 def _tiled_structure(fn):
-    """The tiled kernel loads tiles of `block` columns, reads x exactly twice and writes the output once."""
+    """The tiled kernel loads tiles of `block` columns, reads x at most twice (a kernel may keep a tile
+    of pass 1 in registers for pass 2) and writes the output once."""
     block = 32
     x = torch.randn(3, _odd(5 * block + 1, 8 * block - 1), device=DEVICE)
     with interpreter.record(touches=True) as rec:
@@ -431,10 +442,11 @@ def _tiled_structure(fn):
     if widest > block:
         return (f"{where} loaded {widest} values at once, more than a tile of `block` columns: use the "
                 f"tile size it is given (long rows do not fit one program).")
-    if reads != 2:
-        return (f"{where} loaded {loaded:,} bytes, {reads:.3g} times x ({x.nbytes:,} bytes). The online "
-                f"softmax reads each row exactly twice: once to update the running max and sum together, "
-                f"once to write the output.")
+    if reads > 2:
+        return (f"{where} loaded {loaded:,} bytes, {reads:.3f} times x ({x.nbytes:,} bytes): more than "
+                f"twice. The online softmax reads each row twice: once to update the running max and sum "
+                f"together, once to write the output. Every load counts, a value computed outside the "
+                f"kernel and passed in (a row max from PyTorch, say) too: the kernel computes the max.")
     if writes != 1:
         return (f"{where} stored {stored:,} bytes, {writes:.3g} times the output ({x.nbytes:,} bytes): "
                 f"store each output element once, in the second pass.")
@@ -444,12 +456,78 @@ def _tiled_structure(fn):
 # ---------------------------------------------------------------- 4. rmsnorm_linear
 
 
-def _rmsnorm_linear_fused(fn):
-    """One launch: the normalized x never goes through memory."""
+def _rmsnorm_linear_args():
+    """float16 (x, gamma, w, eps) for the structure checks."""
     x = torch.randn(33, 65, device=DEVICE).to(F16)
     gamma = (1 + 0.2 * torch.randn(65, device=DEVICE)).to(F16)
     w = (torch.randn(47, 65, device=DEVICE) / 8).to(F16)
-    return fused(fn, x, gamma, w, 1e-6)
+    return x, gamma, w, 1e-6
+
+
+def _rmsnorm_linear_fused(fn):
+    """One launch: the normalized x never goes through memory."""
+    return fused(fn, *_rmsnorm_linear_args())
+
+
+def _rmsnorm_linear_16_bit_dot(fn):
+    """For float16 x and w, tl.dot multiplies float16 operands (counted in the interpreter, on a GPU
+    too). float32 ones give values within the tolerance, but a GPU's tensor cores take them as TF32, at
+    half the 16-bit rate."""
+    args = _rmsnorm_linear_args()
+    fn(*args)   # on a GPU the first call at a new size may compile, outside the record
+    with interpreter.record(), interpreter.dots() as dots:
+        fn(*args)
+    wide = next((dot.dtypes for dot in dots if set(dot.dtypes) != {"float16"}), None)
+    if wide is None:
+        return None
+    return (f"for float16 x and w, your kernel's tl.dot multiplied {wide[0]} by {wide[1]}. The tensor cores "
+            f"multiply 16-bit operands at their full rate and take float32 ones as TF32 (10 bits of "
+            f"mantissa, at half the rate): convert x * gamma back to x's dtype before the dot (step 3), "
+            f"and give it w as loaded. The sum stays in float32 (acc).")
+
+
+RMSNORM_LINEAR_ARGS = ["x_ptr", "g_ptr", "w_ptr", "out_ptr", "M", "N", "K", "eps", "stride_xm", "stride_xk",
+                       "stride_wn", "stride_wk", "stride_om", "stride_on", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
+
+
+def _rmsnorm_linear_unequal_blocks(fn):
+    """The rmsnorm_linear_kernel beside fn (in its globals, as a notebook cell's function finds it)
+    launched once more in the interpreter with BLOCK_M, BLOCK_N, BLOCK_K = 16, 64, 32, then 64, 32, 16,
+    on a (70, 100) x and a (90, 100) w, float32. The launcher passes three equal blocks (32 on the CPU,
+    64 on a GPU), where a kernel that uses one where another belongs gets every case right. Where fn has
+    no such kernel, or one of another signature (a design of the learner's own), there is nothing to
+    run."""
+    import contextlib
+
+    import triton
+
+    kernel = getattr(fn, "__globals__", {}).get("rmsnorm_linear_kernel")
+    if list(getattr(kernel, "arg_names", ())) != RMSNORM_LINEAR_ARGS:   # not the notebook's: leave it
+        return None
+    M, K, N = 70, 100, 90
+    x = torch.randn(M, K, device=DEVICE)
+    gamma = 1 + 0.2 * torch.randn(K, device=DEVICE)
+    w = torch.randn(N, K, device=DEVICE) / K**0.5
+    why = (" The launcher passes BLOCK_M = BLOCK_N = BLOCK_K, so a kernel that uses one where another "
+           "belongs gets every case right. Check each use: the tile's rows (offs_m) go with BLOCK_M, its "
+           "columns (offs_n) and the count of tiles along N with BLOCK_N, the K loop's step and offs_k "
+           "with BLOCK_K.")
+    for bm, bn, bk in ((16, 64, 32), (64, 32, 16)):
+        def launch(x, gamma, w, bm=bm, bn=bn, bk=bk):
+            out = torch.full((M, N), float("nan"), device=DEVICE)
+            kernel[(triton.cdiv(M, bm) * triton.cdiv(N, bn),)](
+                x, gamma, w, out, M, N, K, 1e-6, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+                out.stride(0), out.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+            return out
+
+        where = (f"launched once more with BLOCK_M, BLOCK_N, BLOCK_K = {bm}, {bn}, {bk} (a grid of "
+                 f"cdiv(M, {bm}) * cdiv(N, {bn}) programs, into an output filled with NaN) on a ({M}, {K}) "
+                 f"float32 x and a ({N}, {K}) w, in the interpreter, your rmsnorm_linear_kernel")
+        problem = rerun(contextlib.nullcontext(), launch, (x, gamma, w),
+                        rmsnorm_linear_reference(x, gamma, w), where, why)
+        if problem:
+            return problem
+    return None
 
 
 def rmsnorm_linear_reference(x, gamma, w, eps=1e-6):
@@ -569,6 +647,14 @@ def _groupnorm_cases():
         cases.append(Case(f"1x8x3x5 G2 {kind}, eps=1e-05 (biases from {-top:g} to {top:g}: GroupNorm's "
                           f"outputs reach |y| = {top:g}, where exp(y) overflows float32)",
                           (x, 2, weight, bias, 1e-5)))
+    # A mean of its own in each (sample, group), 300, -300, 0 or 150, spread 2: a shift taken once for the
+    # whole tensor (its first value), not per group, leaves the others far from it, where
+    # sum((x - shift)^2)/n - (mean - shift)^2 cancels in float32.
+    means = torch.tensor([[300.0, -300.0], [0.0, 150.0]], device=DEVICE).repeat_interleave(5, dim=1)
+    x = _nchw(2, 10, 11, 13, F32, "contiguous") + means[:, :, None, None]
+    weight, bias = torch.randn(10, device=DEVICE), torch.randn(10, device=DEVICE)
+    cases.append(Case("2x10x11x13 G2 float32, eps=1e-05 (group means 300 and -300 in sample 0, 0 and 150 "
+                      "in sample 1, spread 2: each group needs its own shift)", (x, 2, weight, bias, 1e-5)))
     # Groups whose variance (~1e-5) is the size of eps: here eps changes every output, so a kernel
     # that ignores the eps it is given (a hard-coded 1e-5) fails. eps is kept away from 1e-5.
     x = _nchw(2, 8, 5, 6, F32, "contiguous", mean=0.5, scale=3e-3)
@@ -654,7 +740,9 @@ EXERCISES = [
     Exercise("05", "softmax_tiled", "tiled online softmax for long rows", softmax_reference, _tiled_cases,
              tol=SOFTMAX_TOL, kernel=True, nan_hint=SOFTMAX_NAN_HINT, structure=_tiled_structure),
     Exercise("05", "rmsnorm_linear", "RMSNorm fused into the linear layer", rmsnorm_linear_reference,
-             _rmsnorm_linear_cases, tol=RMSNORM_LINEAR_TOL, kernel=True, structure=_rmsnorm_linear_fused),
+             _rmsnorm_linear_cases, tol=RMSNORM_LINEAR_TOL, kernel=True,
+             structure=lambda fn: (_rmsnorm_linear_fused(fn) or _rmsnorm_linear_16_bit_dot(fn)
+                                   or _rmsnorm_linear_unequal_blocks(fn))),
     Exercise("05", "groupnorm_mish", "GroupNorm + Mish, one kernel", groupnorm_mish_reference,
              _groupnorm_cases, tol=GROUPNORM_TOL, kernel=True, contiguous_output=True,
              structure=_groupnorm_structure),

@@ -25,6 +25,8 @@ WRONG = [
     Wrong("softmax_rows", "pure PyTorch, no kernel", torch_softmax),
     Wrong("softmax_rows", "the block written in as 2048 columns", edit(
         "05", "softmax_rows", ("BLOCK_N = triton.next_power_of_2(n_cols)", "BLOCK_N = 2048"))),
+    Wrong("softmax_rows", "the block written in as 4096 columns", edit(
+        "05", "softmax_rows", ("BLOCK_N = triton.next_power_of_2(n_cols)", "BLOCK_N = 4096"))),
     Wrong("softmax_rows", "no max subtracted", edit("05", "softmax_rows", ("    e = tl.exp(x - m)\n", "    e = tl.exp(x)\n"))),
     Wrong("softmax_rows", "no safe max for fully masked rows", edit(
         "05", "softmax_rows", ("    m = tl.where(m == -float(\"inf\"), 0.0, m)   # fully", "    # fully"))),
@@ -153,6 +155,8 @@ WRONG += [
         "05", "online_softmax_torch",
         (ONLINE_STORE, "        out[:, start:start + chunk] = torch.exp(x[:, start:start + chunk] - safe[:, None])\n"
                        "    return out / l[:, None]"))),
+    Wrong("online_softmax_torch", "the chunk size it is given ignored: 8 columns at a time",
+          lambda x, chunk: edit("05", "online_softmax_torch")(x, 8)),
     Wrong("online_softmax_torch", "exponentials written first, divided in a third pass", edit(
         "05", "online_softmax_torch",
         (ONLINE_STORE, "        out[:, start:start + chunk] = torch.exp(x[:, start:start + chunk] - safe[:, None])\n"
@@ -298,13 +302,31 @@ def scalar_state_tiled(x, block=1024):
     return out
 
 
-RIGHT += [Right("softmax_tiled", "one running (max, sum) per row, each tile reduced in the loop", scalar_state_tiled)]
+RIGHT += [
+    Right("softmax_tiled", "one running (max, sum) per row, each tile reduced in the loop", scalar_state_tiled),
+    # x read 1.x times: pass 2 does not load the tile pass 1 ended on
+    Right("softmax_tiled", "pass 1's last tile kept in registers for pass 2", edit(
+        "05", "softmax_tiled",
+        ("    l = tl.zeros((BLOCK,), tl.float32)\n    for start in range(0, n_cols, BLOCK):\n",
+         "    l = tl.zeros((BLOCK,), tl.float32)\n    x_last = tl.full((BLOCK,), -float(\"inf\"), tl.float32)\n"
+         "    for start in range(0, n_cols, BLOCK):\n"),
+        ("add the new value\n        m = m_new\n", "add the new value\n        m = m_new\n        x_last = x\n"),
+        ("    n_tiles = tl.cdiv(n_cols, BLOCK)\n    for i in range(0, n_tiles):\n",
+         "    n_tiles = tl.cdiv(n_cols, BLOCK)\n    cols = (n_tiles - 1) * BLOCK + offs\n"
+         "    tl.store(out_row + cols, (tl.exp(x_last - m_row) / l_row).to(out_ptr.dtype.element_ty), "
+         "mask=cols < n_cols)\n    for i in range(0, n_tiles - 1):\n"))),
+]
 
 
 # ---------------------------------------------------------------- 4. rmsnorm_linear
 
 RMS_SUM = "        sum_sq += tl.sum(xf * xf, axis=1)  "
 RMS_X_LOAD = "                    mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)\n        g = "
+# the fused kernel's lines (the epilogue kernel further down has lines like them)
+RMS_TILES = "    n_tiles_n = tl.cdiv(N, BLOCK_N)\n    pid_m, pid_n = pid // n_tiles_n, pid % n_tiles_n   # neighbouring"
+RMS_OFFS_N = ("    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)  # offs_n * stride_wn may pass 2^31\n"
+              "    offs_k = tl.arange(0, BLOCK_K)\n    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n    sum_sq")
+RMS_K_LOOP = "    sum_sq = tl.zeros((BLOCK_M,), dtype=tl.float32)\n    for k0 in range(0, K, BLOCK_K):\n"
 
 WRONG += [
     Wrong("rmsnorm_linear", "pure PyTorch, no kernel", lambda x, gamma, w, eps=1e-6:
@@ -347,6 +369,17 @@ WRONG += [
     Wrong("rmsnorm_linear", "RMSNorm kernel, then lesson 04's matmul: the normalized x goes through memory",
           lambda x, gamma, w, eps=1e-6: load_solution("04").matmul(load_solution("05").rms_norm_rows(x, gamma, eps),
                                                                     w.t())),
+    # the launcher's three blocks are equal: only the check's run with unequal blocks sees these
+    Wrong("rmsnorm_linear", "offs_n built with BLOCK_M", edit(
+        "05", "rmsnorm_linear", (RMS_OFFS_N, RMS_OFFS_N.replace("pid_n * BLOCK_N", "pid_n * BLOCK_M")))),
+    Wrong("rmsnorm_linear", "the K loop steps by BLOCK_M", edit(
+        "05", "rmsnorm_linear", (RMS_K_LOOP, RMS_K_LOOP.replace("range(0, K, BLOCK_K)", "range(0, K, BLOCK_M)")))),
+    Wrong("rmsnorm_linear", "the tiles along N counted with BLOCK_M", edit(
+        "05", "rmsnorm_linear", (RMS_TILES, RMS_TILES.replace("cdiv(N, BLOCK_N)", "cdiv(N, BLOCK_M)")))),
+    Wrong("rmsnorm_linear", "x * gamma kept in float32 and w converted: tl.dot on float32 operands", edit(
+        "05", "rmsnorm_linear", ("        xg = (xf * g.to(tl.float32)[None, :]).to(x.dtype)   # the dot takes 16-bit "
+                                 "operands\n        acc = tl.dot(xg, w, acc)\n",
+                                 "        acc = tl.dot(xf * g.to(tl.float32)[None, :], w.to(tl.float32), acc)\n"))),
     Wrong("rmsnorm_linear", "row offsets left in int32: offs_m * stride_xm wraps past 2**31 elements", edit(
         "05", "rmsnorm_linear",
         ("    pid_m, pid_n = pid // n_tiles_n, pid % n_tiles_n   # neighbouring programs share rows of x\n"
@@ -447,6 +480,9 @@ WRONG += [
          "    mean_shifted = 0.0\n"))),
     Wrong("groupnorm_mish", "no shift: E[x^2] - E[x]^2 cancels for a large mean", edit(
         "05", "groupnorm_mish", ("    shift = tl.load(x_group).to(tl.float32)\n    s, s2", "    shift = 0.0\n    s, s2"))),
+    Wrong("groupnorm_mish", "one shift for the whole tensor (its first value), not one per group", edit(
+        "05", "groupnorm_mish", ("    shift = tl.load(x_group).to(tl.float32)\n    s, s2",
+                                 "    shift = tl.load(x_ptr).to(tl.float32)\n    s, s2"))),
     Wrong("groupnorm_mish", "exp(y) uncapped: inf / inf in Mish's upper tail", edit(
         "05", "groupnorm_mish", ("e = tl.exp(tl.minimum(y, 20.0))", "e = tl.exp(y)"))),
     Wrong("groupnorm_mish", "one weight and bias per group, not per channel", edit(
