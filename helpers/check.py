@@ -613,6 +613,16 @@ def _explain_exception(e, case=None):
                 f"is none here ({text}). In the interpreter give it one configuration (the lessons' "
                 f"`pick(cpu=[one config], gpu=[...])`), or launch with fixed block sizes.")
     where = _where(e)
+    if isinstance(inner, AttributeError) and text.startswith("'int' object has no attribute"):
+        # compiled, `for i in range(n)` gives i as a tensor; interpreted, as a Python int
+        return (f"it raised AttributeError: {text}. In the interpreter a loop variable of `for ... in "
+                f"range(...)`, or a constexpr, is a Python int, where a compiled kernel has a Triton "
+                f"scalar: write tl.cast(i, tl.int64) (or start from a tensor: tl.program_id, tl.arange) "
+                f"instead of i.to(tl.int64), and it runs in both.{where}")
+    if isinstance(inner, AssertionError) and text.startswith("expected value shape"):   # a descriptor store
+        return (f"it raised AssertionError: {text}. A tensor descriptor loads and stores tiles of exactly "
+                f"its block_shape: the tile given to store has another shape. Make the two agree (the "
+                f"descriptor's block_shape, or the tile you compute).{where}")
     if "libdevice" in where:   # Triton's interpreter has no libdevice: its calls return None
         return (f"Triton's interpreter cannot run libdevice's functions (it raised {type(inner).__name__}: "
                 f"{text[:200]}): on a GPU the line is right, but the checks here run kernels in the "
@@ -920,7 +930,7 @@ def _run_case(ex, fn, case, tol_for):
     guarded = [_with_halo(a) if case.guard else (a, None) for a in case.args]
     args = tuple(a for a, _ in guarded)
     what = "your function"
-    launches = interpreter.launch_count()
+    launches, reorders = interpreter.launch_count(), interpreter.reorder_count()
     try:
         with time_limit(ex.timeout_s, what), poisoned_allocations() as allocations, interpreter.quiet():
             out = ex.run(fn, *args, **case.kwargs)
@@ -959,6 +969,13 @@ def _run_case(ex, fn, case, tol_for):
         problem = _not_contiguous(out, ex.contiguous_output)
     nothing_written = bool(problem) and "none of its" in problem and not (stray or aliased)
     problem = stray or aliased or problem or _changed_inputs(before, args, fingerprints=not case.guard)
+    if problem and interpreter.reorder_count() > reorders:
+        problem = f"{problem}\n{REORDER_HINT}"
     if problem and case.hint:
         problem = f"{problem}\n{case.hint}"
     return problem, not nothing_written
+
+
+REORDER_HINT = ("Your kernel reshaped a tile with can_reorder=True (tl.view does the same): that lets the "
+                "compiler put its elements in any order, and on a GPU it does. The interpreter reverses them "
+                "to show it. Where the order matters, use tl.reshape(x, shape), which keeps it.")

@@ -39,18 +39,23 @@ class OutOfBounds(IndexError):
     lowest and highest bad element offsets, and the shape of the access (the block of lanes).
     """
 
-    def __init__(self, facts, *, arg, numel, lowest, highest, block_shape):
+    def __init__(self, facts, *, arg, numel, lowest, highest, block_shape, descriptor=False):
         self.facts, self.arg, self.numel = facts, arg, numel
         self.lowest, self.highest, self.block_shape = lowest, highest, tuple(block_shape)
+        self.descriptor = descriptor   # the access went through a tensor descriptor
         super().__init__(f"{facts} {self.advice()}")
 
     def advice(self, strided_case=False):
-        """What to look at: the mask, or the strides and offsets feeding the pointer."""
+        """What to look at: the mask, or the strides and offsets feeding the pointer (or the descriptor)."""
         lanes = int(np.prod(self.block_shape)) if self.block_shape else 1
         pointer = f"the strides or offsets feeding `{self.arg}`"
+        if self.descriptor:
+            return (f"This access went through a tensor descriptor, which drops only what falls outside the "
+                    f"shape it was given, and takes no mask: the descriptor's shape or strides describe "
+                    f"more than `{self.arg}` holds. Check them, and the offsets of the box.")
         if strided_case:
-            return (f"This case passes strided (non-contiguous) views, so the mask can be right and a "
-                    f"stride wrong: check {pointer}.")
+            return (f"This case passes strided (non-contiguous) views, where a wrong stride reaches past the "
+                    f"end as well as a missing mask does: check the mask, and {pointer}.")
         if self.lowest < 0:
             return f"Offsets below 0 come from the address arithmetic, not a missing mask: check {pointer}."
         if len(self.block_shape) > 1:   # rows past the last reach a tile's rows times the row stride
@@ -122,6 +127,13 @@ class _State:
     recorders: list = []      # open `record()` contexts, innermost last
     in_descriptor = False     # a tensor descriptor's load or store is running
     launches = 0              # every Triton launch in this process (interpreter or GPU)
+    reorders = 0              # interpreted reshapes into 2 or more dimensions with can_reorder=True
+
+
+def reorder_count():
+    """How many reshapes with can_reorder=True (into 2 or more dimensions) interpreted kernels have made
+    so far: the interpreter reverses their elements (_wrap_builder)."""
+    return _State.reorders
 
 
 def launch_count():
@@ -174,7 +186,7 @@ def _out_of_bounds(addresses, span, verb, block_shape):
              f"lane(s) outside the tensor it points into, e.g. {span.name} + {offsets[:6].tolist()}{more}, "
              f"but {span.name} has {span.numel} element(s) (valid offsets 0..{span.numel - 1}).")
     return OutOfBounds(facts, arg=span.name, numel=span.numel, lowest=int(offsets.min()),
-                       highest=int(offsets.max()), block_shape=block_shape)
+                       highest=int(offsets.max()), block_shape=block_shape, descriptor=_State.in_descriptor)
 
 
 def _nearest(address, spans):
@@ -308,7 +320,21 @@ def _wrap_builder(builder_cls):
             return method(self, desc, value, indices)
         return wrapped
 
+    # tl.reshape(x, shape, can_reorder=True) (and tl.view) lets a GPU put the elements in any order, and
+    # compiled code does reorder them; the interpreter keeps NumPy's. Into 2 or more dimensions, where
+    # the order is what a kernel goes on to use, it reverses them: a kernel that relies on the order
+    # fails here as on a GPU. (Into 1 dimension, as tl.sum(x, axis=None) does, the order stays.)
+    reshape = builder_cls.create_reshape
+
+    def create_reshape(self, arg, shape, allow_reorder):
+        handle = reshape(self, arg, shape, allow_reorder)
+        if allow_reorder and len(shape) > 1:
+            handle.data = np.ascontiguousarray(handle.data.reshape(-1)[::-1]).reshape(handle.data.shape)
+            _State.reorders += 1
+        return handle
+
     set_idx = builder_cls.set_grid_idx
+    builder_cls.create_reshape = create_reshape
     builder_cls.create_descriptor_load = through_descriptor(builder_cls.create_descriptor_load)
     builder_cls.create_descriptor_store = noting_boxes_outside(through_descriptor(
         builder_cls.create_descriptor_store))

@@ -390,7 +390,7 @@ verdicts(swiglu, "course: one matmul, SiLU*mul epilogue",
 # batch whose every attention score is near -150 (each exponential underflows unless the row's
 # maximum is subtracted): a SiLU or an attention of your own meets its edges here too. One case's
 # `cfg.eps` is not the default, with tokens so small that eps sets the norms' scale: both norms take
-# `cfg.eps`. Another is a block of other sizes (3 heads of 64, d = 192) with another RoPE base: every
+# `cfg.eps`. Another is a block of other sizes (6 heads of 32, d = 192) with another RoPE base: every
 # size and the base come from `cfg`.
 #
 # Once the values are right, the check holds the forward to the plan: exactly eight Triton launches,

@@ -37,6 +37,7 @@ from helpers.exercises import (
     Case,
     Exercise,
     later,
+    rerun,
     rerun_with_config,
     room_for,
 )
@@ -206,6 +207,41 @@ def _rope_one_launch(fn):
     return None
 
 
+ROPE_ARGS = ["q_ptr", "k_ptr", "cos_ptr", "sin_ptr", "qo_ptr", "ko_ptr", "n_heads", "seq", "half",
+             "sq_b", "sq_h", "sq_n", "sq_d", "sk_b", "sk_h", "sk_n", "sk_d", "s_cos", "s_sin", "BLOCK_POS",
+             "BLOCK_HALF"]
+
+
+def _rope_other_block(fn):
+    """The rope_qk_kernel beside fn (in its globals, as a notebook cell's function finds it) launched once
+    more in the interpreter with BLOCK_POS = 32, the launcher's grid for it and outputs filled with NaN:
+    the launcher passes 16 on the CPU and 64 on a GPU, and a kernel with the CPU's 16 written in passes
+    every CPU case. Where fn has no such kernel, or one of another signature, there is nothing to run."""
+    import triton
+
+    kernel = getattr(fn, "__globals__", {}).get("rope_qk_kernel")
+    if list(getattr(kernel, "arg_names", ())) != ROPE_ARGS:   # not the notebook's signature: leave it
+        return None
+    B, H, N, D = 1, 2, 70, 16
+    q, k = _projection_views(B, H, N, D, F32)
+    cos, sin = _angles(N, D // 2, True)
+
+    def launch(q, k, cos, sin):
+        q_rot, k_rot = (torch.full((B, H, N, D), float("nan"), device=DEVICE) for _ in range(2))
+        kernel[(triton.cdiv(N, 32), B * H)](q, k, cos, sin, q_rot, k_rot, H, N, D // 2, *q.stride(),
+                                            *k.stride(), cos.stride(0), sin.stride(0), BLOCK_POS=32,
+                                            BLOCK_HALF=D // 2)
+        return q_rot, k_rot
+
+    where = (f"launched once more with BLOCK_POS = 32 (a grid of cdiv(N, 32) x B * H programs, into outputs "
+             f"filled with NaN) on q and k of shape ({B}, {H}, {N}, {D}), float32, in the interpreter, your "
+             f"rope_qk_kernel")
+    why = (" The launcher passes BLOCK_POS (16 here, 64 on a GPU): the program's positions are "
+           "program_id(0) * BLOCK_POS + tl.arange(0, BLOCK_POS), with no number written in.")
+    return rerun(contextlib.nullcontext(), launch, (q, k, cos, sin), rope_qk_reference(q, k, cos, sin), where,
+                 why, names=("q_rot", "k_rot"))
+
+
 # ---------------------------------------------------------------- 2. swiglu_linear
 
 
@@ -331,19 +367,21 @@ def _product_in_the_epilogue(fn):
 
 
 def _unequal_blocks(fn):
-    """One more product in the interpreter with the autotuner given tiles of 32 x 64 x 16 for the call
-    (rerun_with_config: on a GPU it may choose square tiles for every case): h (70, 40), 68 output
-    columns (136 interleaved rows of w_gate_up), 3 x 3 tiles, the last row and column cut, K in 3
-    steps of 16, the last partial."""
+    """One more product in the interpreter with the autotuner given tiles of 32 x 128 x 16 for the call
+    (rerun_with_config: on a GPU it may choose square tiles for every case, and the CPU's 64 x 128 has
+    BLOCK_N / 2 = BLOCK_M; here no two of BLOCK_M, BLOCK_N / 2 and BLOCK_K are equal): h (70, 40), 100
+    output columns (200 interleaved rows of w_gate_up), 3 x 2 tiles, the last row and column cut, K in
+    3 steps of 16, the last partial."""
     import triton
 
-    M, K, f = 70, 40, 68
+    M, K, f = 70, 40, 100
     h, w = _aligned(M, K, F32, False), _gate_up(f, K, F32, False, 1.0)
-    config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8}, num_warps=4,
+    config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 128, "BLOCK_K": 16, "GROUP_M": 8}, num_warps=4,
                            num_stages=1)
     why = UNEQUAL_BLOCKS_WHY + ("rows of tiles and row offsets go with BLOCK_M; the product's columns, "
-                                "and half of them in the output, with BLOCK_N; the K loop steps by BLOCK_K.")
-    where = (f"run with BLOCK_M, BLOCK_N, BLOCK_K = 32, 64, 16 (the check gave your autotuner this one "
+                                "and half of them in the output, with BLOCK_N (the output tile is BLOCK_N "
+                                "// 2 wide); the K loop steps by BLOCK_K.")
+    where = (f"run with BLOCK_M, BLOCK_N, BLOCK_K = 32, 128, 16 (the check gave your autotuner this one "
              f"configuration for one call) on h ({M}, {K}) and w_gate_up ({2 * f}, {K}), float32, in the "
              f"interpreter, your code")
     return rerun_with_config(fn, "swiglu_linear_kernel", config, (h, w), swiglu_linear_reference(h, w), where,
@@ -386,11 +424,12 @@ EPS_HINT = ("In this case cfg.eps is {eps:.3g}, not BlockConfig's default 1e-5, 
 ALPHA = (150 * SMALL.head_dim ** 0.5) ** 0.5
 
 
-# A block of other sizes than SMALL's, every one of them: 3 heads of 64 (d = 192), an MLP width that is a
-# multiple of 8 (rows 16-byte aligned, as descriptors need) but of no tile, and another RoPE base.
+# A block of other sizes than SMALL's, every one of them: 6 heads of 32 (d = 192; SMALL's heads are 64
+# wide), an MLP width that is a multiple of 8 (rows 16-byte aligned, as descriptors need) but of no tile,
+# and another RoPE base.
 # A forward that takes a size or the base from anywhere but cfg (SMALL, a notebook's globals, numbers
 # written in) gets this case wrong.
-OTHER_SIZES = BlockConfig(dim=192, n_heads=3, hidden=520, rope_base=500.0)
+OTHER_SIZES = BlockConfig(dim=192, n_heads=6, hidden=520, rope_base=500.0)
 
 
 def _block_case(B, N, why, gate_scale=1.0, scores_far_below=False, tiny=False, base=SMALL):
@@ -552,7 +591,8 @@ def _all_in_triton(fn):
 
 EXERCISES = [
     Exercise("11", "rope_qk", "RoPE on Q and K, one launch", rope_qk_reference, _rope_cases, kernel=True,
-             tol=ROPE_TOL, structure=_rope_one_launch, contiguous_output=True),
+             tol=ROPE_TOL, structure=lambda fn: _rope_one_launch(fn) or _rope_other_block(fn),
+             contiguous_output=True),
     Exercise("11", "swiglu_linear", "SwiGLU as one persistent matmul, the product in its epilogue",
              swiglu_linear_reference, _swiglu_cases, run=_quietly, tol=SWIGLU_TOL, kernel=True,
              nan_hint=SWIGLU_NAN_HINT, structure=_product_in_the_epilogue, contiguous_output=True),

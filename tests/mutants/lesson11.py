@@ -45,6 +45,10 @@ def rope_not_contiguous(q, k, cos, sin):
 
 WRONG = [
     Wrong("rope_qk", "pure PyTorch, no kernel", course.rope_qk_reference),
+    # the CPU's launcher passes BLOCK_POS = 16: only the check's run with BLOCK_POS = 32 sees it
+    Wrong("rope_qk", "the block of positions written in as 16", edit(
+        "11", "rope_qk", ("    offs_pos = (tl.program_id(0) * BLOCK_POS + tl.arange(0, BLOCK_POS)).to(tl.int64)\n",
+                          "    offs_pos = (tl.program_id(0) * 16 + tl.arange(0, 16)).to(tl.int64)\n"))),
     Wrong("rope_qk", "the sine's sign flipped in the first half", edit(
         "11", "rope_qk", ("x1 * cos - x2 * sin", "x1 * cos + x2 * sin"))),
     Wrong("rope_qk", "q read with k's position and dimension strides", edit(
@@ -174,6 +178,14 @@ WRONG += [
             "tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True)",
             "tl.range(tl.program_id(0), tl.cdiv(n_tiles, tl.num_programs(0)) * tl.num_programs(0), "
             "tl.num_programs(0), flatten=True)")))),
+    # the interpreter reverses a reshape that may reorder, as a GPU may reorder it
+    Wrong("swiglu_linear", "the pairs split from a reshape that may reorder (can_reorder=True)", edit(
+        "11", "swiglu_linear", ("tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))",
+                                "tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2), can_reorder=True))"))),
+    # BLOCK_N // 2 = BLOCK_M on the CPU's 64 x 128 tiles: only the check's 32 x 128 run sees it
+    Wrong("swiglu_linear", "the pairs reshaped BLOCK_M wide, not BLOCK_N // 2", edit(
+        "11", "swiglu_linear", ("tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))",
+                                "tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_M, 2)))"))),
     Wrong("swiglu_linear", "the output tile BLOCK_M // 2 wide, not BLOCK_N // 2", edit(
         "11", "swiglu_linear", ("                                         block_shape=[BLOCK_M, BLOCK_N // 2])",
                                 "                                         block_shape=[BLOCK_M, BLOCK_M // 2])"))),
@@ -366,6 +378,10 @@ WRONG += [
     Wrong("decoder_block_fused", "RMSNorm's gamma applied twice (rmsnorm_linear on the packed weights)",
           gamma_twice),
     Wrong("decoder_block_fused", "the Q|K|V matmul without the 1 / rms row scale", no_row_scale),
+    # SMALL's heads are 64 wide: the block of other sizes has heads of 32
+    Wrong("decoder_block_fused", "the head size written in as 64", edit(
+        "11", "decoder_block_fused", ("    H, D = cfg.n_heads, cfg.head_dim\n    x2 = x.reshape(B * N, d)\n    qkv",
+                                      "    H, D = cfg.n_heads, 64\n    x2 = x.reshape(B * N, d)\n    qkv"))),
     Wrong("decoder_block_fused", "the eager block, no kernel",
           lambda x, w, cfg: decoder_block(x, w, cfg, attention="sdpa")),
     Wrong("decoder_block_fused", "the norms' eps left at the kernels' default, not cfg.eps", edit(
