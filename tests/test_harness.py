@@ -814,3 +814,36 @@ def test_libdevice_in_the_interpreter_is_not_blamed_on_the_learner():
         check("vector_add", add)
     assert "Triton's interpreter cannot run libdevice's functions" in str(failed.value)
     assert "libdevice.tanh(x)" in str(failed.value)   # the line
+
+
+@triton.jit
+def reshaping_kernel(x_ptr, out_ptr, REORDER: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, 32))
+    y = tl.reshape(x, (4, 8), can_reorder=REORDER)
+    tl.store(out_ptr + tl.arange(0, 4)[:, None] * 8 + tl.arange(0, 8)[None, :], y)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter's stand-in for a GPU's reordering")
+def test_a_reshape_that_may_reorder_comes_out_reversed_in_the_interpreter():
+    from helpers import interpreter
+
+    x = torch.arange(32, device=DEVICE, dtype=torch.float32)
+    for reorder, want in ((False, x), (True, x.flip(0))):
+        out = torch.empty(4, 8, device=DEVICE)
+        before = interpreter.reorder_count()
+        reshaping_kernel[(1,)](x, out, REORDER=reorder)
+        assert torch.equal(out.reshape(-1), want)
+        assert interpreter.reorder_count() - before == int(reorder)
+
+
+def test_interpreter_only_errors_are_explained():
+    from helpers.interpreter import OutOfBounds
+
+    loop = check_module._explain_exception(AttributeError("'int' object has no attribute 'to'"))
+    assert "range(...)" in loop and "tl.cast(i, tl.int64)" in loop
+    wrong_tile = AssertionError("expected value shape ['64', '32'], got ['64', '64']")
+    shape = check_module._explain_exception(wrong_tile)
+    assert "block_shape" in shape
+    through = OutOfBounds("k stored out of bounds.", arg="out_ptr", numel=100, lowest=100, highest=163,
+                          block_shape=(8, 8), descriptor=True)
+    assert "tensor descriptor" in through.advice() and "Mask every dimension" not in through.advice()
