@@ -78,6 +78,14 @@ def tuned_over(kernel, configs):
             kernel.cache = cache
 
 
+def kernel_beside(fn, name, arg_names):
+    """The @triton.jit kernel `name` beside fn (in its globals, as a notebook cell's function finds it),
+    if it takes the notebook's arguments `arg_names`; else None: a design of the learner's own, which a
+    check cannot launch the notebook's way."""
+    kernel = getattr(fn, "__globals__", {}).get(name)
+    return kernel if list(getattr(kernel, "arg_names", ())) == arg_names else None
+
+
 def rerun_with_config(fn, kernel_name, config, args, want, where, why, **compare):
     """None, or a message ending in `why`: fn(*args) rerun (rerun) with the autotuned kernel
     `kernel_name` beside it (in fn's globals, as a notebook cell's function finds it) given `config`

@@ -36,6 +36,7 @@ from helpers.exercises import (
     UNEQUAL_BLOCKS_WHY,
     Case,
     Exercise,
+    kernel_beside,
     later,
     rerun,
     rerun_with_config,
@@ -219,8 +220,8 @@ def _rope_other_block(fn):
     every CPU case. Where fn has no such kernel, or one of another signature, there is nothing to run."""
     import triton
 
-    kernel = getattr(fn, "__globals__", {}).get("rope_qk_kernel")
-    if list(getattr(kernel, "arg_names", ())) != ROPE_ARGS:   # not the notebook's signature: leave it
+    kernel = kernel_beside(fn, "rope_qk_kernel", ROPE_ARGS)
+    if kernel is None:
         return None
     B, H, N, D = 1, 2, 70, 16
     q, k = _projection_views(B, H, N, D, F32)
