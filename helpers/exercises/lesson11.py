@@ -302,7 +302,8 @@ def _swiglu_cases():
     # float32 on the CPU; on a GPU float16 (TF32 would round gates of a hundred by about 0.1)
     M, dtype = _odd(9, 31), pick(F32, F16)
     tails = f"gates beyond +-{EXP_OVERFLOW:g}, both signs: exp overflows float32 at both of SiLU's tails"
-    cases.insert(3, Case(f"M={M} K=64 f=48 {_name(dtype)} ({tails})", _with_both_tails(M, 64, 48, dtype)))
+    cases.insert(3, Case(f"M={M} K=64 f=48 {_name(dtype)} ({tails})", _with_both_tails(M, 64, 48, dtype),
+                         hint=SWIGLU_TAILS_HINT))
     return cases
 
 
@@ -317,10 +318,10 @@ def _swiglu_cases():
 # rounded to float16 first rounds once more and lands outside.
 SWIGLU_TOL = {F32: pick(cpu=(1e-3, 1e-5), gpu=(1e-2, 1e-2)), F16: (1e-4, 6e-4)}
 
-SWIGLU_NAN_HINT = ("If this is the tails case: its gates reach beyond +-89, where exp of the gate (or of "
-                   "minus the gate) is inf in float32, and inf / inf, inf - inf and 0 * inf are NaN. "
-                   "SiLU(x) tends to x at one end and to 0 at the other: write it so that an exponential "
-                   "that overflows can only end up where an inf gives the right limit.")
+SWIGLU_TAILS_HINT = ("This case's gates reach beyond +-89, where exp of the gate (or of minus the gate) is "
+                     "inf in float32, and inf / inf, inf - inf and 0 * inf are NaN. SiLU(x) tends to x at "
+                     "one end and to 0 at the other: write it so that an exponential that overflows can "
+                     "only end up where an inf gives the right limit.")
 
 
 def _quietly(fn, *args, **kwargs):
@@ -596,7 +597,7 @@ EXERCISES = [
              contiguous_output=True),
     Exercise("11", "swiglu_linear", "SwiGLU as one persistent matmul, the product in its epilogue",
              swiglu_linear_reference, _swiglu_cases, run=_quietly, tol=SWIGLU_TOL, kernel=True,
-             nan_hint=SWIGLU_NAN_HINT, structure=_product_in_the_epilogue, contiguous_output=True),
+             structure=_product_in_the_epilogue, contiguous_output=True),
     Exercise("11", "decoder_block_fused", "the decoder block from the course's kernels",
              decoder_block_reference, _block_cases, run=_run_block, tol=BLOCK_TOL, kernel=True,
              structure=_all_in_triton, timeout_s=300.0,
