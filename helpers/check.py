@@ -393,16 +393,19 @@ def compare_tensors(out, ref, tol, where="output", dtype=None, nan_hint=""):
     both_nan = nan_got & nan_want
     same_inf = torch.isinf(want) & (got == want)
     err = (got - want).abs().masked_fill(both_nan | same_inf, 0.0)
-    bad = err > atol + rtol * want.abs().masked_fill(both_nan | same_inf, 0.0)
+    allowed = atol + rtol * want.abs().masked_fill(both_nan | same_inf, 0.0)
+    bad = err > allowed
     if not bad.any():
         return None
     # the worst element is the one furthest past its own tolerance (a relative tolerance allows large
     # values a larger error: the largest error may lie within its own)
-    allowed = atol + rtol * want.abs().masked_fill(both_nan | same_inf, 0.0)
     excess = (err / allowed).masked_fill(torch.isnan(err), math.inf).reshape(-1)
     worst = int(torch.argmax(excess).item())
     wi = _fmt_index(worst, tuple(out.shape))
-    got_at = lambda flat: _differing(got.reshape(-1)[flat].item(), want.reshape(-1)[flat].item())  # noqa: E731
+
+    def got_at(flat):
+        return _differing(got.reshape(-1)[flat].item(), want.reshape(-1)[flat].item())
+
     lines = [f"{where}: {int(bad.sum())} of {n} elements are off by more than atol={atol:g} + "
              f"rtol={rtol:g}*|expected| (the tolerance for {dtype}).",
              f"  worst at {wi}: got {got_at(worst)}, an error of {err.reshape(-1)[worst].item():.4g}, "
