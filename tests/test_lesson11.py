@@ -322,3 +322,13 @@ def test_where_the_autotuner_has_only_square_tiles_a_block_mix_up_is_still_caugh
     swiglu_linear = edit("11", "swiglu_linear", *([mix_up] if mix_up else []))
     check_with_square_blocks("swiglu_linear", swiglu_linear, "swiglu_linear_kernel", mix_up is not None,
                              monkeypatch)
+
+
+def test_an_eager_concatenation_is_named_for_what_it_most_likely_is():
+    """A cat beside a negation is RoPE's rotate_half; a cat alone is weights packed by hand."""
+    from helpers.exercises.lesson11 import _kinds
+
+    (rope,) = _kinds(["neg", "cat", "mul", "add"])
+    assert rope[0] == "RoPE" and "rope_qk" in rope[1]
+    (packing,) = _kinds(["cat", "mul"])
+    assert packing[0] == "a concatenation" and "pack_weights" in packing[1]

@@ -93,12 +93,15 @@ def _rows(n_rows, n_cols, dtype=torch.float32, kind="randn"):
 
 
 def _strided_rows(n_rows, n_cols, dtype=torch.float32):
-    """Two non-contiguous views: a slice of a wider matrix, and every other column."""
+    """Three non-contiguous views: a slice of a wider matrix, every other column, and a transposed matrix
+    (whose torch.empty_like is transposed too: an output the kernel cannot write row by row)."""
     wider = torch.randn(n_rows, n_cols + 13, device=DEVICE).to(dtype)[:, :n_cols]
     every_other = torch.randn(n_rows, 2 * n_cols, device=DEVICE).to(dtype)[:, ::2]
+    transposed = torch.randn(n_cols, n_rows, device=DEVICE).to(dtype).t()
     return [(f"{n_rows}x{n_cols} slice of a {n_rows}x{n_cols + 13} matrix (rows {n_cols + 13} apart)",
              wider),
-            (f"{n_rows}x{n_cols} every other column (column stride 2)", every_other)]
+            (f"{n_rows}x{n_cols} every other column (column stride 2)", every_other),
+            (f"{n_rows}x{n_cols} transposed view (x.t(): column stride {n_rows}, row stride 1)", transposed)]
 
 
 # Past 2**31 elements (cases built on a GPU only). The matrix's last rows start at or past element

@@ -204,7 +204,9 @@ def _rope_one_launch(fn):
         if loaded > once:
             return (f"{where} loaded {loaded:,} values through {name}: {loaded / once:.3g} times each value "
                     f"per (batch, head). Load the program's tile of cos and of sin once, before rotating "
-                    f"Q and K, and use it for both.")
+                    f"Q and K, and use it for both. Two ways to read it twice: a load for Q and another for "
+                    f"K, or D lanes that index cos by d % half (each of its half values fetched twice): give "
+                    f"the tile half lanes, one per pair, instead.")
     return None
 
 
@@ -521,6 +523,10 @@ _INSTEAD = (  # (what PyTorch did, its ATen ops, what the lesson uses instead)
                                  "zero_", "fill_", "zeros", "ones", "full", "zeros_like", "ones_like"},
      "an epilogue (linear's residual= adds, its scale= multiplies rows); allocate with torch.empty"),
 )
+# A cat or a stack on a line with no other sign of RoPE: most often weights packed by hand.
+_CONCAT = ("a concatenation", "views of the one projection for Q, K and V; weights are packed once per "
+           "model, by pack_weights (wqkv, with the norm's gamma folded in) and pack_gate_up, as the "
+           "exercise's first lines do")
 _LAUNCHES = 8   # the lesson's table: one Triton launch per step
 _STEPS = ("inv_rms", "linear (Q|K|V, row scale)", "rope_qk", "causal_attention", "linear (output, residual)",
           "rms_norm_rows", "swiglu_linear", "linear (down, residual)")
@@ -531,9 +537,12 @@ def _kinds(ops):
     """{(what PyTorch did, what to use instead): [op, ...]} for the ATen ops one line of the forward ran.
     Element-wise ops and copies beside a named step (a norm's multiplies, RoPE's casts) belong to it."""
     kinds = {}
+    rope = bool({"neg", "cos", "sin", "split", "chunk"} & set(ops))
     for op in ops:
         if "scaled_dot_product" in op or "attention" in op:
             what, instead = _INSTEAD[1][0], _INSTEAD[1][2]
+        elif op in ("cat", "stack") and not rope:
+            what, instead = _CONCAT
         else:
             what, instead = next(((w, i) for w, names, i in _INSTEAD if op in names),
                                  ("an eager kernel", "one of the course's kernels"))

@@ -50,6 +50,9 @@ WRONG = [
         "05", "softmax_rows", ("    e = tl.exp(x - m)\n", "    e = tl.exp(x - m).to(x_ptr.dtype.element_ty)\n"))),
     Wrong("softmax_rows", "the sum of exponentials kept in float16", edit(
         "05", "softmax_rows", ("    l = tl.sum(e, axis=0)  ", "    l = tl.sum(e.to(tl.float16), axis=0).to(tl.float32)  "))),
+    Wrong("softmax_rows", "launcher: out = torch.empty_like(x), transposed for a transposed x", edit(
+        "05", "softmax_rows", ("    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)\n    BLOCK_N",
+                               "    out = torch.empty_like(x)\n    BLOCK_N"))),
     Wrong("softmax_rows", "stride_xn ignored", edit(
         "05", "softmax_rows", (ROW_LOAD, ROW_LOAD.replace("offs * stride_xn", "offs")))),
     Wrong("softmax_rows", "stride_xm ignored (rows taken to be n_cols apart)", edit(
