@@ -160,11 +160,13 @@ with interpreted():  # run Triton kernels through the interpreter, even on a GPU
 # `check` runs your `add` on fresh random vectors of awkward lengths (1, 1001, 4097, a large prime,
 # a strided view: all odd, so no block size divides them) and compares with `x + y`. It fills the
 # output with a poison value first, so an element your kernel forgets to write is reported, not
-# hidden. Without a GPU it also hands your kernel to Triton's compiler, as a GPU would (built for an
-# H100, on the CPU; nothing runs): the interpreter runs a kernel as Python, a line at a time, and
-# lets through what the compiler refuses, such as a plain global `BLOCK = 1024` read inside the
-# kernel (a kernel reads only globals made `tl.constexpr`) or a running sum that starts as float16
-# and becomes float32 in a loop. `check` then says what the compiler said.
+# hidden. It also launches your `add_kernel` with other values of `BLOCK`: the launcher passes 1024,
+# and a kernel with 1024 written in where `BLOCK` belongs fails there. Without a GPU it also hands
+# your kernel to Triton's compiler, as a GPU would (built for an H100, on the CPU; nothing runs):
+# the interpreter runs a kernel as Python, a line at a time, and lets through what the compiler
+# refuses, such as a plain global `BLOCK = 1024` read inside the kernel (a kernel reads only globals
+# made `tl.constexpr`) or a running sum that starts as float16 and becomes float32 in a loop.
+# `check` then says what the compiler said.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -317,11 +319,14 @@ else:
 #
 # This time write both the kernel and the launcher. `alpha` is a Python float: pass it to the kernel
 # like any other argument and it arrives as a scalar (`check` draws a new one, positive or negative,
-# for every case). The reference reads `2n` elements and writes `n`, exactly like the add. The check
-# also counts your launches and their programs (one launch, on enough programs to cover the vector
-# and none that covers nothing, at a length that is a multiple of BLOCK) and what moves through
-# memory (nothing copied by PyTorch beside the kernel), and gives your launcher two vectors of
-# different lengths, which it must refuse before the kernel runs.
+# for every case). Leave it a plain argument, not a `tl.constexpr`: a constexpr is compiled into the
+# kernel, so each new alpha would compile a new one. The reference reads `2n` elements and writes
+# `n`, exactly like the add. One case gives float16 vectors, whose result is float16 too: allocate
+# the output in the inputs' dtype. The check also counts your launches and their programs (one
+# launch, on enough programs to cover the vector and none that covers nothing, at a length that is a
+# multiple of BLOCK) and what moves through memory (nothing copied by PyTorch beside the kernel),
+# and gives your launcher two vectors of different lengths, which it must refuse before the kernel
+# runs.
 
 # %% tags=["exercise"]
 @triton.jit

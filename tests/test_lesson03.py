@@ -5,7 +5,7 @@ import statistics
 import matplotlib
 import pytest
 import torch
-from mutants.lesson03 import WRONG, one_shot, timer  # the mutation suite's wrong answers
+from mutants.lesson03 import WRONG, evicting, fixed_counts, one_shot, timer  # the mutation suite's answers
 
 from helpers import DEVICE, check
 from helpers.check import CheckFailed
@@ -54,6 +54,11 @@ def test_roofline_with_the_ridge_upside_down_fails():
     ("itemsize hard-coded to 2 (float16)", "count 2 per element"),
     ("bits, not bytes", "counted in bits"),
     ("bytes of B counted as M*N instead of K*N", r"The bytes \(\d+\) are not those of A"),
+    ("the exact count: K multiplies and K - 1 additions per dot product", "count K - 1 additions"),
+    ("C read as well as written", "plus C counted at another size"),
+    ("C counted at float32's size (the accumulator's)", "plus C counted at another size"),
+    ("the counts returned as 0-d tensors", "a plain Python number"),
+    ("intensity by floor division (flops // nbytes)", "floor-divided by the bytes"),
     ("ridge compared the wrong way round", "The bound is on the wrong side"),
     ("memory-bound up to the ridge included (<= instead of <)", "wrong on the ridge itself"),
     ("intensity inverted (bytes / FLOPs)", "The intensity is bytes per FLOP"),
@@ -107,13 +112,22 @@ def test_ridge_predictions_badly_formed(answers, message):
     (timer(per_run=False), "timed together"),
     (timer(combine=min), "the time of its fastest run"),
     (timer(warmup_sync=False), "after the warm-up and after each timed launch"),
+    (fixed_counts, "not a number written into the timer"),
 ], ids=["no warm-up", "one shot", "no sync", "one buffer", "mean", "sum", "seconds", "microseconds",
-        "one reading around all runs", "fastest run", "no sync after the warm-up"])
+        "one reading around all runs", "fastest run", "no sync after the warm-up", "reps ignored"])
 def test_each_timing_mistake_gets_its_own_message(mistake, message):
     with pytest.raises(CheckFailed, match=message) as caught:
         check("time_ms", mistake)
     told_to_warm_up = "warm-up launches" in str(caught.value)
     assert told_to_warm_up == (message == "first launch compiles"), str(caught.value)
+
+
+def test_cached_launches_outside_the_figure_are_not_blamed():
+    # an untimed launch on another input before each timed run: with two inputs, those launches are the
+    # cached ones, and the timed runs never are
+    check("time_ms", evicting)
+    with pytest.raises(CheckFailed, match="still in the cache"):
+        check("time_ms", timer(rotate=False))
 
 
 def test_simulated_gpu_is_asynchronous_and_caches():

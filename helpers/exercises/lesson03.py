@@ -58,6 +58,21 @@ def _same(x, y):
     return _number(x) and math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9)
 
 
+def _not_numbers(got, keys):
+    """A message if a value that should be a number is something else (a 0-d tensor, a string), else None:
+    compared as it is, it would be reported as a wrong count."""
+    for key in keys:
+        if not _number(got[key]):
+            return (f"the value of {key!r} is a {type(got[key]).__name__} ({_short(got[key])}): return a "
+                    f"plain Python number (an int or a float; a tensor's .item() gives one).")
+    return None
+
+
+def _short(x):
+    text = repr(x)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
 def _missing_keys(got, keys):
     if not isinstance(got, dict) or set(got) != set(keys):
         names = ", ".join(repr(k) for k in keys)
@@ -70,7 +85,7 @@ def _explain_cost(out, expected):
     """Each part of the answer compared with the right one; a unit or a slip named only where it fits."""
     got, want = out.answer, expected.answer
     M, N, K, dtype = out.args
-    problem = _missing_keys(got, ("flops", "bytes"))
+    problem = _missing_keys(got, ("flops", "bytes")) or _not_numbers(got, ("flops", "bytes"))
     if problem:
         return problem
     size = torch.empty((), dtype=dtype).element_size()
@@ -78,7 +93,11 @@ def _explain_cost(out, expected):
     problems = []
     flops, nbytes = got["flops"], got["bytes"]
     if not _same(flops, want["flops"]):
-        if _same(2 * flops, want["flops"]):
+        if K > 1 and _same(flops, M * N * (2 * K - 1)):   # the exact count: K multiplies, K - 1 additions
+            problems.append("The FLOPs count K - 1 additions per dot product, the exact count. The lesson "
+                            "counts every multiply-add as two FLOPs (a multiply and an add), K of them per "
+                            "dot product, as FLOP/s figures for matmuls do.")
+        elif _same(2 * flops, want["flops"]):
             problems.append("The FLOPs are half the right count: a multiply-add is two FLOPs, a multiply and "
                             "an add.")
         else:
@@ -98,6 +117,12 @@ def _explain_cost(out, expected):
                                             (K * N + M * N) * size):
             problems.append("The bytes leave out one of the three matrices: A and B are read once, and C is "
                             "written once.")
+        elif _number(nbytes) and any(_same(nbytes, (M * K + K * N) * size + M * N * other)
+                                     for other in (1, 2, 4, 8, 16) if other != size):
+            # C read as well as written, or C at float32's size (the accumulator's): often the same number
+            problems.append(f"The bytes are those of A and B read once, plus C counted at another size: C = "
+                            f"A @ B writes C once (it does not read it), in {kind} like A and B (the float32 "
+                            f"accumulator stays in registers; only the result is written).")
         else:
             problems.append(f"The bytes ({nbytes!r}) are not those of A (M·K), B (K·N) and C (M·N), each "
                             f"moved once, at {kind}'s element size.")
@@ -143,7 +168,8 @@ def _explain_roofline(out, expected):
     """Intensity, then bound, then roof, each compared with the right one before a cause is guessed."""
     got, want = out.answer, expected.answer
     flops, nbytes, peak, bandwidth = out.args
-    problem = _missing_keys(got, ("intensity", "bound", "tflops"))
+    problem = (_missing_keys(got, ("intensity", "bound", "tflops"))
+               or _not_numbers(got, ("intensity", "tflops")))
     if problem:
         return problem
     problems = []
@@ -151,6 +177,9 @@ def _explain_roofline(out, expected):
     if not _same(intensity, want["intensity"]):
         if _same(intensity, nbytes / flops):
             why = "The intensity is bytes per FLOP: it is FLOPs per byte."
+        elif intensity == flops // nbytes:
+            why = (f"The intensity ({intensity!r}) is the FLOPs floor-divided by the bytes: `//` drops the "
+                   f"fraction, and an intensity below 1 FLOP per byte becomes 0. Divide with `/`.")
         else:
             why = f"The intensity ({intensity!r}) is not the FLOPs divided by the bytes."
         return why + " The bound and the roof follow from it."
@@ -370,6 +399,21 @@ def _first_run_counts(fn, kernel_ms, n_buffers, seed, given, got):
     return not math.isclose(figure, got, rel_tol=1e-9)   # (the clock's offsets differ: so do its roundings)
 
 
+def _cache_reaches_figure(fn, kernel_ms, n_buffers, seed, given, got):
+    """Whether the launches the cache served reach the timer's figure: the same timer again, on the same
+    simulated GPU except that a launch on the input the launch before used runs 3x slower instead of 3x
+    faster. Where such launches are among the timed runs, they move from the fast end of the sorted times
+    to the slow end, and the median moves with them (a median hides a few of them, but not this); where
+    they are launches left out of the figure (an untimed launch on another input before each timed run,
+    which leaves that input in the cache instead), the figure stays the same."""
+    again = SimulatedGPU(kernel_ms, seed, cache_speedup=1 / 3)
+    try:
+        figure = float(fn(again.launch, again.buffers(n_buffers), again.clock, again.synchronize, *given))
+    except Exception:
+        return True
+    return not math.isclose(figure, got, rel_tol=1e-9)   # (the clock's offsets differ: so do its roundings)
+
+
 def _grade_timer(fn, kernel_ms, n_buffers, seed, reps=None):
     """Run a timer on a simulated GPU; return a verdict string, or raise CheckFailed naming its mistake.
 
@@ -407,6 +451,15 @@ def _grade_timer(fn, kernel_ms, n_buffers, seed, reps=None):
                           f"Make a few warm-up launches, then synchronize, before the first reading of the "
                           f"clock.")
     runs = [ms + (gpu.launch_us + gpu.sync_us) * 1e-3 for ms in gpu.runs_ms]  # what timing each alone reads
+    # even within 10%: a median can hide a few cached runs, not excuse them (a timer that rotates has none,
+    # or one where its warm-up ends on the input its first run takes); a random pick repeats one in n
+    hits = sum(gpu.run_hit_cache)
+    cached_runs = hits > max(1, len(runs) // 10)
+    if cached_runs and not _cache_reaches_figure(fn, kernel_ms, n_buffers, seed, given, got):
+        # the launches the cache served reach no timed figure: they are launches between the timed runs
+        # (one on another input before each, to leave that input in the cache), not runs
+        runs = [ms for ms, hit in zip(runs, gpu.run_hit_cache) if not hit]
+        hits, cached_runs = 0, False
     if gpu.clock_reads <= len(runs):
         raise CheckFailed(f"{what} from {gpu.clock_reads} reading(s) of the clock for {len(runs)} timed "
                           f"runs: the runs were timed together, which gives their total or their mean, and "
@@ -419,6 +472,11 @@ def _grade_timer(fn, kernel_ms, n_buffers, seed, reps=None):
                               f"`warmup` launches first, then `reps` timed ones.")
         raise CheckFailed(f"{what}, called with reps={reps}, from {len(runs)} timed run(s): time `reps` runs "
                           f"(and warm up with `warmup`), not a number written into the timer.")
+    # (a timer that times its warm-up too reads the clock 2 * (warmup + reps) times: more means more runs)
+    if reps is not None and gpu.clock_reads > 2 * (given[0] + reps) + 2:
+        raise CheckFailed(f"{what}, called with warmup={given[0]}, reps={reps}, after reading the clock "
+                          f"{gpu.clock_reads} times: about {gpu.clock_reads // 2} timed runs. Time `reps` "
+                          f"runs (and warm up with `warmup`), not a number written into the timer.")
     if len(runs) < 3:
         raise CheckFailed(f"{what} from {len(runs)} timed run(s). Runs differ by up to 10% and about one "
                           f"in ten is slowed by other work, so one run is one noisy sample: time `reps` runs "
@@ -451,10 +509,7 @@ def _grade_timer(fn, kernel_ms, n_buffers, seed, reps=None):
                           f"launch(x) returns as soon as the work is queued, so such a reading misses the "
                           f"work, or times it with the run after it. Call synchronize() after the warm-up "
                           f"and after each timed launch, before reading the clock.")
-    # even within 10%: a median can hide a few cached runs, not excuse them (a timer that rotates has none,
-    # or one where its warm-up ends on the input its first run takes); a random pick repeats one in n
-    hits = sum(gpu.run_hit_cache)
-    if hits > max(1, len(runs) // 10):
+    if cached_runs:
         less = ", less than the kernel takes" if got < 0.9 * kernel_ms else ""
         hidden = "" if less else " (the median hid them here; with more of them it would not)"
         some = " A random pick repeats the input before one time in len(inputs)." if 2 * hits < len(runs) \

@@ -25,7 +25,25 @@ WRONG = [
     Wrong("vector_add", "forgets `return out`", edit(
         "01", "add", ("    add_kernel[grid](x, y, out, n, BLOCK=1024)\n    return out",
                       "    add_kernel[grid](x, y, out, n, BLOCK=1024)"))),
+    Wrong("vector_add", "1024 written into the kernel where BLOCK belongs (the launcher's BLOCK)", edit(
+        "01", "add", ("    offs = pid * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n  # the last",
+                      "    offs = pid * 1024 + tl.arange(0, 1024)\n    mask = offs < n  # the last"))),
+    Wrong("vector_add", "programs stepped by 1024 written in (pid * 1024), blocks of BLOCK lanes", edit(
+        "01", "add", ("    offs = pid * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n  # the last",
+                      "    offs = pid * 1024 + tl.arange(0, BLOCK)\n    mask = offs < n  # the last"))),
     Wrong("axpy", "pure PyTorch, no kernel", lambda alpha, x, y: alpha * x + y),
+    Wrong("axpy", "1024 written into the kernel where BLOCK belongs (the launcher's BLOCK)", edit(
+        "01", "axpy", ("    offs = pid * BLOCK + tl.arange(0, BLOCK)\n    mask = offs < n\n",
+                       "    offs = pid * 1024 + tl.arange(0, 1024)\n    mask = offs < n\n"))),
+    Wrong("axpy", "alpha declared tl.constexpr: a compile for every new alpha", edit(
+        "01", "axpy", ("def axpy_kernel(alpha, x_ptr", "def axpy_kernel(alpha: tl.constexpr, x_ptr"))),
+    Wrong("axpy", "output allocated without the inputs' dtype: float32 for float16 vectors", edit(
+        "01", "axpy", ("    out = torch.empty_like(x)\n    n = out.numel()\n    BLOCK",
+                       "    out = torch.empty(x.numel(), device=x.device)\n    n = out.numel()\n    BLOCK"))),
+    Wrong("axpy", "inputs made float32 (.float()): a float32 result for float16 vectors", edit(
+        "01", "axpy", ("    x, y = x.contiguous(), y.contiguous()\n    out = torch.empty_like(x)\n    n = out.numel()\n"
+                       "    BLOCK", "    x, y = x.float().contiguous(), y.float().contiguous()\n"
+                       "    out = torch.empty_like(x)\n    n = out.numel()\n    BLOCK"))),
     Wrong("axpy", "alpha hard-coded to 2", edit("01", "axpy", ("alpha * x + y, mask=mask)", "2.0 * x + y, mask=mask)"))),
     Wrong("axpy", "x and y swapped (alpha * y + x)", edit(
         "01", "axpy", ("alpha * x + y, mask=mask)", "alpha * y + x, mask=mask)"))),
@@ -84,7 +102,26 @@ def add_strided(x, y):
     return out
 
 
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """A grid-stride loop: each program adds every num_programs-th block. Named as the notebook's kernel,
+    so that the check finds it beside add_looping and runs it with other blocks too."""
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def add_looping(x, y):
+    """At most 4 programs, each looping over blocks of 512 (the notebook's kernel name and arguments)."""
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    n = out.numel()
+    add_kernel[(min(4, triton.cdiv(n, 512)),)](x, y, out, n, BLOCK=512)
+    return out
+
 RIGHT = [
     Right("vector_add", "strides passed to the kernel, BLOCK=128", add_strided),
+    Right("vector_add", "a grid-stride loop over blocks, 4 programs", add_looping),
     Right("axpy", "BLOCK=256", edit("01", "axpy", ("    BLOCK = 1024\n", "    BLOCK = 256\n"))),
 ]

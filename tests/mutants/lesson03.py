@@ -26,6 +26,14 @@ WRONG = [
         "03", "matmul_cost", ("itemsize = torch.empty((), dtype=dtype).element_size()", "itemsize = 2"))),
     Wrong("matmul_cost", "bits, not bytes", edit(
         "03", "matmul_cost", ('"bytes": (M * K + K * N + M * N) * itemsize}', '"bytes": (M * K + K * N + M * N) * itemsize * 8}'))),
+    Wrong("matmul_cost", "the exact count: K multiplies and K - 1 additions per dot product", edit(
+        "03", "matmul_cost", ('"flops": 2 * M * N * K,', '"flops": M * N * (2 * K - 1),'))),
+    Wrong("matmul_cost", "C read as well as written", edit(
+        "03", "matmul_cost", ("(M * K + K * N + M * N) * itemsize", "(M * K + K * N + 2 * M * N) * itemsize"))),
+    Wrong("matmul_cost", "C counted at float32's size (the accumulator's)", edit(
+        "03", "matmul_cost", ("(M * K + K * N + M * N) * itemsize", "(M * K + K * N) * itemsize + M * N * 4"))),
+    Wrong("matmul_cost", "the counts returned as 0-d tensors", lambda M, N, K, dtype: {
+        "flops": torch.tensor(2 * M * N * K), "bytes": torch.tensor((M * K + K * N + M * N) * _itemsize(dtype))}),
     Wrong("matmul_cost", "bytes of B counted as M*N instead of K*N", edit(
         "03", "matmul_cost", ("(M * K + K * N + M * N) * itemsize", "(M * K + M * N + M * N) * itemsize"))),
 ]
@@ -49,6 +57,8 @@ WRONG += [
     Wrong("roofline", "the roof in GFLOP/s (TB/s taken as 1000 GB/s)", edit(
         "03", "roofline", ('"tflops": min(peak_tflops, intensity * bandwidth_tbs)}',
                            '"tflops": min(peak_tflops, intensity * bandwidth_tbs) * 1000}'))),
+    Wrong("roofline", "intensity by floor division (flops // nbytes)", edit(
+        "03", "roofline", ("intensity = flops / nbytes", "intensity = flops // nbytes"))),
     Wrong("roofline", "ridge taken as bandwidth / peak", edit(
         "03", "roofline", ("ridge = peak_tflops / bandwidth_tbs", "ridge = bandwidth_tbs / peak_tflops"))),
 ]
@@ -192,7 +202,30 @@ def boundary_timer(launch, inputs, clock, synchronize, warmup=3, reps=31):
     return times[len(times) // 2] * 1000
 
 
+def fixed_counts(launch, inputs, clock, synchronize, warmup=5, reps=50):
+    """The defaults written into the loops: 5 warm-up launches and 50 timed runs, whatever is asked."""
+    return timer()(launch, inputs, clock, synchronize)
+
+
+def evicting(launch, inputs, clock, synchronize, warmup=5, reps=50):
+    """Before each timed run, an untimed launch on another input leaves that one in the cache instead (the
+    lesson's other way: flush the cache before each run)."""
+    for i in range(warmup):
+        launch(inputs[i % len(inputs)])
+    synchronize()
+    times = []
+    for i in range(reps):
+        launch(inputs[(i + 1) % len(inputs)])
+        synchronize()
+        start = clock()
+        launch(inputs[i % len(inputs)])
+        synchronize()
+        times.append(clock() - start)
+    return statistics.median(times) * 1e3
+
+
 WRONG += [
+    Wrong("time_ms", "warmup and reps written in as 5 and 50 (the arguments ignored)", fixed_counts),
     Wrong("time_ms", "no warm-up (the median hides the compile)", timer(warmup=False)),
     Wrong("time_ms", "no synchronize", timer(sync=False)),
     Wrong("time_ms", "the sum of the runs", timer(combine=sum)),
@@ -221,4 +254,5 @@ RIGHT = [
     Right("ridge_predictions", "worked out from counted FLOPs and bytes", _predict()),
     Right("time_ms", "one reading per run boundary, middle of the sorted times", boundary_timer),
     Right("time_ms", "every launch timed, the first `warmup` times thrown away", discard_warmup_times),
+    Right("time_ms", "an untimed launch on another input before each timed run (a cache flush)", evicting),
 ]
