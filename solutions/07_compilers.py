@@ -58,7 +58,7 @@ def xla_fusion_count(fn, *args):
 
     hlo = jax.jit(fn).lower(*args).compile().as_text()
     entry = hlo[hlo.index("\nENTRY "):]
-    entry = entry[:entry.index("\n}")]  # the ENTRY computation ends at the first closing brace
+    entry = entry[:entry.index("\n}")]  # ENTRY ends at its first line that starts with "}"
     # each instruction is one line, `%name = shape opcode(operands), attributes`
     return len(re.findall(r"^\s*(?:ROOT )?%\S+ = .*? fusion\(", entry, re.M))
 

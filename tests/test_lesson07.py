@@ -118,6 +118,41 @@ ENTRY %main (x: f32[4]) -> (f32[4], f32[]) {
     assert spec.fusion_count(hlo) == 2  # a tuple-shaped (multi-output) fusion counts too
 
 
+@pytest.mark.parametrize("why, message", [
+    ("counts the instructions whose name ends in 'fusion'", "a name is only a name"),
+    ("counts only the fusions of kind kLoop", "of any kind"),
+])
+def test_a_miscount_by_name_or_kind_is_named(monkeypatch, why, message):
+    from mutants.lesson07 import WRONG
+
+    monkeypatch.setattr(importlib.import_module("helpers.check"), "MORE_CASES_S", 0.0)
+    (wrong,) = [w for w in WRONG if (w.exercise, w.why) == ("xla_fusions", why)]
+    with pytest.raises(CheckFailed, match=message):
+        check("xla_fusions", wrong.fn)
+
+
+def _logged(x, residual, gate):  # the print swapped for logging: a break inside the logging module
+    import logging
+
+    scale = torch.sigmoid(gate).mean()
+    logging.getLogger("lesson07").debug("gate scale %s", scale)
+    return residual + scale * F.gelu(x).clamp(-10.0, 10.0)
+
+
+def test_a_break_inside_a_library_names_the_line_of_the_function():
+    with pytest.raises(CheckFailed, match=r"at line \d+ `logging\.getLogger") as caught:
+        check("no_graph_breaks", _logged)
+    assert "inside it, __init__.py" in str(caught.value)
+
+
+def test_a_call_dynamo_skips_is_named_not_raised():
+    from mutants.lesson07 import WRONG
+
+    (wrong,) = [w for w in WRONG if w.why == "the mean in a helper wrapped in torch.compiler.disable"]
+    with pytest.raises(CheckFailed, match=r"cannot capture your function whole.*torch\.compiler\.disable"):
+        check("no_graph_breaks", wrong.fn)
+
+
 def test_one_fusion_for_the_chain():
     x = jnp.ones((8, 16))
     assert lesson07.xla_fusion_count(spec.chain_jax, x, jnp.ones(16), x, 0.5) == 1

@@ -82,6 +82,17 @@ def _wrong(why):
     ("roofline_point", "TB/s given in GB/s", "the time is read right"),
     ("roofline_point", "the chip argument ignored (always the H100's roof)", "another chip"),
     ("roofline_point", "the FLOPs read from metrics['counted'], the argument ignored", "`flops` argument"),
+    # a third adversarial pass
+    ("kernel_table", "a table made outside the function, kept between calls", "outlive the call"),
+    ("kernel_table", "totals and shares rounded for printing", "round only when printing"),
+    ("kernel_table", "shares over the kernels' time alone (copies and memsets left out of the total)",
+     "kernels' time alone"),
+    ("gpu_idle_share", "the latest end taken as the previous kernel's end (reached = end)",
+     "latest end seen"),
+    ("gpu_time_by_op", "launch calls looked up by the kernel-launch names (copies' and memsets' missed)",
+     "cudaMemsetAsync"),
+    ("diagnose", "the threshold as a fraction (0.6), the metrics being percentages", "not 0.6"),
+    ("roofline_point", "bytes written only", "written only"),
 ])
 def test_messages_name_the_mistake(monkeypatch, exercise, why, message):
     monkeypatch.setattr(importlib.import_module("helpers.check"), "MORE_CASES_S", 0.0)

@@ -6,9 +6,9 @@ produced, with the counters below.
 """
 
 import contextlib
-import functools
 import io
 import numbers
+import pathlib
 import re
 
 import numpy as np
@@ -112,6 +112,18 @@ def _plain(reason):
     return f"{hint} ({first})" if hint else first
 
 
+def _at(stack):
+    """Where Dynamo stopped, as a line of the learner's function (the stack's first frame), followed by
+    the line deeper down when Dynamo stopped inside something it calls (a library: logging, say)."""
+    if not stack:
+        return "?"
+    line = lambda frame: f"line {frame.lineno} `{(frame.line or '').strip()}`"  # noqa: E731
+    outer, inner = stack[0], stack[-1]
+    if (inner.filename, inner.lineno) == (outer.filename, outer.lineno):
+        return line(outer)
+    return f"{line(outer)} (inside it, {pathlib.Path(inner.filename).name} {line(inner)})"
+
+
 _SCALAR_READS = ("item", "tolist", "_local_scalar_dense")   # a tensor's value read into Python
 
 
@@ -147,9 +159,7 @@ def _run_without_breaks(fn, *args):
         lines = [f"Dynamo split your function into {report.graph_count} graph(s) with "
                  f"{report.graph_break_count} graph break(s):"]
         for reason in report.break_reasons:
-            frame = reason.user_stack[-1] if reason.user_stack else None
-            where = f"line {frame.lineno} `{(frame.line or '').strip()}`" if frame else "?"
-            lines.append(f"  at {where}: {_plain(reason.reason)}")
+            lines.append(f"  at {_at(reason.user_stack)}: {_plain(reason.reason)}")
         lines.append("Every break ends a graph (and its fusion); remove the cause, don't hide it.")
         raise CheckFailed("\n".join(lines))
     reads = _scalar_reads(report.graphs)
@@ -160,7 +170,13 @@ def _run_without_breaks(fn, *args):
                           f"there. Keep the value a tensor.")
     torch._dynamo.reset()
     captured = torch.compile(fn, backend="eager", fullgraph=True)
-    compiled = captured(*args)
+    try:
+        compiled = captured(*args)
+    except torch._dynamo.exc.Unsupported as e:   # a call Dynamo skips without counting it as a break
+        raise CheckFailed(f"Dynamo cannot capture your function whole: torch.compile(fn, fullgraph=True) "
+                          f"stops at {_at(getattr(e, 'real_stack', None))}: {str(e).splitlines()[0][:100]}. "
+                          f"Part of your function runs outside the graph (a helper wrapped in "
+                          f"torch.compiler.disable?): remove the cause, don't hide it.") from None
     if not (isinstance(compiled, torch.Tensor) and compiled.shape == out.shape
             and torch.allclose(compiled, out, rtol=1e-5, atol=1e-5)):
         raise CheckFailed("your function gives one answer when it runs eagerly and another when Dynamo "
@@ -199,15 +215,15 @@ def block_inputs(device=DEVICE):
             torch.randn(n, device=device), torch.randn(n, device=device))
 
 
-@functools.cache
-def _block_counts(device_type):
-    (code,) = compiled_code(block, *block_inputs(torch.device(device_type)))
-    generated, library = inductor_kernels(code)
-    return {"generated": len(generated), "library": len(library)}
+_COUNTS = {}   # device type -> what Inductor made for block there: compiled once per process
 
 
 def block_kernels_reference():
-    return _block_counts(DEVICE.type)
+    if DEVICE.type not in _COUNTS:
+        (code,) = compiled_code(block, *block_inputs())
+        generated, library = inductor_kernels(code)
+        _COUNTS[DEVICE.type] = {"generated": len(generated), "library": len(library)}
+    return dict(_COUNTS[DEVICE.type])
 
 
 _KEYS = ("generated", "library")
@@ -241,11 +257,24 @@ def _judge_prediction(out, expected):
     return "\n".join(["your prediction does not match what Inductor made on this device."] + wrong)
 
 
+def _compiles():
+    """Everything Dynamo, AOTAutograd and Inductor have counted in this process: it moves whenever
+    something is compiled, through torch.compile or by calling Inductor directly (make_fx, then
+    torch._inductor.compile, never enters Dynamo)."""
+    counters = torch._dynamo.utils.counters
+    return sum(sum(counters[stage].values()) for stage in ("frames", "aot_autograd", "inductor"))
+
+
 def _predicted_not_counted(fn):
-    """A prediction is made before compiling: fn must not run Dynamo (torch.compile) to find it."""
-    frames = torch._dynamo.utils.counters["frames"]["total"]
-    fn()
-    if torch._dynamo.utils.counters["frames"]["total"] != frames:
+    """A prediction is made before compiling: fn must not compile block to find it, nor ask this spec,
+    whose counts are set aside meanwhile (asking for them then compiles block, and shows)."""
+    before, kept = _compiles(), dict(_COUNTS)
+    _COUNTS.clear()
+    try:
+        fn()
+    finally:
+        _COUNTS.update(kept)
+    if _compiles() != before:
         return ("your function compiled something to find the counts. Predict them by reading "
                 "block, return the numbers, and count afterwards (the cell after the check).")
     return None
@@ -338,6 +367,8 @@ def _run_keeping_inputs(fn, *args):
 # no spaces (a tuple-shaped fusion missed); the regex that defines fusion_count, over the whole module.
 _FUSION_NO_ROOT = re.compile(r"^\s*%[\w.\-]+\s*=\s*(?:\([^)]*\)|\S+)\s+fusion\(", re.M)
 _FUSION_NO_TUPLE = re.compile(r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=\s*\S+\s+fusion\(", re.M)
+# ... an instruction whose name ends in "fusion" (most are, `%wrapped_copy` is not)
+_FUSION_NAMED = re.compile(r"^\s*(?:ROOT\s+)?%[\w\-]*fusion(?:\.\d+)?\s*=", re.M)
 
 
 def _fusion_slips(fn, args):
@@ -347,6 +378,7 @@ def _fusion_slips(fn, args):
     hlo = optimized_hlo(fn, *args)
     entry = entry_computation(hlo)
     before = jax.jit(fn).lower(*args).as_text(dialect="hlo")
+    start = hlo.index("\nENTRY ")
     return [
         (len(_FUSION_NO_ROOT.findall(entry)), "it misses the ROOT line: the instruction that gives ENTRY's "
          "result starts with `ROOT %name = ...` and may be a fusion too."),
@@ -359,6 +391,13 @@ def _fusion_slips(fn, args):
          "'fusion' (in a name, an operand or an attribute); only the opcode counts."),
         (fusion_count(before) if "\nENTRY " in before else None, "it reads the HLO before optimisation: "
          "fusions are made by the compiler, so compile first (`.compile()`), then read `.as_text()`."),
+        (len(_FUSION_NAMED.findall(entry)), "it reads the instructions' names, not their opcodes: XLA names "
+         "most fusions `..._fusion`, but a name is only a name (a fusion may be called `%wrapped_copy`). The "
+         "opcode is the word just before the operands' `(`."),
+        (entry.count("kind=kLoop"), "it counts only the fusions of kind kLoop: a fusion of any kind (kLoop, "
+         "kInput, kOutput, kCustom) has the opcode `fusion`."),
+        (len(_FUSION.findall(hlo[start:hlo.index("}", start)])), "it ends ENTRY at its first '}', and the "
+         "layout of a shape, such as `f32[8,4]{1,0}`, holds one: ENTRY ends at the line that is only `}`."),
     ]
 
 
@@ -371,6 +410,8 @@ def _judge_fusion_count(out, expected):
         whys = list(dict.fromkeys(why for count, why in _fusion_slips(fn, args) if count == out))
         if len(whys) == 1:
             return f"you counted {out} fusions where ENTRY has {expected}: {whys[0]}"
+        if len(whys) == 2:   # this case cannot tell the two apart: name both (more: the questions below)
+            return f"you counted {out} fusions where ENTRY has {expected}. Either " + " Or ".join(whys)
     if out > expected:
         return (f"you counted {out} fusions where ENTRY has {expected}. Count only the instructions of "
                 f"ENTRY (not the computations above it: a fusion's body, a branch) whose opcode is "
@@ -379,7 +420,8 @@ def _judge_fusion_count(out, expected):
     if out < expected:
         return (f"you counted {out} fusions where ENTRY has {expected}. Are you reading the optimized HLO "
                 f"(after `.compile()`)? Does your pattern match the ROOT line, and a fusion whose shape is "
-                f"a tuple, such as `(f32[8]{{0}}, s32[8]{{0}}) fusion(...)`?")
+                f"a tuple, such as `(f32[8]{{0}}, s32[8]{{0}}) fusion(...)`? Does your ENTRY end at the line "
+                f"that is only `}}` (a layout such as `{{1,0}}` holds one before it)?")
     return None
 
 

@@ -191,6 +191,21 @@ def _table_cases():
     return cases
 
 
+def _renamed(name, names):
+    """Whether `name` looks like one of `names` changed (shortened, cased, stripped), not another name."""
+    name = str(name).strip().lower()
+    return bool(name) and any(name in n.lower() or n.lower() in name for n in names)
+
+
+def _rounded(got, want):
+    """The number of decimals `got` is `want` rounded to (2 to 6), if it is that, else None: a value
+    rounded for printing, returned as the answer. (Not 0 or 1: a wrong answer such as 0 or 0.5 would
+    match by chance, and be told something close to the right value.)"""
+    if not (_number(got) and _number(want)) or _close(got, want):
+        return None
+    return next((digits for digits in range(2, 7) if got == round(want, digits)), None)
+
+
 def _explain_table(out, expected):
     answer, (kernels,) = out
     want, _ = expected
@@ -216,9 +231,13 @@ def _explain_table(out, expected):
     if set(names) != wanted:
         strange, missing = sorted(set(names) - wanted, key=str), sorted(wanted - set(names))
         if strange:
-            return (f"the rows name {len(set(names))} kernels, the events {len(want)}, and {len(strange)} of "
-                    f"your rows name a kernel no event carries ({str(strange[0])[:60]!r}): keep each name "
-                    f"exactly as the events spell it.")
+            said = (f"the rows name {len(set(names))} kernels, the events {len(want)}, and {len(strange)} of "
+                    f"your rows name a kernel no event carries ({str(strange[0])[:60]!r})")
+            if not any(_renamed(name, wanted) for name in strange):   # names of another list of events
+                return (f"{said}, nor resembles a name they carry. Does your table outlive the call (a dict "
+                        f"made outside the function keeps the last call's rows)? Start from an empty one "
+                        f"each time.")
+            return f"{said}: keep each name exactly as the events spell it."
         return (f"the rows name {len(set(names))} kernels, the events {len(want)}: no row for "
                 f"{missing[0][:60]!r}{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}. Every "
                 f"event's name gets a row, copies and memsets included.")
@@ -230,12 +249,23 @@ def _explain_table(out, expected):
             if row["calls"] == len(distinct):
                 return (f"row {i} ({row['name'][:60]!r}): 'calls' is {row['calls']!r}, one per distinct "
                         f"(start, duration). Identical events on two streams are two calls: count each.")
+            if row["calls"] > ref["calls"]:
+                return (f"row {i} ({row['name'][:60]!r}): 'calls' is {row['calls']!r}, more than the "
+                        f"number of events that carry that name ({ref['calls']}). Count each event once, "
+                        f"from an empty table on each call (one kept outside the function adds to the last "
+                        f"call's counts).")
             return (f"row {i} ({row['name'][:60]!r}): 'calls' is {row['calls']!r}; count the events that "
                     f"carry that name.")
         if not (_number(row["total_us"]) and _close(row["total_us"], ref["total_us"])):
+            digits = _rounded(row["total_us"], ref["total_us"])
+            if digits is not None:
+                return (f"row {i} ({row['name'][:60]!r}): 'total_us' is {row['total_us']!r}, the sum rounded "
+                        f"to {digits} decimals. Return the values as they are; round only when printing.")
             return (f"row {i} ({row['name'][:60]!r}): 'total_us' is {row['total_us']!r}; it is the sum of "
                     f"the durations of that name's events.")
     span = max(k["start_us"] + k["dur_us"] for k in kernels) - min(k["start_us"] for k in kernels)
+    everything = sum(k["dur_us"] for k in kernels)
+    kernels_only = sum(k["dur_us"] for k in kernels if k.get("cat", "kernel") == "kernel")
     for i, row in enumerate(answer):
         ref = by_name[row["name"]]
         if not (_number(row["share"]) and _close(row["share"], ref["share"])):
@@ -243,6 +273,15 @@ def _explain_table(out, expected):
                 return (f"row {i}: 'share' is the kernel's time over the step's wall time (first start to "
                         f"last end), which counts the GPU's idle gaps. Divide by the total time of all "
                         f"kernels, so the shares add up to 1.")
+            over_kernels = row["total_us"] / kernels_only if 0 < kernels_only < everything else None
+            if _number(row["share"]) and over_kernels is not None and _close(row["share"], over_kernels):
+                return (f"row {i}: 'share' is the row's time over the kernels' time alone. Copies and "
+                        f"memsets are GPU work too, with rows of their own: divide by the time of every "
+                        f"event, so the shares add up to 1.")
+            digits = _rounded(row["share"], ref["share"])
+            if digits is not None:
+                return (f"row {i} ({row['name'][:60]!r}): 'share' is {row['share']!r}, the share rounded to "
+                        f"{digits} decimals. Return the values as they are; round only when printing.")
             return (f"row {i} ({row['name'][:60]!r}): 'share' is {row['share']!r}; it is the row's total "
                     f"over the total time of all kernels (the shares add up to 1, the column adds up to "
                     f"{sum(r['share'] for r in answer if _number(r['share'])):.6g}).")
@@ -359,6 +398,30 @@ def _in_list_order(kernels):
     return shares
 
 
+def _merged_without_max(kernels):
+    """Idle shares that three usual slips of the merge give, on intervals sorted by start, each taking
+    the previous kernel's end for the latest end so far (a kernel inside a longer one then cuts it
+    short): a run's end set to each overlapping kernel's end, the part of a kernel past the previous
+    one's end counted busy, and a gap measured from the previous kernel's end."""
+    intervals = sorted((k["start_us"], k["start_us"] + k["dur_us"]) for k in kernels)
+    first, last = intervals[0][0], max(end for _, end in intervals)
+    if last <= first:
+        return []
+    runs, (run_start, run_end) = 0.0, intervals[0]
+    for start, end in intervals[1:]:
+        if start > run_end:
+            runs, run_start = runs + run_end - run_start, start
+        run_end = end
+    runs += run_end - run_start
+    past, reached = 0.0, first
+    for start, end in intervals:
+        past += max(0.0, end - max(start, reached))
+        reached = end
+    idle = sum(max(0.0, b[0] - a[1]) for a, b in zip(intervals, intervals[1:]))
+    return [(last - first - runs) / (last - first), (last - first - past) / (last - first),
+            idle / (last - first)]
+
+
 def _explain_idle(out, expected):
     answer, (kernels,) = out
     want, _ = expected
@@ -388,6 +451,10 @@ def _explain_idle(out, expected):
          "it ends the timeline where the last kernel to start ends; a kernel that started earlier can end "
          "later (here one does). The span ends at the latest end of any kernel."),
     ]
+    inner = ("it lets a kernel that lies inside another (a short one on a second stream, during a long one) "
+             "end the busy time. Keep the latest end seen so far (a max), and measure a gap from there, not "
+             "from the previous kernel's end.")
+    mistakes += [(share, inner) for share in _merged_without_max(kernels)]
     kernels_span = ("it takes the span from the first kernel's start or to the last kernel's end, leaving "
                     "out the memset or the copy at an end of this step. Copies and memsets keep the GPU busy "
                     "as kernels do: the span runs from the first event's start to the last event's end, "
@@ -406,6 +473,10 @@ def _explain_idle(out, expected):
             return f"your idle share is {answer:.6g}: {why}"
     if not 0 <= answer <= 1:
         return f"your idle share is {answer:.6g}: a share of the timeline lies between 0 and 1."
+    digits = _rounded(answer, want)
+    if digits is not None:
+        return (f"your idle share is {answer!r}, the share rounded to {digits} decimals. Return it as it is; "
+                f"round only when printing.")
     if _close(answer, 1 - want):
         return (f"your idle share is {answer:.6g}: that is the share during which kernels run. The "
                 f"exercise asks for the rest, the share during which none runs.")
@@ -424,12 +495,13 @@ NO_OP = "(no operator)"   # GPU events whose launch is not in the trace, or lies
 
 
 def _charge(events, launches=LAUNCHES, work=GPU_WORK, operators=("cpu_op",), via="launch", pick="innermost",
-            same_thread=True, time_of="gpu", orphans=True, named=""):
+            same_thread=True, time_of="gpu", orphans=True, named="", linked=GPU_WORK):
     """GPU time per operator. The defaults are the spec; each other value is a slip `explain` names:
     which launch categories count, which GPU events, which events are operators, whether the operator
     is found around the launch or around the GPU event's own start, the innermost or the outermost
     one, on the launch's thread or any, whose duration is summed, whether unattributed events are
-    kept under NO_OP, and whether operators are also picked by a prefix of their name."""
+    kept under NO_OP, whether operators are also picked by a prefix of their name, and which GPU
+    events' launches are looked up (the others charged to NO_OP)."""
     calls = {e["args"]["correlation"]: e for e in events
              if e.get("cat") in launches and "correlation" in e.get("args", {})}
     ops = [e for e in events
@@ -438,7 +510,7 @@ def _charge(events, launches=LAUNCHES, work=GPU_WORK, operators=("cpu_op",), via
     for g in events:
         if g.get("cat") not in work:
             continue
-        launch = calls.get(g.get("args", {}).get("correlation"))
+        launch = calls.get(g.get("args", {}).get("correlation")) if g.get("cat") in linked else None
         at = launch if via == "launch" else g
         around = [] if at is None else [
             o for o in ops if o["ts"] <= at["ts"] <= o["ts"] + o["dur"]
@@ -667,6 +739,10 @@ _SLIPS = [
      "only the operators named 'aten::...' were taken for operators. A custom operator (registered with "
      "torch.library, like 'course::rms_norm') is a 'cpu_op' too: find the operators by their cat, not by "
      "their name."),
+    (dict(linked=("kernel",)),
+     f"the copies and memsets are charged to {NO_OP!r}, as if they had no launch: their launch calls "
+     f"(cudaMemcpyAsync, cudaMemsetAsync) carry a correlation id too. Look up every GPU event's launch by "
+     f"its id, whatever the call's name."),
     (dict(operators=("cpu_op", "user_annotation")),
      "a record_function span (cat 'user_annotation', like 'step') was taken for an operator: only 'cpu_op' "
      "events are operators."),
@@ -700,14 +776,22 @@ def _explain_by_op(out, expected):
         if extra or missing:
             said = [f"{extra[0]!r} has a row but made none of this case's GPU events"] if extra else []
             said += [f"{missing[0]!r} made some but has no row"] if missing else []
+            unlinked = ("" if any("External id" in e.get("args", {}) for e in events) else
+                        " (If you link through 'External id': this trace's events carry none, as a trace may "
+                        "not; the correlation id is always there.)")
             return (f"{'; '.join(said)}. Charge each GPU event to the innermost 'cpu_op' around its launch "
-                    f"call (ts <= the launch's ts <= ts + dur, both ends included), on the launch's thread.")
+                    f"call (ts <= the launch's ts <= ts + dur, both ends included), on the launch's "
+                    f"thread.{unlinked}")
         for i, row in enumerate(answer):
             ref = by_op[row["op"]]
             if row["events"] != ref["events"]:
                 return (f"row {i} ({row['op']!r}): 'events' is {row['events']!r}; count the GPU events "
                         f"charged to that operator.")
             if not (_number(row["gpu_us"]) and _close(row["gpu_us"], ref["gpu_us"])):
+                digits = _rounded(row["gpu_us"], ref["gpu_us"])
+                if digits is not None:
+                    return (f"row {i} ({row['op']!r}): 'gpu_us' is {row['gpu_us']!r}, the sum rounded to "
+                            f"{digits} decimals. Return the values as they are; round only when printing.")
                 return (f"row {i} ({row['op']!r}): 'gpu_us' is {row['gpu_us']!r}; it is the sum of the 'dur' "
                         f"of the GPU events charged to that operator.")
     for i in range(1, len(answer)):
@@ -843,6 +927,8 @@ def _explain_diagnose(out, expected):
             (_bound(dram, sm, first_over="sm") if min(dram, sm) >= BOUND_AT and dram != sm else None,
              "both are at least 60% here: the larger of the two names the bound, whichever is tested first."),
             (_bound(dram, sm, at=80.0), "the threshold is 60% of peak (ncu's rule as the lesson states it)."),
+            (_bound(dram, sm, at=0.6), "both are below 60 here, so the kernel is latency-bound. The metrics "
+             "are percentages (0 to 100), not fractions: the threshold is 60, not 0.6."),
             (_bound(dram, sm) if min(dram, sm) >= BOUND_AT else "latency",
              "it asks both to reach 60%: the larger of the two reaching 60% is enough."),
             (_bound(dram, sm) if (dram + sm) / 2 >= BOUND_AT else "latency",
@@ -953,6 +1039,7 @@ def _explain_roofline(out, expected):
                 f"from what you are given: the FLOPs passed in, ncu's bytes and time.")
     if key in ("intensity", "tbs"):
         for nbytes, why in ((read, "the bytes read only: DRAM traffic is read + write"),
+                            (write, "the bytes written only: DRAM traffic is read + write"),
                             (metrics.get("counted", {}).get("bytes"), "the course's counted bytes: this "
                              "point is placed by what ncu measured (dram__bytes_read + dram__bytes_write)"),
                             (metrics.get("lts__t_bytes.sum"), "L2 traffic (lts__t_bytes): the roofline's "

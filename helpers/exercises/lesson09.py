@@ -21,7 +21,10 @@ programs a launch ran, which elements each stored, which tile each of `tma_matmu
 stored (program p the tile tile_coords(p) gives: lesson 04's grouped order, which the values do not
 show), how many tiles each program stored (no program more than its share, cdiv(tiles, programs)),
 whether a program stored a tile wholly past the output (those products fill their tiles exactly, so
-that a count of tiles one too many shows), and how often each residual element was read.
+that a count of tiles one too many shows), how often each residual element was read, and how many
+multiply-adds the kernel's tl.dot calls did: the product's, no more (a tile computed twice, or past the
+last with its store guarded) and no fewer (a product from NumPy, which no meter sees, copied out or
+given its epilogue by a kernel that does no tl.dot).
 `tma_matmul` and `persistent_matmul` run one more product in the interpreter with another tile of
 three sizes: 32 x 64 x 16 where the lesson's tile is square (a GPU's 128 x 128), so that BLOCK_M and
 BLOCK_N mixed up show there too, and 64 x 32 x 32 where the lesson's is the CPU's 32 x 64 x 16, so
@@ -442,13 +445,42 @@ def _stored_twice(stores, N, where):
             f"tile, and that the store comes after the loop.")
 
 
+def _dot_count(where, dots, M, K, N, tile):
+    """A message if the multiply-adds of the recorded tl.dot calls are not those an (M, K) @ (K, N)
+    product needs in tiles of the kernel's own size (the first dot's; `tile`, (BLOCK_M, BLOCK_N,
+    BLOCK_K), if it ran none): cdiv(M, BLOCK_M) x cdiv(N, BLOCK_N) tiles, each over cdiv(K, BLOCK_K)
+    steps. More: a tile computed twice or past the last, or a K step past K, whatever was stored. Fewer,
+    with every value right (the cases passed first): the rest came from elsewhere, NumPy before a launch
+    that only copies tiles, say, where neither the PyTorch meter nor the stores' count looks."""
+    BM, BN, BK = tile
+    if dots:
+        BM, BK, BN = dots[0].shape
+    tiles, steps = math.ceil(M / BM) * math.ceil(N / BN), math.ceil(K / BK)
+    need, done = tiles * steps * BM * BN * BK, sum(math.prod(d.shape) for d in dots)
+    words = f"the product's {tiles} tile(s) of {BM} x {BN}, each over {steps} K step(s) of {BK},"
+    if done > need:
+        return (f"{where}'s tl.dot calls did {done:,} multiply-adds where {words} need {need:,}: "
+                f"{done / need:.2f} times the work. Each tile is computed once, by one program, over K "
+                f"once: no program goes past the last tile (even with its store guarded), and the K loop "
+                f"stops at K.")
+    if done < need:
+        ran, part = ((f"'s tl.dot calls did {done:,} multiply-adds", "the rest of the product") if done
+                     else (" ran no tl.dot", "the product"))
+        return (f"{where}{ran}, where {words} need {need:,}. The values are right, so {part} was "
+                f"computed somewhere else: before the launch (by PyTorch or NumPy), or in the kernel "
+                f"without tl.dot. The product is the kernel's work, on the tensor cores: each output tile "
+                f"is the tl.dot of its tiles of the two operands, over every step of K.")
+    return None
+
+
 def _work_done(fn, *programs):
     """On float16 A and B: every tl.dot multiplies float16 tiles as loaded, and the dots' multiply-adds
     add up to the product's, tile by tile and K step by K step (cdiv(M, BLOCK_M) x cdiv(N, BLOCK_N)
     tiles, each over cdiv(K, BLOCK_K) steps): no tile computed twice or past the last, no K step past
-    K, however the values come out; and, with one program per tile, each element of C stored once.
-    2 x 3 tiles cut by C's edges, K in 3 steps, the last partial; with `programs` = 4, more tiles than
-    programs and a count they do not divide."""
+    K, however the values come out; none computed outside tl.dot either (a result from NumPy, copied
+    out by a kernel, passes every other count); and, with one program per tile, each element of C
+    stored once. 2 x 3 tiles cut by C's edges, K in 3 steps, the last partial; with `programs` = 4,
+    more tiles than programs and a count they do not divide."""
     from helpers.solutions import load_solution
 
     BM, BN, BK = load_solution("09").TMA_TILE   # the lesson's tile: the sizes (2 x 3 tiles, 3 K steps)
@@ -465,17 +497,9 @@ def _work_done(fn, *programs):
         return (f"{where}'s tl.dot multiplied {' and '.join(other[0])} tiles: the tiles were converted "
                 f"before their product. tl.dot takes them as loaded, float16 on the tensor cores, and adds "
                 f"into the float32 accumulator it is given.")
-    if dots:   # the tile the kernel ran: its launcher's, which may be its own
-        BM, BK, BN = dots[0].shape
-    tiles, steps = math.ceil(M / BM) * math.ceil(N / BN), math.ceil(K / BK)
-    need, done = tiles * steps * BM * BN * BK, sum(math.prod(d.shape) for d in dots)
-    if done > need:
-        return (f"{where}'s tl.dot calls did {done:,} multiply-adds where the product's {tiles} tiles of "
-                f"{BM} x {BN}, each over {steps} K steps of {BK}, need {need:,}: {done / need:.2f} times "
-                f"the work. Each tile is computed once, by one program, over K once: no program goes "
-                f"past the last tile, and the K loop stops at K.")
-    if programs:
-        return None
+    counted = _dot_count(where, dots, M, K, N, (BM, BN, BK))
+    if counted or programs:
+        return counted
     stores = _stores(launches)
     return _stored_twice(stores, N, where)
 
@@ -592,7 +616,9 @@ def _linear_cases():
 
 def _epilogue_structure(fn):
     """One launch stores the output, with min(SMS, tiles) programs, none storing more than its share
-    of the tiles; each element of the output is stored once; each element of the residual is loaded
+    of the tiles; each element of the output is stored once; the tl.dot calls do the product's
+    multiply-adds (_dot_count), no more (a tile computed past the last, its store guarded) and no
+    fewer; each row's scale is loaded once per tile holding it; each element of the residual is loaded
     once (its loads are found by the elements they cover, whatever the kernel names its argument)."""
     # more output tiles than SMS, even at 256 x 256 tiles: one program per tile is then told apart from
     # a persistent grid (on a GPU 132 SMs: about 3,000 x 3,000 outputs, run through the interpreter)
@@ -603,7 +629,8 @@ def _epilogue_structure(fn):
     M, N = pick((3 * 64, 3 * 128), (3072, 3072))
     K = _aligned(40, 72, F32)
     h, w, s, r = _linear_operands(M, K, N, F32, True, True, True)
-    launches, problem = _recorded(fn, h, w, s, r, touches=True)
+    with interpreter.dots() as dots:
+        launches, problem = _recorded(fn, h, w, s, r, touches=True)
     if problem:
         return problem
     where = f"for h ({M}, {K}), w ({N}, {K}), a scale and a residual, your code"
@@ -631,6 +658,13 @@ def _epilogue_structure(fn):
     unshared = _unshared(stores, ran, where)
     if unshared:
         return unshared
+    # before the scale's count: a walk past the last tile with its store alone guarded loads the scale
+    # for those tiles too, and the count of products says which mistake that is
+    from helpers.solutions import load_solution
+
+    counted = _dot_count(where, dots, M, K, N, load_solution("09").LINEAR_TILES[0][:3])
+    if counted:
+        return counted
     wanted = (np.arange(M)[:, None] * r.stride(0) + np.arange(N)[None, :]).reshape(-1)
     reads = {}
     for _pid, name, kind, offs in main.touches:
@@ -679,8 +713,8 @@ def _linear_dividing_count(fn):
 
 def _linear_structure(fn):
     """_epilogue_structure, the shares where the programs divide the tiles (_linear_dividing_count), the
-    mainloop's products in the inputs' dtype (_dots_as_loaded), then the product with unequal blocks
-    (_linear_unequal_blocks)."""
+    mainloop's products in the inputs' dtype and as many as the product's (_dots_as_loaded), then the
+    product with unequal blocks (_linear_unequal_blocks)."""
     return (_epilogue_structure(fn) or _linear_dividing_count(fn) or _dots_as_loaded(fn)
             or _linear_unequal_blocks(fn))
 
@@ -689,21 +723,24 @@ def _dots_as_loaded(fn):
     """On float16 h and w, with a scale and a residual, every tl.dot multiplies float16 tiles: the
     mainloop feeds the tensor cores the tiles as they arrive, and the epilogue works on the float32
     accumulator. A tile converted before its product (the scale applied to h's tiles in the K loop,
-    say) shows as float32 operands."""
+    say) shows as float32 operands. And the dots' multiply-adds are the product's (_dot_count): none
+    computed outside tl.dot (h @ w.T from NumPy, the kernel doing only the epilogue), none twice."""
+    from helpers.solutions import load_solution
+
     M, K, N = 70, 40, 136
     h, w, scale, residual = _linear_operands(M, K, N, torch.float16, True, True, False)
     with interpreter.dots() as dots:
         _launches, problem = _recorded(fn, h, w, scale, residual)
     if problem:
         return problem
+    where = f"for float16 h ({M}, {K}) and w ({N}, {K}) with a scale and a residual, your kernel"
     other = sorted({d.dtypes for d in dots if d.dtypes != ("float16", "float16")})
     if other:
-        return (f"for float16 h ({M}, {K}) and w ({N}, {K}) with a scale and a residual, your kernel's "
-                f"tl.dot multiplied {' and '.join(other[0])} tiles: h's or w's tiles were converted "
-                f"before their product (the scale applied to h's tiles inside the K loop, say). The "
-                f"mainloop multiplies the tiles as they arrive, float16 on the tensor cores; the scale goes "
-                f"onto the float32 accumulator in the epilogue, once per output tile.")
-    return None
+        return (f"{where}'s tl.dot multiplied {' and '.join(other[0])} tiles: h's or w's tiles were "
+                f"converted before their product (the scale applied to h's tiles inside the K loop, say). "
+                f"The mainloop multiplies the tiles as they arrive, float16 on the tensor cores; the scale "
+                f"goes onto the float32 accumulator in the epilogue, once per output tile.")
+    return _dot_count(where, dots, M, K, N, load_solution("09").LINEAR_TILES[0][:3])
 
 
 def _linear_unequal_blocks(fn):

@@ -193,3 +193,61 @@ RIGHT = [
     Right("no_graph_breaks", "gelu of the input clamped to [-10, 10]", _clamp_input),
     Right("xla_fusions", "opcodes parsed line by line, no regex", _count_opcodes),
 ]
+
+
+# From a third adversarial pass: counts asked of the spec or of Inductor without Dynamo, a helper hidden
+# from Dynamo, and fusions counted by name, by kind, or in an ENTRY cut short.
+
+
+def _asked_the_spec():
+    """The counts of the spec's own reference: it compiled block, so this is a count, not a prediction."""
+    from helpers.exercises.lesson07 import block_kernels_reference
+
+    return block_kernels_reference()
+
+
+def _counted_without_dynamo():
+    """block traced by make_fx and handed to Inductor directly: no Dynamo frame, a compile all the same."""
+    from torch._inductor.utils import run_and_get_code
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    args = block_inputs()
+    graph = make_fx(block)(*args)
+    _, (code,) = run_and_get_code(lambda: torch._inductor.compile(graph, list(args))(*args))
+    generated, library = inductor_kernels(code)
+    return {"generated": len(generated), "library": len(library)}
+
+
+def _mean_hidden(x, residual, gate):
+    scale = torch.compiler.disable(lambda g: torch.sigmoid(g).mean())(gate)   # skipped: not in the graph
+    return residual + scale * F.gelu(x).clamp(-10.0, 10.0)
+
+
+def _clamp_above_only(x, residual, gate):
+    return residual + torch.sigmoid(gate).mean() * F.gelu(x).clamp(max=10.0)   # gelu(x) >= -0.17 anyway
+
+
+def _fusions_by_name(fn, *args):
+    return len(re.findall(r"^\s*(?:ROOT )?%\w*fusion(?:\.\d+)? = ", _entry(_hlo(fn, *args)), re.M))
+
+
+def _fusions_by_kind_attribute(fn, *args):
+    return _entry(_hlo(fn, *args)).count(", kind=k")   # every fusion instruction, and only they, has a kind
+
+
+WRONG += [
+    Wrong("inductor_kernels", "the spec's reference asked for the counts", _asked_the_spec),
+    Wrong("inductor_kernels", "counted through make_fx and torch._inductor.compile (no Dynamo frame)",
+          _counted_without_dynamo),
+    Wrong("no_graph_breaks", "the mean in a helper wrapped in torch.compiler.disable", _mean_hidden),
+    Wrong("xla_fusions", "counts the instructions whose name ends in 'fusion'", _fusions_by_name),
+    Wrong("xla_fusions", "counts only the fusions of kind kLoop",
+          lambda fn, *args: _entry(_hlo(fn, *args)).count("kind=kLoop")),
+    Wrong("xla_fusions", "ENTRY cut at its first '}' (a layout's brace)",
+          edit("07", "xla_fusion_count", ('entry = entry[:entry.index("\\n}")]', 'entry = entry[:entry.index("}")]'))),
+]
+
+RIGHT += [
+    Right("no_graph_breaks", "clamp(max=10) only: gelu never goes below -10", _clamp_above_only),
+    Right("xla_fusions", "the kind= attributes of ENTRY counted", _fusions_by_kind_attribute),
+]

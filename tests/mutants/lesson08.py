@@ -319,3 +319,92 @@ WRONG += [
         "08", "roofline_point", ('roof = min(spec.tflops["fp16"], intensity * spec.bandwidth_tbs)',
                                  'roof = min(spec.tflops["tf32"], intensity * spec.bandwidth_tbs)'))),
 ]
+
+# From a third adversarial pass: a table that outlives the call, values rounded for printing, shares over
+# the kernels alone, a merge that forgets the latest end, copies' launches not looked up, fractions for
+# percentages, the bytes written only.
+
+_kept = {}   # a table made outside the function: each call adds to the last one's rows
+
+
+def _table_kept_between_calls(kernels):
+    for k in kernels:
+        row = _kept.setdefault(k["name"], {"name": k["name"], "calls": 0, "total_us": 0.0})
+        row["calls"] += 1
+        row["total_us"] += k["dur_us"]
+    everything = sum(row["total_us"] for row in _kept.values())
+    rows = [{**row, "share": row["total_us"] / everything} for row in _kept.values()]
+    return sorted(rows, key=lambda row: (-row["total_us"], row["name"]))
+
+
+def _table_by_groupby(kernels):
+    """itertools.groupby over the events sorted by name, math.fsum for the sums."""
+    import itertools
+    import math
+
+    rows = []
+    for name, group in itertools.groupby(sorted(kernels, key=lambda k: k["name"]), key=lambda k: k["name"]):
+        durations = [k["dur_us"] for k in group]
+        rows.append({"name": name, "calls": len(durations), "total_us": math.fsum(durations)})
+    everything = math.fsum(row["total_us"] for row in rows)
+    rows = [{**row, "share": row["total_us"] / everything} for row in rows]
+    return sorted(rows, key=lambda row: (-row["total_us"], row["name"]))
+
+
+def _by_op_latest_start(events):
+    """The innermost operator as the one that started last around the launch (the shorter on equal starts)."""
+    calls = {e["args"]["correlation"]: e for e in events
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    rows = collections.defaultdict(lambda: {"gpu_us": 0.0, "events": 0})
+    for e in events:
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        launch = calls.get(e["args"].get("correlation"))
+        around = [o for o in ops if launch and o["tid"] == launch["tid"]
+                  and o["ts"] <= launch["ts"] <= o["ts"] + o["dur"]]
+        op = max(around, key=lambda o: (o["ts"], -o["dur"]))["name"] if around else "(no operator)"
+        rows[op]["gpu_us"] += e["dur"]
+        rows[op]["events"] += 1
+    return [{"op": op, **row} for op, row in sorted(rows.items(), key=lambda item: (-item[1]["gpu_us"], item[0]))]
+
+
+def _roofline_by_ridge(metrics, flops, chip):
+    """The roof chosen by comparing the intensity with the chip's ridge point."""
+    spec = CHIPS[chip]
+    nbytes = metrics["dram__bytes_read.sum"] + metrics["dram__bytes_write.sum"]
+    seconds = metrics["gpu__time_duration.sum"] / 1e9
+    intensity = flops / nbytes
+    roof = spec.tflops["fp16"] if intensity >= spec.ridge() else intensity * spec.bandwidth_tbs
+    tflops = flops / seconds / 1e12
+    return {"intensity": intensity, "tflops": tflops, "tbs": nbytes / seconds / 1e12, "roof_tflops": roof,
+            "fraction": tflops / roof}
+
+
+_ROWS = 'return sorted(rows.values(), key=lambda row: (-row["total_us"], row["name"]))'
+
+WRONG += [
+    Wrong("kernel_table", "a table made outside the function, kept between calls", _table_kept_between_calls),
+    Wrong("kernel_table", "totals and shares rounded for printing", edit(
+        "08", "kernel_table", (_ROWS, 'rows = {n: {**r, "total_us": round(r["total_us"], 2), "share": round(r["share"], 3)}\n'
+                                      '            for n, r in rows.items()}\n    ' + _ROWS))),
+    Wrong("kernel_table", "shares over the kernels' time alone (copies and memsets left out of the total)", edit(
+        "08", "kernel_table", ('all_kernels = sum(row["total_us"] for row in rows.values())',
+                               'all_kernels = sum(k["dur_us"] for k in kernels if k["cat"] == "kernel")'))),
+    Wrong("gpu_idle_share", "the latest end taken as the previous kernel's end (reached = end)", edit(
+        "08", "gpu_idle_share", ("reached = max(reached, end)", "reached = end"))),
+    Wrong("gpu_time_by_op", "launch calls looked up by the kernel-launch names (copies' and memsets' missed)", edit(
+        "08", "gpu_time_by_op", ('if e.get("cat") in ("cuda_runtime", "cuda_driver")',
+                                 'if e.get("name") in ("cudaLaunchKernel", "cuLaunchKernelEx")'))),
+    Wrong("diagnose", "the threshold as a fraction (0.6), the metrics being percentages", edit(
+        "08", "diagnose", ("if max(dram, sm) < 60:", "if max(dram, sm) < 0.6:"))),
+    Wrong("roofline_point", "bytes written only", edit(
+        "08", "roofline_point", ('nbytes = metrics["dram__bytes_read.sum"] + metrics["dram__bytes_write.sum"]',
+                                 'nbytes = metrics["dram__bytes_write.sum"]'))),
+]
+
+RIGHT += [
+    Right("kernel_table", "itertools.groupby and math.fsum", _table_by_groupby),
+    Right("gpu_time_by_op", "the innermost as the latest to start (the shorter on equal starts)", _by_op_latest_start),
+    Right("roofline_point", "the roof chosen by the ridge point", _roofline_by_ridge),
+]

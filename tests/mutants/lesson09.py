@@ -16,6 +16,7 @@ from mutants import Right, Wrong, edit
 # Loading the solution also sets Triton's allocator, which descriptors built in a kernel need on a GPU.
 course = load_solution("09")
 tile_coords = course.tile_coords
+tile_origin = course.tile_origin
 
 # ---------------------------------------------------------------- 1. tma_matmul
 
@@ -416,4 +417,89 @@ WRONG += [
     Wrong("linear", "h's descriptor given w's row stride", edit(
         "09", "linear", ("h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_h, 1],",
                          "h_desc = tl.make_tensor_descriptor(h_ptr, shape=[M, K], strides=[stride_w, 1],"))),
+]
+
+# ---------------------------------------------------------------- the product computed outside the kernel
+#
+# NumPy computes the product (where the PyTorch meter does not look), and a kernel only copies its tiles
+# out, or adds the epilogue: every value right, every tile stored once by descriptor, in the right order.
+# Only the count of tl.dot's multiply-adds (helpers/exercises/lesson09.py, _dot_count) tells.
+
+
+def _numpy_product(x, y, dtype):
+    """x @ y by NumPy, in float64, rounded to `dtype` (NumPy's), handed back on x's device."""
+    import numpy as np
+
+    product = x.cpu().numpy().astype(np.float64) @ y.cpu().numpy().astype(np.float64)
+    return torch.from_numpy(product.astype(dtype)).to(x.device)
+
+
+@triton.jit
+def copy_tiles_kernel(src_desc, c_desc, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      GROUP_M: tl.constexpr):
+    """C's tiles copied from src, program p walking tiles p, p + P, ... in lesson 04's grouped order."""
+    num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    for tile in range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0)):
+        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], src_desc.load([pid_m * BLOCK_M, pid_n * BLOCK_N]))
+
+
+def numpy_then_copy(a, b, programs=None):
+    """a @ b by NumPy, copied into C through descriptors: one program per tile (tma_matmul), or
+    `programs` programs (persistent_matmul)."""
+    (M, _), N = a.shape, b.shape[1]
+    src = _numpy_product(a, b, "float16" if a.dtype == torch.float16 else "float32")
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    BM, BN, _ = course.TMA_TILE
+    grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),) if programs is None else (programs,)
+    copy_tiles_kernel[grid](course.descriptor(src, [BM, BN]), course.descriptor(c, [BM, BN]), M, N,
+                            BLOCK_M=BM, BLOCK_N=BN, GROUP_M=8)
+    return c
+
+
+@triton.jit
+def epilogue_only_kernel(p_ptr, s_ptr, r_ptr, out_ptr, M, N, stride_r, HAS_SCALE: tl.constexpr,
+                         HAS_RESIDUAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out = s[:, None] * p + r from a product p (M, N, contiguous) computed elsewhere; persistent."""
+    p_desc = tl.make_tensor_descriptor(p_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    out_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1],
+                                         block_shape=[BLOCK_M, BLOCK_N])
+    if HAS_RESIDUAL:
+        r_desc = tl.make_tensor_descriptor(r_ptr, shape=[M, N], strides=[stride_r, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
+    for tile in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N), tl.num_programs(0)):
+        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, 8)
+        acc = p_desc.load([off_m, off_n])
+        if HAS_SCALE:
+            rows = off_m + tl.arange(0, BLOCK_M)
+            acc = acc * tl.load(s_ptr + rows, mask=rows < M, other=0.0)[:, None]
+        if HAS_RESIDUAL:
+            acc = acc + r_desc.load([off_m, off_n]).to(tl.float32)
+        out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
+
+
+def numpy_product_then_epilogue(h, w, scale=None, residual=None):
+    """h @ w.T by NumPy (float32), the scale and the residual added by a persistent kernel."""
+    M, N = h.shape[0], w.shape[0]
+    p, out = _numpy_product(h, w.T, "float32"), torch.empty((M, N), device=h.device, dtype=h.dtype)
+    grid = (min(course.SMS, triton.cdiv(M, 64) * triton.cdiv(N, 64)),)
+    epilogue_only_kernel[grid](p, scale, residual, out, M, N, 0 if residual is None else residual.stride(0),
+                               HAS_SCALE=scale is not None, HAS_RESIDUAL=residual is not None,
+                               BLOCK_M=64, BLOCK_N=64)
+    return out
+
+
+WRONG += [
+    Wrong("tma_matmul", "NumPy computes C; a kernel copies its tiles out by descriptor, in order",
+          lambda a, b: numpy_then_copy(a, b)),
+    Wrong("persistent_matmul", "NumPy computes C; a persistent kernel copies its tiles out",
+          numpy_then_copy),
+    Wrong("linear", "NumPy computes h @ w.T; the kernel adds only the epilogue", numpy_product_then_epilogue),
+    # the values and the stores are right: only the count of products shows the tiles past the last
+    Wrong("linear", "every program walks as many tiles as program 0, only the store guarded", edit(
+        "09", "linear", (LINEAR_LOOP, "    for i in tl.range(0, tl.cdiv(n_tiles, tl.num_programs(0)), flatten=FLATTEN,"),
+        ("        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)\n",
+         "        tile = tl.program_id(0) + i * tl.num_programs(0)\n"
+         "        off_m, off_n = tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)\n"),
+        (STORE, "        if tile < n_tiles:\n    " + STORE))),
 ]
