@@ -668,7 +668,8 @@ def check(name, fn):
     finally:
         records.append(ex.lesson, ex.name, status, " ".join(message.splitlines()[:2]))
     _passed.add(ex.name)
-    print(f"✓ {name}: all {n_cases} cases match the reference ({DEVICE.type}).")
+    matched = "the one case matches" if n_cases == 1 else f"all {n_cases} cases match"
+    print(f"✓ {name}: {matched} the reference ({DEVICE.type}).")
 
 
 def passed(*names):
@@ -745,13 +746,23 @@ def _run_cases(ex, fn, on_case=None):
             lines.append(f"({skipped} later case(s) not run.)")
         raise CheckFailed("\n".join(lines))
     if failures:
-        raise NotDone("Nothing was written to the output in any case: the kernel body looks untouched.")
+        raise NotDone("Nothing was written to the output in any case: the kernel body looks untouched. (If "
+                      "your kernel does store, what it stored was computed from the output's own contents, "
+                      "which torch.empty leaves unset: the check's poison came through.)")
     if launched and not ON_GPU and gpu_compile.available():
         if on_case is not None:
             on_case("your kernel, compiled as a GPU would")
         problem = _not_compiled(launched)
         if problem:
             raise CheckFailed(f"every case gives the right values here, but {problem}")
+    # PyTorch's work beside the kernel first: where it computed the result, the line that did is the
+    # clearest thing to say (a structure rule would only see a kernel doing too little)
+    if ex.kernel and ex.torch_ops is not None:
+        if on_case is not None:
+            on_case("what PyTorch computes beside your kernel, on a small input")
+        problem = _computed_beside(ex, fn, cases)
+        if problem:
+            raise CheckFailed(f"every case gives the right values, but {problem}")
     if ex.structure is not None:
         if on_case is not None:
             on_case("its structure, measured on a small input")
@@ -760,12 +771,6 @@ def _run_cases(ex, fn, on_case=None):
                 problem = ex.structure(fn)
         except Exception as e:  # noqa: BLE001  (the learner's code, run once more to measure it)
             problem = f"measuring its structure on a small input, {_explain_exception(e)}"
-        if problem:
-            raise CheckFailed(f"every case gives the right values, but {problem}")
-    if ex.kernel and ex.torch_ops is not None:
-        if on_case is not None:
-            on_case("what PyTorch computes beside your kernel, on a small input")
-        problem = _computed_beside(ex, fn, cases)
         if problem:
             raise CheckFailed(f"every case gives the right values, but {problem}")
     if ex.kernel:

@@ -383,7 +383,9 @@ if passed("grouped_order"):
 # one case is float32, where C keeps a's dtype. Last, it gives your autotuner tiles of 32 × 64 × 16
 # in groups of 2 tile rows for one more product: on the CPU every tile is 64 × 64 × 64 (and a GPU's
 # autotuner may choose square ones), where `BLOCK_M`, `BLOCK_N` and `BLOCK_K` mixed up go unnoticed,
-# and the other cases have fewer tile rows than a group, where a slip in the grouped order does.
+# and the other cases have fewer tile rows than a group, where a slip in the grouped order does. The
+# values come out right in any tile order, so it also watches which tile each program stores, on 5 × 3
+# tiles in groups of 3 rows: program `p` must store the tile `grouped_order` gives it.
 
 # %% tags=["exercise"]
 @triton.jit

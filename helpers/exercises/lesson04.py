@@ -15,10 +15,19 @@ import random
 
 import torch
 import torch.nn.functional as F
+import triton
 
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
-from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, kernel_beside, rerun, rerun_with_config
+from helpers.exercises import (
+    UNEQUAL_BLOCKS_WHY,
+    Case,
+    Exercise,
+    kernel_beside,
+    rerun,
+    rerun_with_config,
+    tuned_over,
+)
 from helpers.exercises.lesson02 import fused
 
 
@@ -119,6 +128,42 @@ def grouped_order_reference(pid, num_pid_m, num_pid_n, group_m):
     first_m = (pid // per_group) * group_m
     rows = min(num_pid_m - first_m, group_m)
     return first_m + (pid % per_group) % rows, (pid % per_group) // rows
+
+
+def tile_order_problem(stores, tiles, block, n_cols, group_m, where):
+    """A message if some program did not store the tile grouped_order_reference gives it, else None.
+
+    `stores`: [(pid, offsets)], one store of a tile each (an interpreter record's touches), its offsets
+    elements of a contiguous output with `n_cols` columns; `tiles` = (num_pid_m, num_pid_n), `block` =
+    (BLOCK_M, BLOCK_N). The values come out right in any order, so only where each program stores shows
+    the order. Where every program follows one other order (row-major, column-major, groups of another
+    size), the message names it."""
+    (tiles_m, tiles_n), (block_m, block_n) = tiles, block
+    got = {}
+    for pid, offs in stores:
+        if pid[1:] != (0, 0):
+            return (f"{where} ran program {pid} on a grid of more than one dimension. The launcher's grid "
+                    f"is 1-D, one program per tile: program_id(0) is the tile's number, and the grouped "
+                    f"order gives its row and column.")
+        first = int(offs.min())
+        got[pid[0]] = (first // n_cols // block_m, first % n_cols // block_n)
+    order = lambda g: {t: grouped_order_reference(t, tiles_m, tiles_n, g) for t in got}  # noqa: E731
+    if got == order(group_m):
+        return None
+    tile = next(t for t in sorted(got) if got[t] != order(group_m)[t])
+    want = order(group_m)[tile]
+    others = {1: " (row-major: pid // num_pid_n, pid % num_pid_n)",
+              tiles_m: f" (column-major: pid % num_pid_m, pid // num_pid_m, as groups of {tiles_m} tile rows "
+                       f"or more give)"}
+    others.update({g: f" (groups of {g} tile rows, not GROUP_M = {group_m}: is a group size written in?)"
+                   for g in range(2, tiles_m) if g != group_m})
+    named = next((words for g, words in others.items() if got == order(g)), "")
+    return (f"{where}'s program {tile} stored the tile at tile row {got[tile][0]}, column {got[tile][1]}"
+            f"{named}. In lesson 04's grouped order program {tile} computes tile row {want[0]}, column "
+            f"{want[1]}: tile_coords(program_id(0), num_pid_m, num_pid_n, GROUP_M) gives them, with "
+            f"num_pid_m = cdiv(M, BLOCK_M) = {tiles_m}, num_pid_n = cdiv(N, BLOCK_N) = {tiles_n} and "
+            f"GROUP_M = {group_m}. The values come out right in any order; the order decides which tiles of "
+            f"A and B the programs running together share in L2.")
 
 
 def _every_program(fn, num_pid_m, num_pid_n, group_m):
@@ -242,6 +287,29 @@ def _unequal_blocks(kernel_name, with_bias):
     return check
 
 
+def _in_grouped_order(fn):
+    """Program p stores the tile the grouped order gives it (step 1): matmul_kernel's autotuner given
+    32 x 64 x 16 tiles in groups of 3 tile rows for one call on a (150, 40) @ (40, 184) product, in the
+    interpreter. 5 x 3 tiles: row-major order, column-major order, groups of another size (8 written in
+    for GROUP_M, say) and a last group of 2 rows taken as a full one each put some program on another
+    tile, though the values come out right in every one of them: only the stores show the order."""
+    kernel = getattr(fn, "__globals__", {}).get("matmul_kernel")
+    if not hasattr(kernel, "configs"):   # another design of the learner's own: nothing to run
+        return None
+    M, K, N, group = 150, 40, 184, 3
+    a = torch.randn(M, K, device=DEVICE, dtype=torch.float16)
+    b = (torch.randn(K, N, device=DEVICE) / K**0.5).half()
+    config = triton.Config({"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": group}, num_warps=4,
+                           num_stages=1)
+    with tuned_over(kernel, [config]), interpreter.record(touches=True) as rec:
+        fn(a, b)
+    stores = [(pid, offs) for launch in rec.launches for pid, _arg, kind, offs in launch.touches
+              if kind == "store"]
+    where = (f"run with BLOCK_M, BLOCK_N = 32, 64 and GROUP_M = {group} on a ({M}, {K}) @ ({K}, {N}) product "
+             f"(5 x 3 tiles) in the interpreter, your kernel")
+    return tile_order_problem(stores, (5, 3), (32, 64), N, group, where)
+
+
 # Computed in float32 and rounded once at the store, the output is within half a unit in the last
 # place of the exact one: 2**-11 of it in float16 (rtol). atol covers what the float32 partial sums
 # lose over a K of a few thousand (tensor cores may truncate them instead of rounding). A bias add
@@ -334,7 +402,8 @@ EXERCISES = [
              run=_every_program, reference_in_float64=False),
     Exercise("04", "matmul", "tiled matmul with tl.dot", matmul_reference, _matmul_cases, kernel=True,
              structure=lambda fn: (_with_tl_dot(with_bias=False)(fn)
-                                   or _unequal_blocks("matmul_kernel", with_bias=False)(fn))),
+                                   or _unequal_blocks("matmul_kernel", with_bias=False)(fn)
+                                   or _in_grouped_order(fn))),
     Exercise("04", "matmul_bias_gelu", "matmul + bias + GELU epilogue", matmul_bias_gelu_reference,
              _epilogue_cases, kernel=True, tol=EPILOGUE_TOL,
              structure=lambda fn: (_one_kernel(fn) or _with_tl_dot(with_bias=True)(fn)

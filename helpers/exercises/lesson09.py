@@ -44,6 +44,7 @@ import triton
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, rerun, rerun_with_config
+from helpers.exercises.lesson04 import tile_order_problem
 
 F16, F32 = torch.float16, torch.float32
 NEG_INF = float("-inf")
@@ -264,14 +265,6 @@ def _through_descriptors(fn):
 GROUP_M = 8   # the exercises' launchers pass it to tile_coords
 
 
-def _grouped(tile, tiles_m, tiles_n, group=GROUP_M):
-    """(tile row, tile column) of tile number `tile` in lesson 04's grouped order (tile_coords), in Python."""
-    per_group = group * tiles_n
-    first = tile // per_group * group
-    rows = min(tiles_m - first, group)
-    return first + tile % per_group % rows, tile % per_group // rows
-
-
 def _in_tile_order(fn):
     """Program p stores tile tile_coords(p) (lesson 04's grouped order, GROUP_M rows of tiles at a time):
     at the lesson's tile, 10 rows of tiles (a full group and 2 more) by 2 columns, where row-major and
@@ -289,24 +282,7 @@ def _in_tile_order(fn):
         BM, _, BN = dots[0].shape
     tiles_m, tiles_n = math.ceil(M / BM), math.ceil(N / BN)
     where = f"for a ({M}, {K}) @ ({K}, {N}) product ({tiles_m} x {tiles_n} tiles of {BM} x {BN}), your kernel"
-    for pid, offs in _stores(launches):
-        if pid[1:] != (0, 0):
-            return (f"{where} ran program {pid} on a grid of more than one dimension. The launcher's grid "
-                    f"is 1-D, one program per tile: program_id(0) is the tile's number, and "
-                    f"tile_coords gives its row and column.")
-        first = int(offs.min())
-        got, want = (first // N // BM, first % N // BN), _grouped(pid[0], tiles_m, tiles_n)
-        if got != want:
-            tile = pid[0]
-            named = {(tile // tiles_n, tile % tiles_n): " (row-major: pid // num_pid_n, pid % num_pid_n)",
-                     (tile % tiles_m, tile // tiles_m): " (column-major: pid % num_pid_m, pid // num_pid_m)"}
-            return (f"{where}'s program {tile} stored the tile at tile row {got[0]}, column {got[1]}"
-                    f"{named.get(got, '')}. In lesson 04's grouped order program {tile} computes tile "
-                    f"row {want[0]}, column {want[1]}: tile_coords(program_id(0), num_pid_m, num_pid_n, "
-                    f"GROUP_M) gives them, with num_pid_m = cdiv(M, BLOCK_M) = {tiles_m} and num_pid_n = "
-                    f"cdiv(N, BLOCK_N) = {tiles_n}. The values come out right in any order; the order "
-                    f"decides which tiles of A and B the programs running together share in L2.")
-    return None
+    return tile_order_problem(_stores(launches), (tiles_m, tiles_n), (BM, BN), N, GROUP_M, where)
 
 
 # ---------------------------------------------------------------- 2. persistent_matmul

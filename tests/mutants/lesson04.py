@@ -121,6 +121,16 @@ _MAINLOOP_SLIPS = {
 WRONG += [
     # Triton's interpreter gives masked-off lanes zeros; a GPU gives whatever its registers held.
     # helpers.interpreter makes them NaN, so that the padding a dot needs must be asked for (other=0.0)
+    Wrong("matmul", "tiles in row-major order, not the grouped order of step 1", edit(
+        "04", "matmul", ("    pid_m = first_m + (pid % per_group) % rows\n    pid_n = (pid % per_group) // rows\n",
+                         "    pid_m = pid // num_pid_n\n    pid_n = pid % num_pid_n\n"))),
+    Wrong("matmul", "groups of 8 tile rows written in for GROUP_M", edit(
+        "04", "matmul", ("    per_group = GROUP_M * num_pid_n\n    first_m = (pid // per_group) * GROUP_M\n"
+                         "    rows = min(num_pid_m - first_m, GROUP_M)\n",
+                         "    per_group = 8 * num_pid_n\n    first_m = (pid // per_group) * 8\n"
+                         "    rows = min(num_pid_m - first_m, 8)\n"))),
+    Wrong("matmul", "the grouped order's column taken from pid, not from its place in the group", edit(
+        "04", "matmul", ("    pid_n = (pid % per_group) // rows\n", "    pid_n = (pid // rows) % num_pid_n\n"))),
     Wrong("matmul", "masked loads without other=0.0: the padding past K is undefined on a GPU", edit(
         "04", "matmul", ("(offs_k[None, :] < k_left), other=0.0)", "(offs_k[None, :] < k_left))"),
         ("(offs_n[None, :] < N), other=0.0)", "(offs_n[None, :] < N))"))),
