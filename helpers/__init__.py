@@ -19,6 +19,10 @@ warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores for float3
 warnings.filterwarnings("ignore", message="Attempting to run cuBLAS, but there was no current CUDA context")
 warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION is unset")
 logging.getLogger("torch._dynamo.variables.tensor").setLevel(logging.ERROR)
+# And the whole PTX of a kernel, which Triton prints when ptxas fails (an interrupted cell stops it).
+from helpers.compiled import shorten_ptxas_dumps  # noqa: E402
+
+shorten_ptxas_dumps()
 
 interpreter.install()
 

@@ -77,3 +77,36 @@ def compiler_quiet():
             os.dup2(saved, 2)
             os.close(saved)
             logging.disable(logging_was)
+
+
+# The last line of what Triton prints (to stdout, not a warning) when ptxas fails, before it raises
+# PTXASError with the error, ptxas's own output and the command.
+_PTXAS_DUMP_END = "please share the reproducer above with Triton project."
+
+
+def shorten_ptxas_dumps():
+    """When ptxas fails, Triton prints the kernel's whole PTX (thousands of lines) into the cell before
+    it raises PTXASError. Here that happens mostly when a cell is interrupted while a kernel compiles:
+    the signal stops ptxas too (error code -2), on a GPU and on the CPU alike (the checks compile for
+    sm_90 there). In place of the print, one line saying what happened; the exception that follows
+    carries ptxas's own words. Triton's NVIDIA backend calls `print` from its module, so giving the
+    module a `print` of its own is enough."""
+    try:
+        from triton.backends.nvidia import compiler
+    except Exception:  # noqa: BLE001  (no NVIDIA backend: nothing runs ptxas)
+        return
+    if getattr(compiler, "print", None) is _print_short:
+        return
+    compiler.print = _print_short
+
+
+def _print_short(*args, **kwargs):
+    text = " ".join(str(arg) for arg in args)
+    if _PTXAS_DUMP_END not in text:
+        return print(*args, **kwargs)
+    code = re.search(r"error code (-?\d+)", text)
+    said = "ptxas, which turns a kernel's PTX into the GPU's code, failed (the PTX is not printed here)."
+    if code and int(code.group(1)) < 0:
+        said += (f" It was stopped by signal {-int(code.group(1))}, as an interrupted cell stops it: run "
+                 f"the cell again.")
+    return print(said, **kwargs)

@@ -184,3 +184,28 @@ def test_launch_options_a_gpu_takes_pass(capsys):
     """The same launch with num_warps=2."""
     check("axpy", edit("01", "axpy", (LAUNCH, LAUNCH[:-1] + ", num_warps=2)")))
     assert "✓ axpy" in capsys.readouterr().out
+
+
+def test_an_interrupted_ptxas_prints_one_line_not_the_ptx(tmp_path, monkeypatch, capsys):
+    """An interrupted cell stops ptxas too, and Triton then prints the kernel's whole PTX before it raises
+    (helpers.compiled.shorten_ptxas_dumps): here a ptxas that stops itself with SIGINT, as Ctrl-C would."""
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.runtime.errors import PTXASError
+
+    real = get_ptxas(90).path
+    fake = tmp_path / "ptxas"
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then exec {real} "$@"; fi\nkill -INT $$\n')
+    fake.chmod(0o755)
+    for name in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):
+        monkeypatch.setenv(name, str(fake))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))   # compiled now, not found in a cache
+    with pytest.raises(PTXASError, match="error code -2"):
+        gpu_compile.compile_for_hopper(_double, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 128})
+    printed = capsys.readouterr().out
+    assert printed.count("\n") == 1 and "stopped by signal 2" in printed and ".version" not in printed, printed
+
+
+@triton.jit
+def _double(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, 2 * tl.load(x_ptr + offs))
