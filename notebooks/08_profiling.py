@@ -308,7 +308,8 @@ if passed("gpu_idle_share"):
 # %% [markdown]
 # Counted as idle, the naive step's long device copy nearly doubles its idle share. `tiny`, the
 # SMALL block, has far fewer FLOPs than `small` (the GFLOP column) and takes about as long: both are
-# launch-bound, their time the CPU's time to launch their kernels (the kernels column).
+# launch-bound. Their GPU work (`GPU ms`) is a small part of the step (`step ms`); the rest is the
+# GPU waiting while the CPU launches the next kernel.
 #
 # Each GPU event is linked to the CPU call that launched it by a `correlation` id, so `launch_waits`
 # (in `helpers/profile.py`) measures how long each waited from launch to start: short if the GPU was
@@ -428,14 +429,16 @@ for variant in ("naive", "sdpa"):
 # To see who holds the peak, replay the allocations and frees in time order: the trace keeps each as
 # a `[memory]` event with its address and bytes (negative for a free). `memory_peak` (in
 # `helpers/profile.py`) stops where the most is allocated and names, for each block alive then, the
-# operators running when it was allocated, outermost first:
+# operators running when it was allocated, outermost first. The trace does not record a block's own
+# shape; the shape printed is that of the outermost operator's first input, which is the block's
+# own only when the operator keeps its input's shape (a cast, a softmax):
 
 # %%
 peak = memory_peak(traces["naive"])
 print(f"block_naive, recorded on {said(naive)}: peak {peak['peak_bytes'] / 2**20:,.0f} MiB, "
       f"reached in {' > '.join(peak['during'])}")
 for block in peak["live"][:6]:
-    print(f"  {block['bytes'] / 2**20:7,.0f} MiB  {str(block['shape']):20} {' > '.join(block['ops'])}")
+    print(f"  {block['bytes'] / 2**20:7,.0f} MiB  input {str(block['shape']):20} {' > '.join(block['ops'])}")
 
 # %% [markdown]
 # Three blocks of N × N scores hold nearly all of it: the masked scores (`masked_fill`'s clone), their
@@ -451,14 +454,17 @@ print(f"B x H x N x N x 4 bytes = {softmax_bytes / 2**20:.0f} MiB; the profiler'
       f"{dict(naive['allocations_mib'])['aten::_softmax']:.0f} MiB")
 
 # %% [markdown]
-# The same replay on the trace you made at the start (the SMALL block, 64 tokens, on this machine).
-# At this length the scores are small: the list shows what holds the peak instead.
+# The same replay on the trace you made at the start (the SMALL block, two sequences of 64 tokens, on
+# this machine). At this length the scores are small, and other tensors hold the peak. Where a block's
+# size and the input shape printed beside it disagree, trust the size: a block of 2 × 64 × 688 values
+# under `aten::matmul` is an MLP product h @ W.T, allocated by a matmul whose first input is h,
+# (2, 64, 256).
 
 # %%
 mine = memory_peak(trace, device_type=1 if ON_GPU else 0)    # "Device Type" 1: CUDA, 0: the CPU
 print(f"SMALL block, naive, on this {DEVICE.type}: peak {mine['peak_bytes'] / 2**10:,.0f} KiB")
 for block in mine["live"][:4]:
-    print(f"  {block['bytes'] / 2**10:7,.0f} KiB  {str(block['shape']):20} {' > '.join(block['ops'])}")
+    print(f"  {block['bytes'] / 2**10:7,.0f} KiB  input {str(block['shape']):20} {' > '.join(block['ops'])}")
 
 # %% [markdown]
 # On a GPU, PyTorch records this live, with each allocation's Python stack:

@@ -215,7 +215,8 @@ x = torch.arange(12 * 16, device=DEVICE, dtype=torch.float32).reshape(12, 16)
 y = torch.full((12, 16), -1.0, device=DEVICE)
 add_one_to_tile[(1,)](TensorDescriptor.from_tensor(x, block_shape=[8, 8]),
                       TensorDescriptor.from_tensor(y, block_shape=[8, 8]), 8, 8)
-print(y.int())
+for row in y.int().tolist():                       # one printed line per row of y
+    print(" ".join(f"{v:4}" for v in row))
 
 # %% [markdown]
 # Only rows 8 to 11 of the tile exist, and only they were written; the four rows past the edge were
@@ -495,11 +496,13 @@ if not recorded_devices():
 # Read each GPU's lines together. By the averages, a plain launch from Python takes less host time
 # than the flush, so the flush should hide it; yet lesson 05's GroupNorm kernel, timed both ways by
 # `make bench`, reads longer launched than graphed at its smallest shape, and about the same at the
-# larger ones. The flush hides most of a launch, then, not always all of it, and the matmul's own
-# figures (the last lines, once recorded) are what decide it for this lesson's autotuner. Where host
-# time leaks, candidates that differ by less than it are ranked partly by the CPU's pace, with its
-# noise, and the winner can change from one process to the next: the same code, a different kernel,
-# a different speed. The lesson's solution does two things:
+# larger ones. The flush hides most of a launch, then, not always all of it. The last two lines of
+# each GPU are the matmul's own: one candidate's host time beside the flush the GPU measured, and the
+# same candidate timed both ways. In this record the flush outlasts the candidate's host time, and
+# the two timings agree closely: at 1024³ the flush hid the launch. It need not on a slower host, or
+# for a shorter kernel. Where host time leaks, candidates that differ by less than it are ranked
+# partly by the CPU's pace, with its noise, and the winner can change from one process to the next:
+# the same code, a different kernel, a different speed. The lesson's solution does two things:
 #
 # 1. **Time each candidate as CUDA-graph replays.** The candidate's launch is captured once in a
 #    CUDA graph, and `do_bench` times `graph.replay()`: still a call from Python behind the same
@@ -551,10 +554,11 @@ for gpu, record in hopper.items():
 # kind of timing (one letter, one configuration, listed beneath), and the range of speeds that
 # followed. A choice that changes between processes with the same code is noise, not tuning; it
 # costs little only where the choices are about equally fast. Count the changes in the record:
-# flushing the L2 before each replay did not make the choice steadier than launching from Python
-# (where two configurations are within the clock's spread of each other, any timing can change its
-# pick), and only replays back to back, without the flush, chose the same every time; but they time
-# something else, a kernel whose inputs the last replay left in the L2. The third line of each shape
+# flushing the L2 before each replay made the choice hardly steadier than launching from Python (a
+# change or two on each GPU either way: where two configurations are within the clock's spread of
+# each other, any timing can change its pick), and only replays back to back, without the flush,
+# chose the same every time; but they time something else, a kernel whose inputs the last replay
+# left in the L2. The third line of each shape
 # ("L2 flushed") is how the lesson's autotuner times, and how `make bench` times the lesson's
 # matmuls: the autotuner ranks candidates by the measurement the lesson reports.
 #
@@ -977,8 +981,8 @@ if matmuls and lesson04_row_major not in recorded_with:
 
 # %% [markdown]
 # Read the lesson 04 verdicts together: what remains against lesson 04 on row-major W is what
-# descriptors, persistence and the tuned search bought, and the difference between its two rows
-# (once both are recorded) is the layout's share. The cuBLAS verdict is where the kernel stands
+# descriptors, persistence and the tuned search bought, and the difference between its two rows is
+# the layout's share. The cuBLAS verdict is where the kernel stands
 # against the vendor's hand-tuned kernels.
 
 # %% [markdown]
@@ -1099,8 +1103,8 @@ ratios(rmsnorm_rows, "lesson 09", ["f.rms_norm", "torch.compile", "lesson 05"])
 #   search per shape, and choose once per bucket of sizes, not at every new size.
 # - Measure each step against the one before: alone, a step can lose (TMA without tuning, persistence
 #   without overlap across tiles); together they bring the matmul to cuBLAS's speed on large
-#   products. On small ones, building descriptors in the kernel costs more than it saves as graph
-#   replays, and launched back to back PDL hides most of it.
+#   products. On small ones, descriptors built in the kernel cost GPU time at every launch (the graph
+#   replays show it), and launched back to back PDL hides most of it.
 # - Epilogues ride on the mainloop: on the float32 accumulator, after the K loop, before the tile's
 #   one store (scale, then residual), they cost a little work and save a round trip of the output;
 #   the flattened loop overlaps them with the next tile's loads. RMSNorm + linear for inference: γ

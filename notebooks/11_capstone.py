@@ -832,8 +832,9 @@ for target, group, ours, baseline in FUSION_TARGETS:
 #   forward never stored: recompute them, or store them and give back the memory saved), and the
 #   matmuls' backward are two more matmuls each, with the weights transposed. The course has not
 #   built it.
-# - **Decoding.** A matmul for few rows, split over K, and the KV cache that a real decoding step
-#   reads instead of recomputing K and V.
+# - **Decoding.** A matmul for few rows split over K (lesson 09's 16-row tiles are a start, but a
+#   narrow matrix still makes fewer tiles than there are SMs), and the KV cache that a real decoding
+#   step reads instead of recomputing K and V.
 # - **Attention.** The course's FlashAttention forward trails the fused attention that PyTorch's
 #   SDPA calls: compare the attention rows of the two breakdowns above.
 #
