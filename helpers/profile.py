@@ -177,8 +177,8 @@ def memory_peak(trace, device_type=1):
     when it was allocated, outermost first. Blocks allocated before the trace began are not in it.
 
     Returns {"peak_bytes", "during": [operators running at the peak, outermost first],
-    "live": [{"bytes", "ops": [outermost, ..., innermost], "shape": the outermost operator's first
-    input}, largest first]}."""
+    "live": [{"bytes", "ops": [outermost, ..., innermost], "input_shape": the outermost operator's first
+    input (the trace does not record a block's own shape)}, largest first]}."""
     events = trace["traceEvents"]
     memory = sorted((e for e in events if e.get("name") == "[memory]"
                      and e.get("args", {}).get("Device Type") == device_type), key=lambda e: e["ts"])
@@ -205,7 +205,7 @@ def memory_peak(trace, device_type=1):
         while dims and isinstance(dims[0], list):   # a list of tensors (aten::cat): its first one
             dims = dims[0]
         blocks.append({"bytes": e["args"]["Bytes"], "ops": [o["name"] for o in stack],
-                       "shape": tuple(dims) if dims else None})
+                       "input_shape": tuple(dims) if dims else None})
     blocks.sort(key=lambda b: -b["bytes"])
     during = [o["name"] for o in running(peak_event)] if peak_event else []
     return {"peak_bytes": peak, "during": during, "live": blocks}

@@ -438,7 +438,8 @@ peak = memory_peak(traces["naive"])
 print(f"block_naive, recorded on {said(naive)}: peak {peak['peak_bytes'] / 2**20:,.0f} MiB, "
       f"reached in {' > '.join(peak['during'])}")
 for block in peak["live"][:6]:
-    print(f"  {block['bytes'] / 2**20:7,.0f} MiB  input {str(block['shape']):20} {' > '.join(block['ops'])}")
+    shape = f"input {block['input_shape']}"
+    print(f"  {block['bytes'] / 2**20:7,.0f} MiB  {shape:26} {' > '.join(block['ops'])}")
 
 # %% [markdown]
 # Three blocks of N × N scores hold nearly all of it: the masked scores (`masked_fill`'s clone), their
@@ -464,7 +465,8 @@ print(f"B x H x N x N x 4 bytes = {softmax_bytes / 2**20:.0f} MiB; the profiler'
 mine = memory_peak(trace, device_type=1 if ON_GPU else 0)    # "Device Type" 1: CUDA, 0: the CPU
 print(f"SMALL block, naive, on this {DEVICE.type}: peak {mine['peak_bytes'] / 2**10:,.0f} KiB")
 for block in mine["live"][:4]:
-    print(f"  {block['bytes'] / 2**10:7,.0f} KiB  input {str(block['shape']):20} {' > '.join(block['ops'])}")
+    shape = f"input {block['input_shape']}"
+    print(f"  {block['bytes'] / 2**10:7,.0f} KiB  {shape:26} {' > '.join(block['ops'])}")
 
 # %% [markdown]
 # On a GPU, PyTorch records this live, with each allocation's Python stack:

@@ -187,7 +187,7 @@ def test_recorded_memory_peak_is_what_the_lesson_says(device):
     c = naive["config"]
     scores = (c["batch"], c["n_heads"], c["seq"], c["seq"])
     three = peak["live"][:3]
-    assert all(b["shape"] == scores for b in three)
+    assert all(b["input_shape"] == scores for b in three)
     assert {b["ops"][0] for b in three} == {"aten::to", "aten::softmax", "aten::masked_fill"}
     assert sum(b["bytes"] for b in three) > 0.95 * peak["peak_bytes"]
 

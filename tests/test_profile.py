@@ -119,8 +119,8 @@ def test_memory_peak_replays_allocations_and_frees():
     ]}
     peak = profile.memory_peak(trace)
     assert peak["peak_bytes"] == 400 and peak["during"] == ["aten::softmax"]
-    assert peak["live"] == [{"bytes": 300, "ops": ["aten::softmax"], "shape": (4, 4)},
-                            {"bytes": 100, "ops": ["aten::matmul", "aten::mm"], "shape": (2, 3)}]
+    assert peak["live"] == [{"bytes": 300, "ops": ["aten::softmax"], "input_shape": (4, 4)},
+                            {"bytes": 100, "ops": ["aten::matmul", "aten::mm"], "input_shape": (2, 3)}]
     assert profile.memory_peak(trace, device_type=0)["peak_bytes"] == 10_000
 
 
