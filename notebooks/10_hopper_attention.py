@@ -168,8 +168,9 @@ for gpu, record in hopper.items():
 # An SM runs as many programs at once as its registers, its shared memory and its 64 warp slots
 # allow. On Hopper that is 65,536 registers (handed out 8 a thread at a time) and 228 KB of shared
 # memory, less 1 KB the hardware keeps per program; `course.programs_per_sm` does the division. At
-# D = 64 the 128 × 128 tile with 8 warps needs about 113 KB of shared memory (Q's 16 KB and three
-# stages of K and V, 32 KB each): two programs would fit. Its registers decide otherwise: the
+# D = 64 the 128 × 128 tile with 8 warps needs about 112 KB of shared memory (Q's 16 KB and three
+# stages of K and V, 32 KB each; the compiled kernel's own figure is printed below): two programs
+# would fit. Its registers decide otherwise: the
 # compiler gives each of its 256 threads well over 128 (printed below), and a second program's do
 # not fit beside the first's.
 #
@@ -631,8 +632,9 @@ if gluon_runs:
     plt.show()
 
 # %% [markdown]
-# Compare the columns: warp specialisation alone does not carry the Gluon kernel ahead of the lesson's
-# kernel (at some shapes it is behind it), nor of cuDNN. Each consumer still waits for its own softmax
+# Compare the columns: warp specialisation alone moves the Gluon kernel only a little. It is ahead of
+# the lesson's kernel at most shapes and behind it at some, and it trails cuDNN at most shapes,
+# reaching it only at a few of the longest. Each consumer still waits for its own softmax
 # between its two matrix multiplies, and the tensor cores wait with it. FlashAttention-3 takes two
 # more steps, and at D = 64 arranges its blocks differently; the kernel has all three behind arguments
 # of `gluon_attention`:
@@ -796,9 +798,10 @@ for gpu, record in gluon_runs.items():
 # %% [markdown]
 # Both GPUs tell the same story:
 #
-# - **Plain schedule, causal.** Persistence pays at every causal shape, most at N = 4096.
-#   That is where the fixed part weighed most against the tiles, and where the one-block kernel was
-#   furthest behind cuDNN. It does not take the kernel past cuDNN at that shape, and no schedule here
+# - **Plain schedule, causal.** Persistence pays at every causal shape, at N = 4096 as much as at
+#   16,384 or more. That is where the fixed part weighed most against the tiles, and where the
+#   one-block kernel was furthest behind cuDNN. At D = 128 it brings the kernel about level with
+#   cuDNN there; at D = 64 it does not take the kernel past cuDNN at that shape, and no schedule here
 #   does: see below the list.
 # - **Plain schedule, full attention.** It costs a little at every shape. Every block of full
 #   attention walks the same number of tiles, so there is less fixed part to hide and no imbalance to
@@ -877,7 +880,10 @@ for gpu, record in gluon_runs.items():
 # every order their steps and the copies' landings can interleave, on a model of the barriers above;
 # it reports the first read of a tile that has not landed, the first overwrite, or the hang, and who
 # waits for what. It also holds you to the ring's purpose: any `num_stages` tiles in a row go to
-# different slots, so the producer can run that many tiles ahead.
+# different slots, so the producer can run that many tiles ahead. And it asks for every tile a second
+# time, from the last back to the first: the producer and each consumer work out a tile's waits in
+# their own loops, at their own times, so the answer must come from `j` and `num_stages` alone, with
+# nothing kept from one call to the next.
 
 # %% tags=["exercise"]
 def ring_waits(j, num_stages):
@@ -1102,7 +1108,9 @@ loads = 2 * BLOCK_M * D * 2                      # the Q and dO tiles, float16
 atomics = BLOCK_M * D * 4                        # the float32 share of dQ, read and written in L2
 print(f"per step: {flops_per_step / 1e6:.1f} MFLOP, {loads // 1024} KiB of Q and dO loaded, "
       f"{atomics // 1024} KiB added into dQ by atomics")
-for gpu, rows in training_rows["hopper_attention_fwd_bwd_causal_d128"].items():
+# the backward alone where recorded (its FLOPs count the same five products); else forward + backward
+rates = backward_rows[128] or training_rows["hopper_attention_fwd_bwd_causal_d128"]
+for gpu, rows in rates.items():
     mine = impl_named(rows, "lesson 10")
     fastest = max((r for r in rows if r["impl"] == mine), key=lambda r: r["tflops"], default=None)
     if fastest:
@@ -1214,7 +1222,8 @@ for gpu, record in backward_runs.items():
 # %% [markdown]
 # Read the Gluon column against the lesson's and cuDNN's. From N = 4,096 on it is the fastest of
 # the course's backwards at both head sizes, and at D = 128 it is about level with cuDNN there; at
-# N = 1,024 it is level with or ahead of the others at D = 128 and behind lesson 06's at D = 64. Then
+# N = 1,024 it is level with or ahead of the others at D = 128, and at D = 64 behind lesson 06's and a
+# little behind the lesson's. Then
 # read the last column against the Gluon one, and the line under the table: handing the adds to the
 # TMA made them cheap (the line says how cheap), and what is left of the gap at D = 64 is
 # mostly in each tile's own work.
@@ -1582,7 +1591,8 @@ print(f"\nHBM bandwidth, H200 over H100 (datasheets): {h200.bandwidth_tbs / h100
 # - FlashAttention-3's overlap inside a warpgroup shifts the loop by one matrix multiply: a tile's
 #   scores and the previous tile's `P V` go to the tensor cores together, and the softmax runs under
 #   the `P V`, holding one tile of scores. A slot's K released as soon as its scores exist lets the
-#   next K land during the softmax, and no schedule then needs more than one slot to finish.
+#   next K land during the softmax, and then no schedule can hang even on a ring of one slot: more
+#   slots only let the producer run further ahead.
 # - A third consumer warpgroup (192 query rows a block, 160 to 168 registers a consumer) needs no
 #   turns to keep the tensor cores fed, and loads each K and V tile once for more rows.
 # - A program costs a fixed part besides its key tiles, and causal blocks walk fewer tiles, so there

@@ -11,7 +11,10 @@
 2. `ring_waits`: the Gluon forward's ring of K/V slots, (slot, ready parity, empty parity) for each tile,
    judged by what those waits do: the producer and two consumers run over rings of 1 to 4 slots, in
    every interleaving, on a model of mbarriers; the first early read, overwrite or hang is reported.
-   Any num_stages tiles in a row must go to different slots (the ring used in full).
+   Any num_stages tiles in a row must go to different slots (the ring used in full). Every tile is asked
+   for again, from the last back to the first, and must get the same answer: each partition works out
+   a tile's waits in its own loop, so an answer that keeps state between calls (a phase bit flipped at
+   each wrap, as a kernel's loop carries it) is right only when asked once, in order.
 3. `atomic_backward`: the key-block program's step of the one-kernel backward (`_attend_backward`),
    against autograd through PyTorch's attention in float64: full and causal, random scales, lengths
    no block divides and several key blocks adding into every query row of dQ. No case past 2**31: the
@@ -552,8 +555,9 @@ def _dq_writes(fn, causal):
 # GPU: tl.dot takes float32 as TF32, the float16 tolerance.
 GRADS_TOL = {F32: pick(cpu=(1e-3, 1e-4), gpu=(3e-2, 1e-2)), F16: (3e-2, 1e-2)}
 BACKWARD_NAN = ("Rows past the sequence's end load lse = +inf, which makes their P exactly 0: a NaN "
-                "there means a row's lse was read unmasked, or inf - inf appeared somewhere. Keys past the "
-                "end read as zeros, a score of 0: unless masked (MASK == \"ends\"), exp2(0 - lse2) "
+                "there means a row's lse was read unmasked, or inf - inf appeared somewhere. Their delta "
+                "must load as a finite 0: P = 0 times (dP - delta) is NaN where delta is infinite. Keys past "
+                "the end read as zeros, a score of 0: unless masked (MASK == \"ends\"), exp2(0 - lse2) "
                 "overflows to inf once every real score in the row is far below zero.")
 
 
@@ -737,8 +741,14 @@ def _ring_cases():
 
 
 def _run_ring(fn, num_stages, n_tiles):
-    """The answer for every tile, beside the case it answers (for the explanation)."""
-    return [fn(j, num_stages) for j in range(n_tiles)], (num_stages, n_tiles)
+    """The answer for every tile, asked in order; the answers asked again from the last tile back to the
+    first, each (answer, None) or (None, what it raised); and the case they answer (for the explanation).
+    In the kernel the producer and each consumer work out a tile's waits in their own loops, at their
+    own times: an answer that holds state between calls (a phase bit flipped whenever the slot wraps to
+    0, a count of each slot's tiles reset at tile 0) is right only when asked once, in order."""
+    in_order = [fn(j, num_stages) for j in range(n_tiles)]
+    backwards = [_calling(fn, j, num_stages) for j in reversed(range(n_tiles))][::-1]
+    return in_order, backwards, (num_stages, n_tiles)
 
 
 def _ring_table_problem(table, stages):
@@ -874,13 +884,37 @@ def _hang(table, state):
             "nothing reports this: the kernel never returns.")
 
 
+def _ring_state_problem(table, backwards, stages):
+    """A message if a tile's answer, asked again from the last tile back, differs from the one it had
+    when asked in order (or raised): the function keeps state between calls. The first such call made
+    is named (the backward run starts at the last tile)."""
+    for j in reversed(range(len(table))):
+        row, (again, raised) = table[j], backwards[j]
+        try:
+            same = not raised and tuple(int(v) for v in again) == tuple(int(v) for v in row)
+        except (TypeError, ValueError):
+            same = False
+        if same:
+            continue
+        later = (f"when they were asked for from the last tile back, {raised.removeprefix('measuring it, ')}"
+                 if raised else f"{tuple(again) if isinstance(again, (tuple, list)) else again!r} when they "
+                                f"were asked for from the last tile back")
+        return (f"ring_waits({j}, {stages}) answered {tuple(row)} when the tiles were asked for in order "
+                f"from 0, and {later}: your function keeps state between calls. In the kernel the producer "
+                f"and each consumer work out tile j's waits in their own loops, at their own times: compute "
+                f"the slot and both parities from j and num_stages alone.")
+    return None
+
+
 def _explain_ring(out, expected):
-    table, (stages, n) = out
+    table, backwards, (stages, n) = out
     if not isinstance(table, list) or any(row is None for row in table):
         return "ring_waits returned None for a tile: return (slot, ready_parity, empty_parity)."
     problem = _ring_table_problem(table, stages)
     if problem is None:
         problem = simulate_ring([tuple(int(v) for v in row) for row in table], stages)
+    if problem is None:
+        problem = _ring_state_problem(table, backwards, stages)
     if problem is None:
         return None
     return f"With {stages} slot{'s' if stages > 1 else ''} and {n} tiles, {problem}"

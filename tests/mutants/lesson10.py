@@ -70,6 +70,9 @@ CAUSAL_WRONG = [
     Wrong("causal_attention", "the diagonal's keys end two key tiles past start_m, not at start_m + BLOCK_M",
           edit("10", "causal_attention", (DIAGONAL_CALL, DIAGONAL_CALL.replace("start_m + BLOCK_M,",
                                                                                "start_m + 2 * BLOCK_N,")))),
+    Wrong("causal_attention", "the diagonal loop one key tile past the block: masked, but loaded", edit(
+        "10", "causal_attention", (DIAGONAL_CALL, DIAGONAL_CALL.replace("start_m + BLOCK_M,",
+                                                                        "start_m + BLOCK_M + BLOCK_N,")))),
     Wrong("causal_attention", "K read with Q's strides", edit(
         "10", "causal_attention", ("head_descriptor(k_ptr, b, h, sk_b, sk_h, sk_n,",
                                    "head_descriptor(k_ptr, b, h, sq_b, sq_h, sq_n,"))),
@@ -113,6 +116,8 @@ CAUSAL_WRONG = [
 ]
 
 CAUSAL_RIGHT = [
+    Right("causal_attention", "one masked loop over the keys up to the block's end (none right of it loaded)", edit(
+        "10", "causal_attention", (FIRST_CALL + DIAGONAL_CALL, DIAGONAL_CALL.replace("offs_m, start_m, ", "offs_m, 0, ")))),
     Right("causal_attention", "blocks of 16 rows, tiles of 16 keys", edit(
         "10", "causal_attention", (CPU_TILES, CPU_TILES.replace('"BLOCK_M": 32', '"BLOCK_M": 16')))),
     Right("causal_attention", "query blocks in their plain order", edit(
@@ -125,6 +130,10 @@ CAUSAL_RIGHT = [
 ADD = '            tl.atomic_add(dq_ptrs, dq, sem="relaxed")\n'
 ADD_MASKED = '            tl.atomic_add(dq_ptrs, dq, mask=offs_m[:, None] < n_ctx, sem="relaxed")\n'
 SHARE = "        dq = tl.dot(dsT.T, k) * sm_scale                # these keys' share of dQ = dS K\n"
+LSE = "            lse2 = tl.load(lse_ptr + offs_m) * lesson06.LOG2E\n"
+LSE_MASKED = ('            lse2 = tl.load(lse_ptr + offs_m, mask=offs_m < n_ctx, other=float("inf")) * '
+              "lesson06.LOG2E\n")
+DELTA_MASKED = "            delta = tl.load(delta_ptr + offs_m, mask=offs_m < n_ctx, other=0.0)\n"
 ELSE = "        else:\n" + ADD_MASKED
 RACE = ("            row_ok = offs_m[:, None] < n_ctx\n"
         "            tl.store(dq_ptrs, tl.load(dq_ptrs, mask=row_ok) + dq, mask=row_ok)\n")
@@ -176,6 +185,10 @@ BACKWARD_WRONG = [
                                      "        dv = tl.dot(pT.to(do.dtype), do)"))),
     Wrong("atomic_backward", "the adds of the last query block not masked at the rows past the end", edit(
         "10", "attention_backward", (ADD_MASKED, ADD))),
+    Wrong("atomic_backward", "the causal branch's adds unmasked: rows past the end add past dQ's head", edit(
+        "10", "attention_backward", ('        if MASK == "none":\n' + ADD, '        if MASK != "ends":\n' + ADD))),
+    Wrong("atomic_backward", "the rows past the end read delta = inf: 0 * inf is NaN", edit(
+        "10", "attention_backward", (DELTA_MASKED, DELTA_MASKED.replace("other=0.0", 'other=float("inf")')))),
     Wrong("atomic_backward", "dQ from lesson 06's separate dQ kernel", edit(
         "10", "attention_backward", ("    return dq.to(q.dtype), dk, dv\n",
                                      "    return lesson06.flash_backward_dq(q, k, v, out, lse, dout, causal, "
@@ -183,6 +196,10 @@ BACKWARD_WRONG = [
 ]
 
 BACKWARD_RIGHT = [
+    Right("atomic_backward", "P in natural log: exp(S * sm_scale - lse), lse as saved", edit(
+        "10", "attention_backward", (LSE, LSE.replace(" * lesson06.LOG2E", "")),
+        (LSE_MASKED, LSE_MASKED.replace(" * lesson06.LOG2E", "")),
+        ("        pT = tl.exp2(sT * qk_scale - lse2[None, :])", "        pT = tl.exp(sT * sm_scale - lse2[None, :])"))),
     Right("atomic_backward", "32 queries per step", edit(
         "10", "attention_backward", ("cpu=[_backward_config(16, 32, 4, 1)]", "cpu=[_backward_config(32, 32, 4, 1)]"))),
     Right("atomic_backward", "tl.trans, and atomics with their default ordering", edit(
@@ -269,6 +286,10 @@ SOFTMAX_WRONG = [
     Wrong("softmax_long", "no max subtracted: sum of exp(x), then exp(x) / sum", edit(
         "10", "softmax_long", (SUM, "        l = l + tl.sum(tl.exp(x), axis=0)\n"),
         ("(tl.exp(x - m) / l)", "(tl.exp(x) / l)"))),
+    Wrong("softmax_long", "pass 1's lanes past the row's end loaded as 0, not -inf", edit(
+        "10", "softmax_long", (LOAD_1, LOAD_1.replace('other=-float("inf")', "other=0.0")))),
+    Wrong("softmax_long", "pass 2 in tiles that end at the row's end, the first one's lanes before the row unmasked",
+          edit("10", "softmax_long", (BACKWARDS, "        cols = n_cols - (i + 1) * BLOCK + offs\n"))),
     Wrong("softmax_long", "rows taken to be n_cols apart, not x's row stride", edit(
         "10", "softmax_long", ("    x_row = x_ptr + row * stride_xm\n", "    x_row = x_ptr + row * n_cols\n"))),
     Wrong("softmax_long", "the output's rows placed x's row stride apart, not the output's", edit(
@@ -279,6 +300,9 @@ SOFTMAX_WRONG = [
 ]
 
 SOFTMAX_RIGHT = [
+    Right("softmax_long", "pass 2 as exp(x - m - log(l)), and m, l as Python scalars to start", edit(
+        "10", "softmax_long", (INIT, '    m = -float("inf")\n    l = 0.0\n'),
+        ("(tl.exp(x - m) / l)", "tl.exp(x - m - tl.log(l))"))),
     Right("softmax_long", "tiles of 64 values", edit(
         "10", "softmax_long", ('cpu=[triton.Config({"BLOCK": 256}, num_warps=4)]',
                                'cpu=[triton.Config({"BLOCK": 64}, num_warps=4)]'))),
@@ -288,6 +312,33 @@ SOFTMAX_RIGHT = [
 
 # ---------------------------------------------------------------- ring_waits (the Gluon forward's barriers)
 # (slot, ready_parity, empty_parity) for tile j of a ring of s slots; use = j // s.
+
+def _phase_bit_kept():
+    """ring_waits as a kernel's loop carries it: a phase bit flipped each time the slot wraps to 0, kept
+    between calls (right only when the tiles are asked for once, in order from 0)."""
+    state = {"phase": 0}
+
+    def ring_waits(j, s):
+        if j == 0:
+            state["phase"] = 0
+        elif j % s == 0:
+            state["phase"] ^= 1
+        return j % s, state["phase"], state["phase"] ^ 1
+    return ring_waits
+
+
+def _uses_counted():
+    """ring_waits that counts each slot's tiles between calls, the count cleared at tile 0."""
+    uses = {}
+
+    def ring_waits(j, s):
+        if j == 0:
+            uses.clear()
+        use = uses.get(j % s, 0)
+        uses[j % s] = use + 1
+        return j % s, use % 2, 1 - use % 2
+    return ring_waits
+
 
 RING_WRONG = [
     Wrong("ring_waits", "the parity of the tile, not of the slot's use: j % 2",
@@ -303,6 +354,8 @@ RING_WRONG = [
     Wrong("ring_waits", "returns a list of two", lambda j, s: [j % s, (j // s) % 2]),
     Wrong("ring_waits", "every tile in slot 0: a correct protocol that never runs ahead",
           lambda j, s: (0, j % 2, 1 - j % 2)),
+    Wrong("ring_waits", "a phase bit kept between calls, flipped at each wrap of the slot", _phase_bit_kept()),
+    Wrong("ring_waits", "each slot's tiles counted between calls, the count cleared at tile 0", _uses_counted()),
 ]
 
 RING_RIGHT = [
