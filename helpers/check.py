@@ -424,11 +424,11 @@ def _differing(got, want):
     return f"{g}, expected {w}"
 
 
-def compare(out, ref, tol_for, where="output", form=None, nan_hint=""):
+def compare(out, ref, tol_for, where="output", form=None, nan_hint="", names=()):
     """Compare outputs of any structure (tensors, tuples/lists of them, numbers, dicts).
 
     `form` has the structure of `ref` and holds what each output must be (its dtype);
-    by default `ref` itself.
+    by default `ref` itself. `names`: what the lesson calls the values of a tuple `ref`, for messages.
     """
     form = ref if form is None else form
     if isinstance(ref, torch.Tensor):
@@ -437,7 +437,8 @@ def compare(out, ref, tol_for, where="output", form=None, nan_hint=""):
         if not isinstance(out, (tuple, list)) or len(out) != len(ref):
             return f"{where} should be a sequence of {len(ref)} values, got {_short(out)}"
         for i, (o, r, f) in enumerate(zip(out, ref, form)):
-            problem = compare(o, r, tol_for, f"{where}[{i}]", f, nan_hint)
+            named = f"{names[i]} ({where}[{i}])" if i < len(names) else f"{where}[{i}]"
+            problem = compare(o, r, tol_for, named, f, nan_hint)
             if problem:
                 return problem
         return None
@@ -830,7 +831,7 @@ def _computed_beside(ex, fn, cases):
     case = _small_case(cases, strided=not ex.copies_inputs)
     if case is None:
         return None
-    watch = EagerWork()
+    watch = EagerWork(inputs=list(_tensors((case.args, case.kwargs))))
     what = "your function"
     try:
         with time_limit(ex.timeout_s, what), interpreter.quiet(), watch:
@@ -972,7 +973,7 @@ def _run_case(ex, fn, case, tol_for):
     if ex.explain is not None:
         problem = ex.explain(compared, expected)
     else:
-        problem = compare(compared, expected, tol_for, form=form, nan_hint=ex.nan_hint)
+        problem = compare(compared, expected, tol_for, form=form, nan_hint=ex.nan_hint, names=ex.outputs)
     if not problem and ex.contiguous_output:
         problem = _not_contiguous(out, ex.contiguous_output)
     nothing_written = bool(problem) and "none of its" in problem and not (stray or aliased)

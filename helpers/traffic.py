@@ -268,12 +268,16 @@ class EagerWork(TorchDispatchMode):
     called it.
     """
 
-    def __init__(self, course=HARNESS, once=()):
+    def __init__(self, course=HARNESS, once=(), inputs=None):
         super().__init__()
         self.found = collections.defaultdict(list)
         self._course = tuple(course)
         self._once = {f.__code__ if hasattr(f, "__code__") else f for f in once}
         self._outside, self._made = set(), set()
+        # the storages of the call's inputs, if given: a copy is then "of an input" only from one of them,
+        # or from a tensor the course's code made for the call (a clone that autograd will fill); a
+        # tensor made outside PyTorch's ops (torch.from_numpy, say) is not an input
+        self._inputs = None if inputs is None else {_storage(t) for t in inputs}
 
     def __enter__(self):
         frame, self._outside = sys._getframe(1), set()
@@ -306,12 +310,15 @@ class EagerWork(TorchDispatchMode):
         if func.is_view:
             return out
         where = self._learners_line()
-        if where is None:
-            return out
         made = {_storage(t) for t in _tensors(out)}
+        if where is None:
+            if self._inputs is not None:
+                self._inputs |= made
+            return out
         if name not in NO_DATA_OPS:
             source = args[1] if name == "copy_" and len(args) > 1 else (args[0] if args else None)
-            given = isinstance(source, torch.Tensor) and _storage(source) not in self._made
+            given = (isinstance(source, torch.Tensor) and _storage(source) not in self._made
+                     and (self._inputs is None or _storage(source) in self._inputs))
             self.found[where].append(EagerOp(name, name in COPY_OPS and given))
         self._made |= made     # what the learner's code made: a copy of it is not a copy of an input
         return out

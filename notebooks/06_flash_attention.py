@@ -340,9 +340,10 @@ PRUNE = {"early_config_prune": small_problems_one_config}
 # exponentials, and the backward pass exponentiates it again. It also counts your kernel's matrix
 # products at $N = 512$: the score products `tl.dot(q, kT)` must do no more work than the products
 # with V, so a first pass over the K tiles for the row max (every score computed twice) fails. Last,
-# the check gives your autotuner blocks of 64 query rows and 16 keys for one more run: on a GPU short
+# the check gives your autotuner blocks of 128 query rows and 16 keys for one more run: on a GPU short
 # sequences run with the first configuration, 64 × 64, where `BLOCK_M` and `BLOCK_N` mixed up go
-# unnoticed.
+# unnoticed; and every other case runs with 64 query rows, where a 64 typed in place of `BLOCK_M`
+# goes unnoticed too.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -719,7 +720,9 @@ DQ_CONFIGS = configs(cpu=[(64, 32, 4, 1)],
 # cases), float16 on a GPU, both masks, random `sm_scale`s, sequence lengths that no block divides
 # and one that every block does.
 # Three float16 cases have running sums that pass 65,504 before they come back, in $dV$, $dK$ and
-# $dQ$: an accumulator kept in float16 between tiles overflows there.
+# $dQ$: an accumulator kept in float16 between tiles overflows there. Every case runs with `BLOCK_N`
+# twice `BLOCK_M` (32 × 64, on a GPU too at these lengths), so the check then gives your autotuner
+# 32 × 128 for one more run, causal and full: use the block sizes the kernel is given, never a number.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -774,7 +777,8 @@ check("flash_backward_dkdv", flash_backward_dkdv)
 #   the query blocks backwards like the forward.
 # - Multiply $dQ$ by `sm_scale` once, before storing.
 #
-# The same cases as for the dK/dV kernel, compared on $dQ$.
+# The same cases as for the dK/dV kernel, compared on $dQ$, and one more run with blocks of 128 × 32
+# (every case has `BLOCK_M` twice `BLOCK_N`, 64 × 32).
 
 # %% tags=["exercise"]
 @triton.jit
@@ -829,7 +833,9 @@ check("flash_backward_dq", flash_backward_dq)
 # The check runs forward and backward with a fixed random $dO$ and compares the output and the three
 # gradients with PyTorch's autograd through the naive reference in float64, on the kernel cases
 # again. Then it makes sure the backward is yours: Triton kernels must run in it, and no tensor of
-# $N \times N$ may appear, forward or backward.
+# $N \times N$ may appear, forward or backward. Last, it calls `attention` twice (causal, then full)
+# before one backward through both, as a model with two attention layers does: each backward must
+# read what its own forward kept on `ctx`, not a global that the next call overwrote.
 
 # %% tags=["exercise"]
 def flash_backward(q, k, v, out, lse, dout, causal=False, sm_scale=None):

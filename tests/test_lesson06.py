@@ -293,7 +293,7 @@ FWD_START = "    start_m = tl.program_id(0) * BLOCK_M\n    bh = tl.program_id(1)
 @pytest.mark.parametrize("mix_up", [None, (FWD_START, FWD_START.replace("* BLOCK_M", "* BLOCK_N"))])
 def test_where_the_autotuner_has_only_square_blocks_a_block_mix_up_is_still_caught(mix_up, monkeypatch):
     """On a GPU flash_forward's first configuration, the one short sequences run with, is 64 x 64: the
-    check's extra run with 64 query rows and key tiles of 16 still rejects a kernel that mixes up
+    check's extra run with 128 query rows and key tiles of 16 still rejects a kernel that mixes up
     BLOCK_M and BLOCK_N."""
     from matmul_testing import check_with_square_blocks
     from mutants import edit

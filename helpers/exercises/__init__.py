@@ -149,7 +149,7 @@ def wrong_values(got, want, where, name="the output", tol=1e-4):
 # Said after such a run finds a mix-up of the blocks.
 UNEQUAL_BLOCKS_WHY = (" The autotuner may choose square blocks (BLOCK_M == BLOCK_N) for every other case, "
                       "and there a kernel that uses one where the other belongs gets the values right. "
-                      "Check each use of BLOCK_M, BLOCK_N and BLOCK_K: ")
+                      "Check each use of the block sizes: ")
 
 
 @dataclasses.dataclass
@@ -178,6 +178,9 @@ class Exercise:
     explain: Optional[Callable[[Any, Any], Optional[str]]] = None
     # Added to a message about NaNs: the exercise's own rule (e.g. fully masked rows give 0).
     nan_hint: str = ""
+    # What the lesson calls the outputs, where the function returns several: ("out", "lse") makes a
+    # message say "lse (output[1])", not "output[1]".
+    outputs: tuple = ()
     # The output may be (a view of) one of the inputs (an in-place exercise).
     may_alias_input: bool = False
     # The lesson asks for contiguous outputs: True, or why, in the lesson's words (what reads them next).

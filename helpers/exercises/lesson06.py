@@ -25,15 +25,18 @@ multiply-adds in Q K^T as in P V), the causal kernels skip the tiles right of th
 (counted in K/V bytes loaded and in the matrix products' multiply-adds, then program
 by program against the exact count for the kernel's own blocks), the
 PyTorch backward writes the gradients itself (autograd records nothing), and the
-autograd.Function's backward runs Triton kernels and holds no N x N tensor. The forward
-kernels run once more with 64 query rows and key tiles of 16 (their autotuner given that
-one configuration): on a GPU short sequences run with square 64 x 64 blocks, where BLOCK_M
-and BLOCK_N mixed up give the right values, and on the CPU BLOCK_M is twice BLOCK_N, where a
-causal diagonal that ends two key tiles on, not at the query block's end, does.
+autograd.Function's backward runs Triton kernels, holds no N x N tensor, and reads what
+its own forward kept (two calls, then one backward through both). The forward kernels run
+once more with 128 query rows and key tiles of 16 (their autotuner given that one
+configuration): on a GPU short sequences run with square 64 x 64 blocks, where BLOCK_M and
+BLOCK_N mixed up give the right values, and on the CPU every block is 64 x 32, where a causal
+diagonal that ends two key tiles on, not at the query block's end, does, and so does a 64
+written for BLOCK_M. The backward kernels likewise run once more, causal and full, with the
+block they hold four times the one they stream (128 x 32 for dQ, 32 x 128 for dK/dV), where
+every other case has it twice.
 """
 
 import collections
-import functools
 import math
 
 import torch
@@ -46,8 +49,10 @@ from helpers.exercises import (
     Case,
     Exercise,
     later,
+    rerun,
     rerun_with_config,
     room_for,
+    tuned_over,
 )
 from helpers.traffic import ReadsOf, largest_tensor, triton_traffic
 
@@ -404,7 +409,9 @@ def _tiled_cases():
                                                                        "not divide the query blocks"),
              (1, 2, 91, 64, torch.float32, False, BIG_SCALE, False, None, "scores up to ~100"),
              (1, 2, 91, 64, torch.float64, True, BIG_SCALE, False, None, "scores up to ~100, causal"),
-             (2, 2, 51, 32, torch.float32, True, 1.0, True, None, "strided views, causal"),
+             # the last query block holds 15 rows: a loop to i + block_m, not cut at N, ends on an empty tile
+             (2, 2, 47, 32, torch.float32, True, 1.0, True, None,
+              "strided views, causal, a last query block of 15 rows: its diagonal ends past N"),
              (1, 2, 37, 32, torch.float32, False, FAR, False, None, FAR_WHY),
              (1, 1, 29, 16, torch.float64, True, FAR, False, None, FAR_WHY + ", causal"),
              (1, 2, 70, 32, torch.float16, False, 1.0, False, None, F16_STATS_WHY)]
@@ -440,11 +447,16 @@ def _dq(*args, **kwargs):
 def _forward_backward(fn, q, k, v, dout, **kwargs):
     """Run fn(q, k, v, **kwargs) forward, then backward with the fixed dout: {out, dq, dk, dv}."""
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    from helpers.check import CheckFailed  # here, not at the top: helpers.check imports this module
+
     out = fn(q, k, v, **kwargs)
     if out is None:
         return None
+    if not isinstance(out, torch.Tensor):
+        raise CheckFailed(f"your function returned a {type(out).__name__}, not the output tensor: "
+                          f"FlashAttention.forward returns out alone (what backward needs goes to ctx), and "
+                          f"autograd hands backward one gradient per tensor forward returns.")
     out.backward(dout)
-    from helpers.check import CheckFailed  # here, not at the top: helpers.check imports this module
 
     for name, t in zip("qkv", (q, k, v)):
         if t.grad is None:
@@ -640,30 +652,76 @@ def _single_pass(fn):
     return problem or _scores_twice(fn, dots)
 
 
+# The extra runs of every kernel exercise: N = 200 cut by each block (two blocks of 128 rows, the second
+# of 72; tiles of 16 or 32, the last of 8), in float32 at D = 16 in the interpreter.
+BLOCKS_N, BLOCKS_D = 200, 16
+
+
 def _unequal_blocks(kernel_name, causal):
     """A structure check: one more forward in the interpreter with the autotuner of `kernel_name` given
-    BLOCK_M = 64 query rows and key tiles of BLOCK_N = 16 for the call (rerun_with_config), out and lse
-    against the reference. On a GPU the first configuration, the one short sequences run with, is 64 x
-    64; on the CPU every configuration has BLOCK_M = 2 BLOCK_N, where a causal diagonal that ends two
-    key tiles past its start, not where the query block ends, is right. N = 100: two query blocks, the
-    second cut by N (a first row taken as program_id(0) * BLOCK_N leaves rows 80 to 99 unwritten), and
-    seven key tiles, the last cut too."""
+    BLOCK_M = 128 query rows and key tiles of BLOCK_N = 16 for the call (rerun_with_config), out and
+    lse against the reference. On a GPU the first configuration, the one short sequences run with, is
+    64 x 64; on the CPU every configuration is 64 x 32, where a causal diagonal that ends two key tiles
+    past its start, not where the query block ends, is right, and so is a kernel that writes 64 where
+    BLOCK_M belongs. N = 200: two query blocks, the second cut by N (a first row taken as
+    program_id(0) * BLOCK_N leaves rows 144 to 199 unwritten), and thirteen key tiles, the last cut
+    too."""
     def check(fn):
         import triton
 
-        B, H, N, D = 1, 2, 100, 16
+        B, H, N, D = 1, 2, BLOCKS_N, BLOCKS_D
         q, k, v = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(3))
-        config = triton.Config({"BLOCK_M": 64, "BLOCK_N": 16}, num_warps=4, num_stages=1)
+        config = triton.Config({"BLOCK_M": 128, "BLOCK_N": 16}, num_warps=4, num_stages=1)
         why = UNEQUAL_BLOCKS_WHY + ("the query block's rows and the rows of out and lse go with BLOCK_M, "
                                     "the key tiles and the loop's step with BLOCK_N" +
-                                    (", and the diagonal's keys end where the query block ends." if causal
-                                     else "."))
+                                    (", the diagonal's keys end where the query block ends" if causal
+                                     else "") + ", and no block size is written as a number.")
         want = attention_reference(*(t.double() for t in (q, k, v)), causal=causal)
-        where = (f"run with BLOCK_M = 64 query rows and key tiles of BLOCK_N = 16 (the check gave your "
+        where = (f"run with BLOCK_M = 128 query rows and key tiles of BLOCK_N = 16 (the check gave your "
                  f"autotuner this one configuration for one call), at B{B} H{H} N{N} D{D} float32 in the "
                  f"interpreter, your kernel")
         return rerun_with_config(fn, kernel_name, config, (q, k, v), tuple(want), where, why,
                                  names=("out", "lse"))
+    return check
+
+
+def _backward_blocks(kernel_name, block_m, block_n, held):
+    """A structure check: the backward kernel `kernel_name` run once more in the interpreter, causal and
+    full, its autotuner given BLOCK_M = block_m and BLOCK_N = block_n for the call, the gradients against
+    the reference. Every configuration the checks otherwise run has the held block twice the streamed
+    one (64 x 32 for dQ, 32 x 64 for dK/dV): a diagonal that ends two streamed blocks past its start, or
+    a 64 written where the held block's size belongs, gives the right values there. Here the ratio is 4
+    and the held block is 128. The streamed block stays 32: a loop that steps by a number smaller than
+    it, dividing it, still visits every row once, masked at n_ctx, and is right."""
+    def check(fn):
+        import triton
+
+        kernel = getattr(fn, "__globals__", {}).get(kernel_name)
+        if not hasattr(kernel, "configs"):
+            return None   # a design of the learner's own: nothing to give blocks to
+        B, H, N, D = 1, 2, BLOCKS_N, BLOCKS_D
+        q, k, v, dout = (torch.randn(B, H, N, D, device=DEVICE) for _ in range(4))
+        config = triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=4, num_stages=1)
+        gradients = ("dk", "dv") if held == "keys" else ("dq",)
+        own, streamed = ("BLOCK_N", "BLOCK_M") if held == "keys" else ("BLOCK_M", "BLOCK_N")
+        why = (f" Every other case runs with {own} = 2 {streamed} (on a GPU too, below 1024 keys), where a "
+               f"diagonal that ends two blocks past its start, or a block size written as a number, still "
+               f"gives the right values. Check each use of BLOCK_M and BLOCK_N: the {held} a program holds "
+               f"go with {own}, the blocks its loop streams and the loop's step with {streamed}, the masked "
+               f"blocks on the diagonal end where the program's own block ends, and no block size is "
+               f"written as a number.")
+        for causal in (True, False):
+            out, lse = _saved(q, k, v, causal, None)
+            want = _gradients(*(t.double() for t in (q, k, v)), None, None, dout.double(), causal=causal)
+            want = tuple(want[1:]) if held == "keys" else want[0]
+            where = (f"run with BLOCK_M = {block_m} and BLOCK_N = {block_n} (the check gave your autotuner "
+                     f"this one configuration for one call), at B{B} H{H} N{N} D{D} float32, "
+                     f"causal={causal}, in the interpreter, your kernel")
+            problem = rerun(tuned_over(kernel, [config]), lambda *a: fn(*a, causal=causal),
+                            (q, k, v, out, lse, dout), want, where, why, names=gradients, tol=1e-3)
+            if problem:
+                return problem
+        return None
     return check
 
 
@@ -794,6 +852,39 @@ def _recomputes(fn):
     return None
 
 
+def _each_call_its_own(fn):
+    """Two calls of the autograd.Function, causal then full, each with its own sm_scale, and one backward
+    through both, as a model with two attention layers runs them: each call's gradients must come from
+    what that call saved. Both forwards run before either backward, so state kept between calls (a
+    global, a class attribute) holds the second call's tensors or flags when the first call's runs."""
+    calls = [({"causal": causal, "sm_scale": random_sm_scale(MEASURE_D)},
+              qkv(1, 2, 48, MEASURE_D, KERNEL_DTYPE, count=4)) for causal in (True, False)]
+    leaves = [[t.detach().clone().requires_grad_() for t in inputs[:3]] for _, inputs in calls]
+    outs = []
+    for (kwargs, _), mine in zip(calls, leaves):
+        out, problem = _calling(fn, *mine, **kwargs)
+        if problem:
+            return problem
+        outs.append(out)
+    _, problem = _calling(torch.autograd.backward, outs, [inputs[3] for _, inputs in calls])
+    if problem:
+        return problem
+    atol, rtol = GRADS[KERNEL_DTYPE]
+    for which, ((kwargs, inputs), mine) in enumerate(zip(calls, leaves)):
+        want = _gradients(*(t.double() for t in inputs[:3]), None, None, inputs[3].double(), **kwargs)
+        for name, got, ref in zip(("dq", "dk", "dv"), (t.grad for t in mine), want):
+            if got is None or not torch.allclose(got.double(), ref, atol=atol, rtol=rtol):
+                return (f"two calls of your function at B1 H2 N48 D{MEASURE_D}, the first with "
+                        f"causal=True and the second with causal=False (each with its own sm_scale), "
+                        f"then one backward through both, as two attention layers of a model run: the "
+                        f"{('first', 'second')[which]} call's {name} came out wrong, though each call "
+                        f"alone is right. Both forwards ran before either backward: a backward "
+                        f"must read what its own forward kept on ctx (ctx.save_for_backward, ctx.causal, "
+                        f"ctx.sm_scale), not a global or a class attribute that the next call "
+                        f"overwrites.")
+    return None
+
+
 # float32 on the CPU: a score of size ~100 carries a rounding error of ~100 * 2**-24 * sqrt(D), and exp()
 # hands it on as a relative error of the weights; with BIG_SCALE that reaches ~3e-5, over the default 1e-5.
 FP32 = {torch.float32: (1e-4, 1e-4)}
@@ -813,27 +904,31 @@ CAUSAL_NAN = "Causal: query i sees keys 0..i, itself included, so no row of scor
 # copies_inputs=True in its kernel exercises.
 EXERCISES = [
     Exercise("06", "attention_tiled", "tiled attention, online softmax (PyTorch)", _tiled_reference,
-             _tiled_cases, tol=FP32, structure=_tiles_only, nan_hint=CAUSAL_NAN),
+             _tiled_cases, tol=FP32, structure=_tiles_only, nan_hint=CAUSAL_NAN, outputs=("out", "lse")),
     Exercise("06", "flash_forward", "FlashAttention forward (Triton)", _full, _kernel_cases, tol=FP32,
-             kernel=True, copies_inputs=True,
+             kernel=True, copies_inputs=True, outputs=("out", "lse"),
              structure=lambda fn: _single_pass(fn) or _unequal_blocks("flash_fwd_kernel", causal=False)(fn)),
     Exercise("06", "flash_forward_causal", "causal forward, tiles skipped", _causal, _kernel_cases,
-             tol=FP32, kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN,
+             tol=FP32, kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN, outputs=("out", "lse"),
              structure=lambda fn: (_skips_tiles(fn)
                                    or _unequal_blocks("flash_fwd_causal_kernel", causal=True)(fn))),
     Exercise("06", "attention_backward_torch", "attention gradients by hand (PyTorch)", _gradients,
-             _torch_backward_cases, tol=GRADS, structure=_by_hand, nan_hint=CAUSAL_NAN),
+             _torch_backward_cases, tol=GRADS, structure=_by_hand, nan_hint=CAUSAL_NAN,
+             outputs=("dq", "dk", "dv")),
     Exercise("06", "flash_backward_dkdv", "dK/dV kernel (Triton)", _dkdv, _backward_cases, tol=GRADS,
-             kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN,
-             structure=functools.partial(_backward_skips_tiles, held="keys", streamed="queries"),
+             kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN, outputs=("dk", "dv"),
+             structure=lambda fn: (_backward_skips_tiles(fn, held="keys", streamed="queries")
+                                   or _backward_blocks("bwd_dkdv_kernel", 32, 128, held="keys")(fn)),
              timeout_s=300.0 if ON_GPU else 120.0),
     Exercise("06", "flash_backward_dq", "dQ kernel (Triton)", _dq, lambda: _backward_cases(gradients=1),
              tol=GRADS, kernel=True, copies_inputs=True, nan_hint=CAUSAL_NAN,
-             structure=functools.partial(_backward_skips_tiles, held="queries", streamed="keys"),
+             structure=lambda fn: (_backward_skips_tiles(fn, held="queries", streamed="keys")
+                                   or _backward_blocks("bwd_dq_kernel", 128, 32, held="queries")(fn)),
              timeout_s=300.0 if ON_GPU else 120.0),
     Exercise("06", "attention_backward", "autograd.Function over the kernels", _attention_out,
              lambda: _backward_cases(saved=False), run=_forward_backward, tol=GRADS, kernel=True,
-             copies_inputs=True, structure=_recomputes, nan_hint=CAUSAL_NAN,
+             copies_inputs=True, structure=lambda fn: _recomputes(fn) or _each_call_its_own(fn),
+             nan_hint=CAUSAL_NAN,
              timeout_s=300.0 if ON_GPU else 120.0,
              # delta = rowsum(dO * O) may be PyTorch's (O(N D), no P: the lesson's step 6); what is graded
              # here is the wiring of the kernels through autograd

@@ -930,6 +930,7 @@ EXERCISES = [
              ring_waits_reference, _ring_cases, run=_run_ring, explain=_explain_ring),
     Exercise("10", "atomic_backward", "the one-kernel backward: dQ by atomic adds", attention_gradients,
              _backward_cases, run=_run_backward, tol=GRADS_TOL, kernel=True, nan_hint=BACKWARD_NAN,
+             outputs=("dq", "dk", "dv"),
              structure=_dq_by_atomics, timeout_s=300.0 if ON_GPU else 120.0,
              # the lesson's launcher makes q, k, v, dO contiguous (descriptors), and casts dQ, summed
              # in float32 by the atomics, to q's dtype at the end

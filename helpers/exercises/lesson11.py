@@ -602,8 +602,8 @@ def _all_in_triton(fn):
 
 EXERCISES = [
     Exercise("11", "rope_qk", "RoPE on Q and K, one launch", rope_qk_reference, _rope_cases, kernel=True,
-             tol=ROPE_TOL, structure=lambda fn: _rope_one_launch(fn) or _rope_other_block(fn),
-             contiguous_output=True),
+             tol=ROPE_TOL, outputs=("rotated q", "rotated k"), contiguous_output=True,
+             structure=lambda fn: _rope_one_launch(fn) or _rope_other_block(fn)),
     Exercise("11", "swiglu_linear", "SwiGLU as one persistent matmul, the product in its epilogue",
              swiglu_linear_reference, _swiglu_cases, run=_quietly, tol=SWIGLU_TOL, kernel=True,
              structure=_product_in_the_epilogue, contiguous_output=True),

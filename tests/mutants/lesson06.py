@@ -46,6 +46,7 @@ def naive_grads(q, k, v, out, lse, dout, causal=False, sm_scale=None):
 
 forward, forward_causal = edit("06", "flash_forward"), edit("06", "flash_forward_causal")
 attention_backward_torch = edit("06", "attention_backward_torch")
+flash_backward = edit("06", "flash_backward")
 
 
 def numpy_beside_a_kernel(q, k, v, sm_scale=None):
@@ -195,6 +196,39 @@ CAUSAL_MAX_PASS = ("    # keys 0 .. start_m-1 come before every query of this bl
 
 FWD_FIRST = "acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, 0, n_full, n_ctx, qk_scale,"
 
+# A number written where a block size belongs: the configurations' own value (64 query rows in the
+# forward and dQ kernels, 64 keys in the dK/dV kernel, the first on a GPU below 1024 keys as well). Every
+# other case runs with that value, and the check's extra run with other blocks is the one that sees it.
+FWD_START = "    start_m = tl.program_id(0) * BLOCK_M\n    bh = tl.program_id(1).to(tl.int64)                # int64"
+DKDV_START = "    start_n = tl.program_id(0) * BLOCK_N\n    bh = tl.program_id(1).to(tl.int64)\n"
+DQ_START = "    start_m = tl.program_id(0) * BLOCK_M\n    if CAUSAL:"
+# The causal diagonal's end written as two blocks of the streamed size: right wherever the held block is
+# twice the streamed one, as in every configuration the CPU runs and the first on a GPU (dQ 64 x 32,
+# dK/dV 32 x 64).
+DKDV_DIAG = "        hi = tl.minimum(start_n + BLOCK_N, n_ctx)\n        dk, dv = bwd_dkdv_loop("
+DKDV_SECOND = "offs_n, start_n + BLOCK_N,\n                               n_ctx, n_ctx,"
+
+
+class SavedOnTheClass(torch.autograd.Function):
+    """The Triton forward and backward, with what backward needs kept on the class: one slot, which the
+    next call's forward overwrites before this call's backward runs."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        out, lse = (forward_causal if causal else forward)(q, k, v, sm_scale)
+        SavedOnTheClass.saved = (q, k, v, out, lse, causal, sm_scale)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse, causal, sm_scale = SavedOnTheClass.saved
+        return (*flash_backward(q, k, v, out, lse, dout, causal, sm_scale), None, None)
+
+
+def saved_on_the_class(q, k, v, causal=False, sm_scale=None):
+    return SavedOnTheClass.apply(q, k, v, causal, q.shape[-1] ** -0.5 if sm_scale is None else sm_scale)
+
+
 FWD_BLOCKS = [("FWD_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]", "FWD_CONFIGS = _configs(cpu=[(32, 16, 4, 1)]"),
               ("gpu=[(64, 64, 4, 3), (128, 64, 8, 3)", "gpu=[(32, 32, 4, 2), (128, 64, 8, 3)")]
 
@@ -225,6 +259,9 @@ WRONG = [
     Wrong("attention_tiled", "the causal mask applied only to key tiles from the query block's start on", edit(
         "06", "attention_tiled", ("            if causal:\n                cols = torch.arange(",
                                   "            if causal and j >= i:\n                cols = torch.arange("))),
+    # right unless the last query block is at most block_n rows: its loop then reaches a tile past N, empty
+    Wrong("attention_tiled", "causal: the loop stops at i + block_m, not cut at N (an empty tile at the end)", edit(
+        "06", "attention_tiled", ("stop = min(N, i + block_m) if causal else N", "stop = i + block_m if causal else N"))),
 
     Wrong("flash_forward", "pure PyTorch, no kernel", lambda q, k, v, sm_scale=None: attention_reference(
         q, k, v, False, sm_scale)),
@@ -268,6 +305,8 @@ WRONG = [
         "06", "flash_forward", FWD_MAX_PASS, *FWD_BLOCKS)),
     Wrong("flash_forward", "int32 offsets: bh * N * D wraps past 2**31 elements", edit(
         "06", "flash_forward", INT32_FWD), gpu_only=True),
+    Wrong("flash_forward", "the query block's first row at program_id(0) * 64, not * BLOCK_M", edit(
+        "06", "flash_forward", (FWD_START, FWD_START.replace("* BLOCK_M", "* 64")))),
 
     Wrong("flash_forward_causal", "pure PyTorch, no kernel", lambda q, k, v, sm_scale=None: attention_reference(
         q, k, v, True, sm_scale)),
@@ -290,6 +329,8 @@ WRONG = [
     Wrong("flash_forward_causal", "the diagonal's keys end two key tiles past start_m, not at start_m + BLOCK_M",
           edit("06", "flash_forward_causal", (FWD_ONE_PAST[0], FWD_ONE_PAST[0].replace("start_m + BLOCK_M",
                                                                                         "start_m + 2 * BLOCK_N")))),
+    Wrong("flash_forward_causal", "the diagonal's keys end at start_m + 64, not start_m + BLOCK_M", edit(
+        "06", "flash_forward_causal", (FWD_ONE_PAST[0], FWD_ONE_PAST[0].replace("start_m + BLOCK_M", "start_m + 64")))),
     Wrong("flash_forward_causal", "causal mask off by one (keys j < i)", edit(
         "06", "flash_forward_causal", ("s = tl.where(offs_m[:, None] >= offs_n[None, :], s, float(\"-inf\"))\n        m_new",
                                        "s = tl.where(offs_m[:, None] > offs_n[None, :], s, float(\"-inf\"))\n        m_new"))),
@@ -351,6 +392,11 @@ WRONG = [
     Wrong("flash_backward_dkdv", "dK alone kept in float16 between query blocks", edit(
         "06", "flash_backward_dkdv", F16_DKDV[1],
         ("    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)\n", "    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float16)\n"))),
+    Wrong("flash_backward_dkdv", "causal: the masked query blocks end two blocks past start_n, not at start_n + BLOCK_N",
+          edit("06", "flash_backward_dkdv", (DKDV_DIAG, DKDV_DIAG.replace("start_n + BLOCK_N", "start_n + 2 * BLOCK_M")),
+               (DKDV_SECOND, DKDV_SECOND.replace("start_n + BLOCK_N", "start_n + 2 * BLOCK_M")))),
+    Wrong("flash_backward_dkdv", "the key block's first row at program_id(0) * 64, not * BLOCK_N", edit(
+        "06", "flash_backward_dkdv", (DKDV_START, DKDV_START.replace("* BLOCK_N", "* 64")))),
     Wrong("flash_backward_dkdv", "dK not multiplied by sm_scale", edit(
         "06", "flash_backward_dkdv", ("(dk * sm_scale).to(dk_ptr.dtype.element_ty)", "dk.to(dk_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dkdv", "dS = P * dP: delta not subtracted", edit(
@@ -383,6 +429,10 @@ WRONG = [
                                     "        hi = n_ctx\n        dq = bwd_dq_loop("))),
     Wrong("flash_backward_dq", ONE_TILE_PAST, edit("06", "flash_backward_dq", DQ_ONE_PAST)),
     Wrong("flash_backward_dq", "dQ kept in float16 between key tiles", edit("06", "flash_backward_dq", *F16_DQ)),
+    Wrong("flash_backward_dq", "causal: the diagonal's keys end two tiles past start_m, not at start_m + BLOCK_M", edit(
+        "06", "flash_backward_dq", (DQ_ONE_PAST[0], DQ_ONE_PAST[0].replace("start_m + BLOCK_M", "start_m + 2 * BLOCK_N")))),
+    Wrong("flash_backward_dq", "the query block's first row at program_id(0) * 64, not * BLOCK_M", edit(
+        "06", "flash_backward_dq", (DQ_START, DQ_START.replace("* BLOCK_M", "* 64")))),
     Wrong("flash_backward_dq", "dQ not multiplied by sm_scale", edit(
         "06", "flash_backward_dq", ("(dq * sm_scale).to(dq_ptr.dtype.element_ty)", "dq.to(dq_ptr.dtype.element_ty)"))),
     Wrong("flash_backward_dq", "dS = P * dP: delta not subtracted", edit(
@@ -423,6 +473,15 @@ WRONG = [
                             FWD_M_ZERO + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    n_full"),
         (FWD_M_INIT + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    # keys 0",
          FWD_M_ZERO + "    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)\n    # keys 0"))),
+    # each call alone is right: two calls, then one backward through both, see the first call's wrong
+    Wrong("attention_backward", "what backward needs kept on the class, not on ctx", saved_on_the_class),
+    Wrong("attention_backward", "the causal flag kept in a global, not on ctx", edit(
+        "06", "attention", ("        ctx.causal, ctx.sm_scale = causal, sm_scale\n",
+                            "        global LAST_CAUSAL\n        LAST_CAUSAL, ctx.sm_scale = causal, sm_scale\n"),
+        ("lse, dout, ctx.causal, ctx.sm_scale)", "lse, dout, LAST_CAUSAL, ctx.sm_scale)"))),
+    Wrong("attention_backward", "forward returns (out, lse)", edit(
+        "06", "attention", ("        ctx.causal, ctx.sm_scale = causal, sm_scale\n        return out\n",
+                            "        ctx.causal, ctx.sm_scale = causal, sm_scale\n        return out, lse\n"))),
     Wrong("attention_backward", "forward always full: causal ignored", edit(
         "06", "attention", ("out, lse = (flash_forward_causal if causal else flash_forward)(q, k, v, sm_scale)",
                             "out, lse = flash_forward(q, k, v, sm_scale)"))),
@@ -455,6 +514,11 @@ RIGHT = [
          "    lo = start_m // BLOCK_N * BLOCK_N\n"
          "    acc, l_i, m_i = fwd_tile_loop(acc, l_i, m_i, q, k_ptr, v_ptr, offs_m, 0, lo, n_ctx, qk_scale,"),
         ("q, k_ptr, v_ptr, offs_m, start_m, hi,", "q, k_ptr, v_ptr, offs_m, lo, hi,"))),
+    Right("flash_forward_causal", "query blocks numbered forwards, not backwards", edit(
+        "06", "flash_forward_causal", (INT32_CAUSAL[0], INT32_CAUSAL[0].replace(
+            "(tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M", "tl.program_id(0) * BLOCK_M")))),
+    Right("flash_forward", "the lse in natural log directly: m_i * LN2 + log(l_i)", edit(
+        "06", "flash_forward", ("(m_i + tl.log2(l_i)) * LN2, mask=row_ok)   # back", "m_i * LN2 + tl.log(l_i), mask=row_ok)   #"))),
     Right("attention_backward_torch", "P by softmax of the scores, delta as rowsum(P * dP)", edit(
         "06", "attention_backward_torch", ("p = torch.exp(s - lse[..., None])                      #", "p = torch.softmax(s, dim=-1)  #"),
         ("delta = (dout * out).sum(dim=-1, keepdim=True)", "delta = (p * (dout @ v.transpose(-2, -1))).sum(-1, True)"))),
@@ -475,6 +539,9 @@ RIGHT = [
         ("offs_n, start_n, hi,", "offs_n, lo, hi,"),
         ("offs_n, start_n + BLOCK_N,\n                               n_ctx, n_ctx,",
          "offs_n, mid,\n                               n_ctx, n_ctx,"))),
+    # dO and delta load as 0 in those rows, so dV and dK get nothing from them either way
+    Right("flash_backward_dkdv", "the lse of rows past n_ctx loaded as 0, not +inf", edit(
+        "06", "flash_backward_dkdv", ("mask=row_ok, other=float(\"inf\")) * LOG2E", "mask=row_ok, other=0.0) * LOG2E"))),
     Right("flash_backward_dq", "other blocks (32 x 16; 32 x 16 first on a GPU)", edit(
         "06", "flash_backward_dq",
         ("DQ_CONFIGS = _configs(cpu=[(64, 32, 4, 1)]", "DQ_CONFIGS = _configs(cpu=[(32, 16, 4, 1)]"),
@@ -487,6 +554,13 @@ RIGHT = [
     Right("attention_backward", "delta = rowsum(dO * O) in PyTorch", edit(
         "06", "attention", ("delta = backward_delta(out, dout)  # shared by both kernels",
                             "delta = (out.float() * dout.float()).sum(-1)"))),
+    Right("attention_backward", "q, k, v saved alone; backward runs the forward kernel again for out and lse", edit(
+        "06", "attention",
+        ("        ctx.save_for_backward(q, k, v, out, lse)   # O(N) per head: no N x N tensor is kept\n",
+         "        ctx.save_for_backward(q, k, v)\n"),
+        ("        q, k, v, out, lse = ctx.saved_tensors\n",
+         "        q, k, v = ctx.saved_tensors\n"
+         "        out, lse = (flash_forward_causal if ctx.causal else flash_forward)(q, k, v, ctx.sm_scale)\n"))),
     Right("attention_backward", "backward calls the two launchers itself", edit(
         "06", "attention", ("        dq, dk, dv = flash_backward(q, k, v, out, lse, dout, ctx.causal, ctx.sm_scale)\n",
                             "        dk, dv = flash_backward_dkdv(q, k, v, out, lse, dout, ctx.causal, ctx.sm_scale)\n"
