@@ -1228,10 +1228,9 @@ for gpu, record in backward_runs.items():
 # TMA made them cheap (the line says how cheap), and what is left of the gap at D = 64 is
 # mostly in each tile's own work.
 #
-# The step that brought D = 128 level was not in the arithmetic at all. ptxas said it spilled hundreds
-# of bytes a thread there, about 1 KB with Triton 3.9 (`tests/test_gluon_compile.py` compiles the
-# kernel and reads its report), and
-# dK and dV, 128 of a thread's 240 registers, looked like the culprits. They were not. Reading where
+# The step that brought D = 128 level was not in the arithmetic at all. ptxas reported registers
+# spilled to local memory there (`tests/test_gluon_compile.py` compiles the kernel and reads its
+# report), and dK and dV, 128 of a thread's 240 registers, looked like the culprits. They were not. Reading where
 # the spilled values came from (the SASS around each local store) showed values that do not change
 # from tile to tile: the 64-bit descriptors of every shared-memory operand the tile's wgmmas read
 # (K, V, the dSᵀ buffers, slices of K for dQ), and the pointers and masks of the lse and delta loads,
