@@ -1230,9 +1230,9 @@ for gpu, record in backward_runs.items():
 #
 # The step that brought D = 128 level was not in the arithmetic at all. ptxas reported registers
 # spilled to local memory there (`tests/test_gluon_compile.py` compiles the kernel and reads its
-# report), and dK and dV, 128 of a thread's 240 registers, looked like the culprits. They were not. Reading where
-# the spilled values came from (the SASS around each local store) showed values that do not change
-# from tile to tile: the 64-bit descriptors of every shared-memory operand the tile's wgmmas read
+# report), and dK and dV, 128 of a thread's 240 registers, looked like the culprits. They were not.
+# Reading where the spilled values came from (the SASS around each local store) showed values that do
+# not change from tile to tile: the 64-bit descriptors of every shared-memory operand the tile's wgmmas read
 # (K, V, the dSᵀ buffers, slices of K for dQ), and the pointers and masks of the lse and delta loads,
 # one per column a thread holds. LLVM computes such values once, before the loop, which is usually
 # right; here it made some 45 64-bit values live across the whole loop, on top of the accumulators,
