@@ -6,13 +6,16 @@ process that ran it unusable: every later CUDA call in that process fails, blami
 next. So the cases of an exercise run in a child process that owns its own CUDA context. Your
 function is sent to it by value (cloudpickle: a function defined in a notebook cell travels with the
 kernels and globals it uses); the worker runs the exercise's cases exactly as `check()` does in
-process and sends back the result. After a crash, or a kernel that never finishes, the worker is
-stopped and the next check starts a fresh one; the notebook's own process never saw the crash.
+process and sends back the result. The notebook's own process never sees a crash.
 
-The first check of a session pays the worker's start (importing torch and Triton, a CUDA context:
-a few seconds); later checks reuse it. Your `print`s inside the function still reach the notebook;
-the compiler's own output on stderr does not. On the CPU (Triton's interpreter) nothing can break a
-CUDA context, so checks run in process unless COURSE_ISOLATE=1 asks for the worker (the tests do).
+On a GPU a check that fails retires its worker, whatever the failure: a wrong kernel may have written
+far outside its tensors without stopping (into another tensor, or the code of a kernel loaded there),
+and what it damaged would break a later check of right code. A new worker starts at once, while you
+read the message. The first check of a session pays the worker's start (importing torch and Triton,
+a CUDA context: a few seconds); later checks reuse it. Your `print`s inside the function still reach
+the notebook; the compiler's own output on stderr does not. On the CPU (Triton's interpreter) nothing
+can break a CUDA context, so checks run in process unless COURSE_ISOLATE=1 asks for the worker (the
+tests do).
 """
 
 import importlib
@@ -130,7 +133,10 @@ def main(fd):
     sys.stdout = _ToParent(conn)
     from helpers.check import CheckFailed, GPUCrashed, KernelTimeout, _run_cases
 
-    conn.send(("ready",))
+    try:
+        conn.send(("ready",))
+    except OSError:   # the notebook's process ended while this one started
+        return
     while True:
         try:
             payload = conn.recv()
@@ -172,11 +178,16 @@ class Worker:
             stdin=subprocess.DEVNULL)
         theirs.close()
         self.conn = Connection(mine.detach())
-        if not self.conn.poll(START_TIMEOUT_S):
-            self.stop()
-            raise RuntimeError("the check's worker process did not start: set COURSE_ISOLATE=0 to check "
-                               "in the notebook's own process.")
-        self.conn.recv()
+        self.ready = False
+
+    def wait_until_ready(self):
+        if not self.ready:
+            if not self.conn.poll(START_TIMEOUT_S):
+                self.stop()
+                raise RuntimeError("the check's worker process did not start: set COURSE_ISOLATE=0 to check "
+                                   "in the notebook's own process.")
+            self.conn.recv()
+            self.ready = True
 
     def alive(self):
         return self.process.poll() is None
@@ -202,6 +213,7 @@ def _get_worker():
     global _worker
     if _worker is None or not _worker.alive():
         _worker = Worker()
+    _worker.wait_until_ready()
     return _worker
 
 
@@ -210,6 +222,13 @@ def _retire():
     if _worker is not None:
         _worker.stop()
         _worker = None
+
+
+def _replace():
+    """Retire the worker and start the next one now (it gets ready while the message is read)."""
+    global _worker
+    _retire()
+    _worker = Worker()
 
 
 def run_cases(ex, fn):
@@ -227,7 +246,7 @@ def run_cases(ex, fn):
     case, hint, deadline = None, "", time.monotonic() + START_TIMEOUT_S + ex.timeout_s
     while True:
         if not worker.conn.poll(max(0.0, deadline - time.monotonic())):
-            _retire()
+            _replace()
             where = f" on case '{case}'" if case else ""
             raise KernelTimeout(f"your function was still running{where} after {ex.timeout_s:g} s, and the "
                                 f"check stopped the process it ran in (which also stops a GPU kernel "
@@ -236,7 +255,7 @@ def run_cases(ex, fn):
             message = worker.conn.recv()
         except (EOFError, OSError):
             how = worker.ended()
-            _retire()
+            _replace()
             where = f"case '{case}'" if case else "the exercise's first case"
             hint = f"\n{hint}" if hint else ""
             raise GPUCrashed(f"failed on {where}: the process running your function {how}.{hint}\n"
@@ -252,8 +271,8 @@ def run_cases(ex, fn):
             return message[1]
         elif kind == "raise":
             error = message[1]
-            if isinstance(error, (GPUCrashed, KernelTimeout)) and ON_GPU:
-                _retire()
+            if ON_GPU:   # whatever failed, the next check runs in a process this kernel never touched
+                _replace()
                 if isinstance(error, GPUCrashed):
                     raise GPUCrashed(f"{error}\n{_CRASH_ADVICE}") from None
             raise error

@@ -195,3 +195,16 @@ def test_a_cell_that_breaks_the_context_shows_its_error_then_what_to_do(tmp_path
     assert [o.ename for o in outputs[0]] == ["IndexError"]
     assert [o.get("ename") for o in outputs[1]] == ["RuntimeError"]          # no note
     assert outputs[2][0].ename == "RuntimeError" and "Restart the kernel" in outputs[2][1].text
+
+
+def test_on_a_gpu_a_failed_check_retires_its_worker_and_starts_the_next(isolated, monkeypatch):
+    """A wrong kernel may have written far outside its tensors without stopping (into the code of a
+    kernel loaded there); the next check must not run in what it damaged."""
+    monkeypatch.setattr(worker, "ON_GPU", True)       # the notebook's side decides
+    right = notebook_cell(CELL, "cell_vector_add")
+    check("vector_add", right)
+    first = worker._worker.process.pid
+    with pytest.raises(CheckFailed, match="failed on case"):
+        check("vector_add", notebook_cell(CELL.replace(" + tl.load(y", " - tl.load(y"), "cell_vector_add"))
+    assert worker._worker is not None and worker._worker.process.pid != first   # started already
+    check("vector_add", right)
