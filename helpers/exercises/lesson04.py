@@ -130,6 +130,11 @@ def grouped_order_reference(pid, num_pid_m, num_pid_n, group_m):
     return first_m + (pid % per_group) % rows, (pid % per_group) // rows
 
 
+def stores_of(launches):
+    """[(pid, offsets)]: every store the launches made (recorded with touches=True), one per tile."""
+    return [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches if kind == "store"]
+
+
 def tile_order_problem(stores, tiles, block, n_cols, group_m, where):
     """A message if some program did not store the tile grouped_order_reference gives it, else None.
 
@@ -303,11 +308,9 @@ def _in_grouped_order(fn):
                            num_stages=1)
     with tuned_over(kernel, [config]), interpreter.record(touches=True) as rec:
         fn(a, b)
-    stores = [(pid, offs) for launch in rec.launches for pid, _arg, kind, offs in launch.touches
-              if kind == "store"]
     where = (f"run with BLOCK_M, BLOCK_N = 32, 64 and GROUP_M = {group} on a ({M}, {K}) @ ({K}, {N}) product "
              f"(5 x 3 tiles) in the interpreter, your kernel")
-    return tile_order_problem(stores, (5, 3), (32, 64), N, group, where)
+    return tile_order_problem(stores_of(rec.launches), (5, 3), (32, 64), N, group, where)
 
 
 # Computed in float32 and rounded once at the store, the output is within half a unit in the last

@@ -44,7 +44,7 @@ import triton
 from helpers import interpreter
 from helpers.device import DEVICE, ON_GPU, pick
 from helpers.exercises import UNEQUAL_BLOCKS_WHY, Case, Exercise, rerun, rerun_with_config
-from helpers.exercises.lesson04 import tile_order_problem
+from helpers.exercises.lesson04 import stores_of, tile_order_problem
 
 F16, F32 = torch.float16, torch.float32
 NEG_INF = float("-inf")
@@ -282,7 +282,7 @@ def _in_tile_order(fn):
         BM, _, BN = dots[0].shape
     tiles_m, tiles_n = math.ceil(M / BM), math.ceil(N / BN)
     where = f"for a ({M}, {K}) @ ({K}, {N}) product ({tiles_m} x {tiles_n} tiles of {BM} x {BN}), your kernel"
-    return tile_order_problem(_stores(launches), (tiles_m, tiles_n), (BM, BN), N, GROUP_M, where)
+    return tile_order_problem(stores_of(launches), (tiles_m, tiles_n), (BM, BN), N, GROUP_M, where)
 
 
 # ---------------------------------------------------------------- 2. persistent_matmul
@@ -331,11 +331,6 @@ def _persistent_cases():
                           (*_operands(M, K, N, dtype, views, views), programs),
                           hint=VIEW_HINT.format(which=BOTH) if views else ""))
     return cases + [_long_k_case(pick(3, 11))]
-
-
-def _stores(launches):
-    """[(pid, offsets)]: every store the launches made (recorded with touches=True), one per tile."""
-    return [(pid, offs) for launch in launches for pid, _arg, kind, offs in launch.touches if kind == "store"]
 
 
 def _unshared(stores, programs, where):
@@ -400,7 +395,7 @@ def _each_tile_once(fn):
     past = _past_the_last_tile(main, where)
     if past:
         return past
-    stores = _stores(launches)
+    stores = stores_of(launches)
     return (_stored_twice(stores, N, where) or _unshared(stores, programs, where) or _dividing_count(fn)
             or _work_done(fn, programs) or _with_unequal_blocks(fn, 3))
 
@@ -476,7 +471,7 @@ def _work_done(fn, *programs):
     counted = _dot_count(where, dots, M, K, N, (BM, BN, BK))
     if counted or programs:
         return counted
-    stores = _stores(launches)
+    stores = stores_of(launches)
     return _stored_twice(stores, N, where)
 
 
@@ -493,7 +488,7 @@ def _dividing_count(fn):
     launches, problem = _recorded(lambda a, b: fn(a, b, 2), a, b, touches=True)
     if problem:
         return problem
-    stores = _stores(launches)
+    stores = stores_of(launches)
     return _unshared(stores, 2, f"for a ({M}, {K}) @ ({K}, {N}) product with programs=2, your kernel")
 
 
@@ -619,7 +614,7 @@ def _epilogue_structure(fn):
     past = _past_the_last_tile(main, where)
     if past:
         return past
-    stores = _stores([main])
+    stores = stores_of([main])
     ran, tiles = math.prod(main.grid), len(stores)     # one store per output tile
     if ran != min(SMS, tiles):
         return (f"{where} launched a grid of {ran} programs {main.grid} for {tiles} output tiles, with "
@@ -683,7 +678,7 @@ def _linear_dividing_count(fn):
     if problem:
         return problem
     main = max(launches, key=lambda launch: launch.bytes_stored)
-    stores = _stores([main])
+    stores = stores_of([main])
     return _unshared(stores, math.prod(main.grid), f"for h ({M}, {K}) and w ({N}, {K}), your code")
 
 
