@@ -8,14 +8,15 @@ function is sent to it by value (cloudpickle: a function defined in a notebook c
 kernels and globals it uses); the worker runs the exercise's cases exactly as `check()` does in
 process and sends back the result. The notebook's own process never sees a crash.
 
-On a GPU a check that fails retires its worker, whatever the failure: a wrong kernel may have written
-far outside its tensors without stopping (into another tensor, or the code of a kernel loaded there),
-and what it damaged would break a later check of right code. A new worker starts at once, while you
-read the message. The first check of a session pays the worker's start (importing torch and Triton,
-a CUDA context: a few seconds); later checks reuse it. Your `print`s inside the function still reach
-the notebook; the compiler's own output on stderr does not. On the CPU (Triton's interpreter) nothing
-can break a CUDA context, so checks run in process unless COURSE_ISOLATE=1 asks for the worker (the
-tests do).
+On a GPU a check that fails retires its worker, whatever the failure (an exercise not done yet
+aside): a wrong kernel may have written far outside its tensors without stopping (into another
+tensor, or anything else the process keeps on the GPU), and what it damaged could break a later check
+of right code. A new worker starts at once, while you read the message.
+
+The first check of a session pays the worker's start (importing torch and Triton, a CUDA context: a
+few seconds); later checks reuse it. Your `print`s inside the function still reach the notebook; the
+compiler's own output on stderr does not. On the CPU (Triton's interpreter) nothing can break a CUDA
+context, so checks run in process unless COURSE_ISOLATE=1 asks for the worker (the tests do).
 """
 
 import importlib
@@ -233,7 +234,7 @@ def _replace():
 
 def run_cases(ex, fn):
     """check()'s `_run_cases(ex, fn)`, run in the worker: the number of cases, or the same exception."""
-    from helpers.check import CheckFailed, GPUCrashed, KernelTimeout, _run_cases
+    from helpers.check import CheckFailed, GPUCrashed, KernelTimeout, NotDone, _run_cases
 
     try:
         # the exercise too (its cases, reference and limits as they are here), and the source of the
@@ -271,8 +272,8 @@ def run_cases(ex, fn):
             return message[1]
         elif kind == "raise":
             error = message[1]
-            if ON_GPU:   # whatever failed, the next check runs in a process this kernel never touched
-                _replace()
+            if ON_GPU and not isinstance(error, NotDone):   # the next check runs in a process this kernel
+                _replace()                                  # never touched
                 if isinstance(error, GPUCrashed):
                     raise GPUCrashed(f"{error}\n{_CRASH_ADVICE}") from None
             raise error

@@ -198,8 +198,8 @@ def test_a_cell_that_breaks_the_context_shows_its_error_then_what_to_do(tmp_path
 
 
 def test_on_a_gpu_a_failed_check_retires_its_worker_and_starts_the_next(isolated, monkeypatch):
-    """A wrong kernel may have written far outside its tensors without stopping (into the code of a
-    kernel loaded there); the next check must not run in what it damaged."""
+    """A wrong kernel may have written far outside its tensors without stopping; the next check must
+    not run in what it damaged."""
     monkeypatch.setattr(worker, "ON_GPU", True)       # the notebook's side decides
     right = notebook_cell(CELL, "cell_vector_add")
     check("vector_add", right)
@@ -208,3 +208,13 @@ def test_on_a_gpu_a_failed_check_retires_its_worker_and_starts_the_next(isolated
         check("vector_add", notebook_cell(CELL.replace(" + tl.load(y", " - tl.load(y"), "cell_vector_add"))
     assert worker._worker is not None and worker._worker.process.pid != first   # started already
     check("vector_add", right)
+
+
+def test_on_a_gpu_an_exercise_not_done_keeps_its_worker(isolated, monkeypatch):
+    monkeypatch.setattr(worker, "ON_GPU", True)
+    check("vector_add", notebook_cell(CELL, "cell_vector_add"))
+    first = worker._worker.process.pid
+    stub = CELL.replace(CELL[CELL.index("    offs"):CELL.index("\n\n\ndef")], "    pass  # YOUR CODE HERE")
+    with pytest.raises(NotDone):
+        check("vector_add", notebook_cell(stub, "cell_vector_add"))
+    assert worker._worker.process.pid == first
