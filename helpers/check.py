@@ -73,10 +73,10 @@ class NotDone(CheckFailed):
 
     def _repr_pretty_(self, p, cycle):
         head, why, todo = self._lines()
-        p.text("\n  ".join(["· " + head, *([why] if why else []), todo]))
+        p.text("\n  ".join(["· " + head, *why.splitlines(), todo]))
 
     def _repr_html_(self):
-        head, why, todo = (html.escape(line) for line in self._lines())
+        head, why, todo = (html.escape(line).replace("\n", "<br>") for line in self._lines())
         reason = f"<div style='margin-top:0.3em'>{why}</div>" if why else ""
         box = "border-left:4px solid #e0a800;background:rgba(224,168,0,.08);padding:.5em .9em;margin:.3em 0"
         return (f"<div class='course-not-done' style='{box}'><b>· {head}</b>{reason}"
@@ -747,9 +747,9 @@ def _run_cases(ex, fn, on_case=None):
             lines.append(f"({skipped} later case(s) not run.)")
         raise CheckFailed("\n".join(lines))
     if failures:
-        raise NotDone("Nothing was written to the output in any case: the kernel body looks untouched. (If "
-                      "your kernel does store, what it stored was computed from the output's own contents, "
-                      "which torch.empty leaves unset: the check's poison came through.)")
+        raise NotDone("Nothing was written to the output in any case: the kernel body looks untouched.\n"
+                      "If you have written it: what it stored was computed from the output's own contents, "
+                      "which torch.empty leaves unset, so the check's poison came through.")
     if launched and not ON_GPU and gpu_compile.available():
         if on_case is not None:
             on_case("your kernel, compiled as a GPU would")

@@ -352,7 +352,8 @@ check("axpy", axpy)
 # A vector add does one addition per element and moves 12 bytes per element (two float32 reads,
 # one write): it is limited by memory bandwidth, not arithmetic, so its speed is best measured in
 # GB/s. The course's traffic meter runs a kernel through the interpreter and counts every byte it
-# loads and stores (masked-off lanes excluded); it works with no GPU.
+# loads and stores (masked-off lanes excluded); it works with no GPU. Here it meters `copy`, from the
+# start of the lesson: one float32 read and one write per element.
 
 # %%
 n = 1000
@@ -365,8 +366,9 @@ print(meter, f"= {meter.bytes // n} bytes per element for a float32 copy")
 # Every launch costs a fixed amount of time, however little work the kernel does. For a large
 # vector that is nothing; for a tiny one it is everything. Below, your `add` of two vectors of 4M
 # elements is done by one launch, and by one launch per 1024 elements (4096 launches). On a GPU the
-# cell measures both now; elsewhere it shows the figures `make bench` recorded on one. The last line
-# divides the time of the 4096 launches by 4096: the cost of one launch.
+# cell measures both now; elsewhere it shows the figures `make bench` recorded on each GPU. The two
+# lines under the tables use the first one: they divide the time of the 4096 launches by 4096, the
+# cost of one launch, and set the single launch beside it.
 
 # %%
 def add_in_pieces(x, y, piece=1024):
@@ -397,11 +399,11 @@ if not ON_GPU or passed("vector_add"):  # on a GPU, this times your kernel
 # %% [markdown]
 # Read the last two lines together: the single launch does the work of all 4096 pieces in about the
 # time that one small launch costs. So the time of a small launch is not the GPU working on its
-# 12 KB; it is the host getting the launch out, while the GPU waits. A Triton launch from Python
-# runs Python code on every call: here it slices the tensors (`x[start:]`), binds the arguments to
-# the kernel's parameters, inspects each one (its type; for an integer, whether it is 1 or a
-# multiple of 16, since the compiled code may be specialised on that), looks the compiled kernel up
-# in a cache, and only then asks the CUDA driver to launch it.
+# 12 KB; it is the host getting the launch out, while the GPU waits. Each piece runs Python code
+# before anything reaches the GPU: the loop slices the tensors (`x[start:]`), then Triton's launcher
+# binds the arguments to the kernel's parameters, inspects each one (its type; for an integer,
+# whether it is 1 or a multiple of 16, since the compiled code may be specialised on that), looks the
+# compiled kernel up in a cache, and only then asks the CUDA driver to launch it.
 #
 # This is why a model made of many small operations can leave a GPU mostly idle. The next lesson
 # fuses operations: fewer launches, and, above all, fewer trips to memory.

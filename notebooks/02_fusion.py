@@ -50,9 +50,10 @@ def chain_eager(x, bias, residual, scale):
 
 
 # %% [markdown]
-# Adding up the comments: about 9·MN elements move, for four additions and multiplications per
-# element. A single kernel doing the same work needs to read `x` and `residual` once, read the small
-# `bias`, and write the result: 3·MN elements. The arithmetic is identical; the traffic is a third.
+# Adding up the comments: about 9·MN elements move, for four operations per element (an add, a
+# maximum, a multiply, an add). A single kernel doing the same work needs to read `x` and `residual`
+# once, read the small `bias`, and write the result: 3·MN elements. The arithmetic is identical; the
+# traffic is a third.
 #
 # Don't take the comments on trust: the course's traffic meter counts. For eager PyTorch it records
 # every operation PyTorch dispatches with the bytes of its inputs and outputs.
@@ -109,7 +110,8 @@ print("fused:", triton_traffic(scale_shift, v, 3.0, 1.0))
 #
 # `check` draws a new `scale`, positive or negative, for every case, and once the values match it
 # makes sure the whole chain ran in your one kernel, with nothing left to PyTorch, and counts what
-# the kernel loads and stores: each input read once, each output element written once.
+# the kernel loads and stores: each input read at most once per output element, each output element
+# written once.
 
 # %% tags=["exercise"]
 @triton.jit
@@ -177,8 +179,9 @@ if not ON_GPU or passed("fused_chain"):  # on a GPU, this times your kernel
 # %% [markdown]
 # GB/s is computed from the bytes the *fused* kernel must move (3·MN elements) for every row, so it
 # reads as "how fast is this way of getting the answer". The last lines divide the eager chain's rate
-# by the fused kernel's: about the third that the byte count predicts, since the eager chain moves
-# three times the bytes (and launches four kernels).
+# by the fused kernel's, for the first GPU shown (on a GPU, the one measured now): about the third
+# that the byte count predicts, since the eager chain moves three times the bytes (and launches four
+# kernels).
 #
 # The copy ceiling is what `dst.copy_(src)` reaches: half its bytes are reads, half are writes. It is
 # a ceiling for that mix, not for every kernel. HBM turns around between reading and writing, and
@@ -196,9 +199,11 @@ if not above:
     print("no recorded row goes past its copy ceiling")
 
 # %% [markdown]
-# Each of them reads two bytes for every byte it writes. Past the ceiling by a few percent at most:
-# the copy ceiling is still the right yardstick for a memory-bound kernel, read as "about as fast as
-# memory goes", not as a wall no kernel can cross.
+# Most of them read two bytes for every byte they write. A row that reads no more than it writes (a
+# softmax, say) can still land a fraction of a percent past its ceiling: the ceiling is itself a
+# measurement, taken afresh by each `make bench` run, and it moves by about that much from one run to
+# the next. Past the ceiling by a few percent at most: the copy ceiling is still the right yardstick
+# for a memory-bound kernel, read as "about as fast as memory goes", not as a wall no kernel can cross.
 #
 # ## Exercise 2 · A fused bias + GELU
 #

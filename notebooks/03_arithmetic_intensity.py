@@ -86,15 +86,15 @@ print(chip_table())
 for device in recorded_devices():
     data, chip = recorded(device), chip_for(device)
     cublas = [r for r in data["results"] if r["impl"].startswith("cuBLAS") and "fp16" in r["group"]]
-    print(f"{device}, recorded {data['date']}:")
+    print(f"{device}:")
     print(f"  copy:  {data['copy_gbps'] / 1000:.2f} TB/s" +
           (f", {100 * data['copy_gbps'] / 1000 / chip.bandwidth_tbs:.0f}% of the datasheet's "
-           f"{chip.bandwidth_tbs}" if chip else ""))
+           f"{chip.bandwidth_tbs} TB/s" if chip else "") + f" (recorded {data['date']})")
     if cublas:
         best = max(cublas, key=lambda r: r["tflops"])
         print(f"  cuBLAS fp16 matmul, best size ({best['label']}): {best['tflops']:.0f} TFLOP/s" +
               (f", {100 * best['tflops'] / chip.tflops['fp16']:.0f}% of the datasheet's "
-               f"{chip.tflops['fp16']:.0f}" if chip else ""))
+               f"{chip.tflops['fp16']:.0f} TFLOP/s" if chip else "") + f" (recorded {best['date']})")
 if not recorded_devices():
     print("no GPU figures recorded yet (run `make bench` on a GPU)")
 
@@ -396,10 +396,10 @@ for name, nbytes in per_element.items():  # the minimum: read two float32 inputs
 
 # %% [markdown]
 # The eager chain moves three times the minimum, as lesson 02 counted. The fused kernel's count
-# includes the bias, read once per element: on a GPU those repeated reads of a 32 KB vector are
-# served by the cache, so HBM sees about the minimum. The row-at-a-time matmul, by the formula
-# above, asks for about `n / 3` times its minimum: some 1,400 times for n = 4096 (the cache absorbs
-# part of it, but far from all).
+# includes the bias, read once per element: on a GPU those repeated reads of a small vector (32 KB at
+# the size timed below) are served by the cache, so HBM sees about the minimum. The row-at-a-time
+# matmul, by the formula above, asks for about `n / 3` times its minimum: some 1,400 times for
+# n = 4096 (the cache absorbs part of it, but far from all).
 #
 # Each point gets a name, its FLOPs and minimum bytes at the size that is timed, the function, a way
 # to make its inputs on a GPU, and where to find its time in the recording (group, implementation,
@@ -564,8 +564,8 @@ if passed("time_ms"):
 # Rule 5 on a real GPU: the next cell times one float16 matmul of 8192³ on zeros and on random
 # numbers. Same instructions, same bytes; any difference comes from the data (flipping fewer bits
 # draws less power, which can let the clocks stay higher, so zeros can run faster). `make bench` has
-# not recorded that comparison, so without a GPU the cell shows what it recorded for cuBLAS on random
-# data, by size.
+# not recorded that comparison, so without a GPU the cell only says so; what it recorded for cuBLAS
+# on random data, by size, is the plot of the third regime above.
 
 # %%
 def zeros_benches():
@@ -579,9 +579,10 @@ def zeros_benches():
 
 
 if ON_GPU:
-    timings = compare("matmul_on_zeros", zeros_benches)
+    compare("matmul_on_zeros", zeros_benches)
 else:
-    timings = compare("matmul_by_size_fp16", lambda: [])
+    print("No GPU here, and `make bench` has not recorded this comparison: cuBLAS on random inputs, "
+          "by size, is plotted in the section on the third regime above.")
 
 # %% [markdown]
 # ## Takeaways

@@ -482,12 +482,13 @@ if not ON_GPU or passed("matmul"):  # on a GPU, these are your kernel's timings
     speed_against(timings, "triton", "cuBLAS")
 
 # %% [markdown]
-# The same kernels on the roofline (measured now on a GPU, else the recorded figures): your tiled
-# matmul, cuBLAS, and lesson 03's row-at-a-time kernel, all at 4096³.
+# The same kernels on the roofline, all at 4096³: the tiled matmul (yours, measured now on a GPU;
+# else the course's, as recorded) and cuBLAS, and without a GPU lesson 03's row-at-a-time kernel too,
+# from the recording.
 
 # %%
-def square_fp16(n=4096):
-    return [torch.randn(n, n, device="cuda", dtype=torch.float16)] * 2
+def square_fp16(n=4096):  # two distinct matrices: one tensor passed twice would be read from cache
+    return [torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2)]
 
 
 if not ON_GPU or passed("matmul"):  # on a GPU, this times your kernel
@@ -644,16 +645,17 @@ if not ON_GPU or passed("matmul_bias_gelu"):  # on a GPU, these are your kernel'
 # %% [markdown]
 # Read it row by row. Against the eager chain the fusion saves two round trips of C and two launches.
 # Against addmm + GELU it saves only one round trip (addmm already folds the bias into cuBLAS's
-# matmul), and in the recordings that is a close call: the two stay within a few percent of each
-# other, and which one wins changes with the shape and with the GPU (the counts above). Two things
-# decide it:
+# matmul), and in the recordings that is a close call: the two stay close, and which one wins changes
+# with the shape (the counts above) and with the GPU (compare the two tables). Two things decide it:
 #
-# - **The main loop.** The fused kernel is your matmul with a few lines added, and cuBLAS's matmul is
-#   faster than the course's (the ratios printed after exercise 3). The epilogue's saving comes on top
-#   of the main loop; where the main loop is slower by more than the saving, the fusion loses.
+# - **The main loop.** The fused kernel is the course's matmul with a few lines added (exercise 4
+#   calls its mainloop, `course.matmul_tile`), and cuBLAS's matmul is faster than the course's (the
+#   ratios printed after exercise 3). The epilogue's saving comes on top of the main loop; where the
+#   main loop is slower by more than the saving, the fusion loses.
 # - **K.** The round trip is MN elements whatever K is, while the matmul's work grows with K. The last
-#   column shows it: a large share at K = 1024, a small one for the 8192³ cube. Even the large share
-#   is not enough here: at K = 1024 the course's main loop trails cuBLAS's by a little more.
+#   column shows it: a large share at K = 1024, a small one for the 8192³ cube. So a short K is where
+#   the fusion has the most to win back from a slower main loop; for the cube the saving is small,
+#   and how close the main loop comes to cuBLAS's decides.
 #
 # So an epilogue pays when the matmul under it is as fast as the one it replaces and C's round trip
 # is a large share of the time: short K, large M and N. A fused kernel that starts from a slower
@@ -707,7 +709,7 @@ else:
 #
 # - **ttir**: inside the K loop, a `tt.load` for the tile of A, one for B, and the `tt.dot`.
 # - **ttgir**: tiles staged in shared memory (`local_alloc`) and filled by asynchronous copies
-#   (`async_copy`) up to `num_stages` iterations ahead; on Hopper (H100, H200) the dot becomes a
+#   (`async_copy`) up to `num_stages - 1` iterations ahead; on Hopper (H100, H200) the dot becomes a
 #   warp-group dot (`warp_group_dot`) when the tile and the warps allow it, elsewhere it stays a
 #   `tt.dot` with a tensor-core layout.
 # - **ptx**: `cp.async` copies into shared memory; the tensor-core instructions, `wgmma.mma_async`

@@ -238,7 +238,8 @@ rms_rows = compare("rmsnorm", rms_benches)
 #
 # The check uses ragged widths, values up to ±1e4, rows wholly below -1e5, float16 rows, `-inf`
 # entries and fully masked rows (in ragged rows and in rows a power of two wide, where no lane past
-# the end is there to stand in for a missing guard), two non-contiguous views, and near-constant rows
+# the end is there to stand in for a missing guard), three non-contiguous views (a slice of a wider
+# matrix, every other column, a transposed matrix), and near-constant rows
 # whose outputs are all about 1/N. It compares probabilities relative to their size, to within one
 # float16 rounding: exponentials or sums kept in float16 show.
 
@@ -306,8 +307,8 @@ if not ON_GPU or passed("softmax_rows"):  # on a GPU, this times your kernel
     fp16_rows = compare("softmax_fp16", lambda: softmax_benches(torch.float16, "fp16"))
 
 # %% [markdown]
-# `torch.compile` is the strongest baseline in these tables, and the closest. Its time over yours,
-# shape by shape (above 1, your kernel is faster; below 1, Inductor's is):
+# `torch.compile` is the strongest baseline in most rows of these tables, and the closest. Its time
+# over yours, shape by shape (above 1, your kernel is faster; below 1, Inductor's is):
 
 # %%
 def compile_over_ours(rows):
@@ -328,13 +329,14 @@ if not ON_GPU or passed("softmax_rows"):  # on a GPU, these are your kernel's ti
 # Close to 1 wherever both kernels are close to the copy ceiling (the tables' last column): one read
 # and one write is all either can do, and there is little left to win. `torch.compile` does not run
 # PyTorch's ops one by one here: Inductor generates a Triton kernel much like yours. In the code that
-# torch 2.11's Inductor generated for these shapes on an H100, rows of 1,024 are held in registers,
-# as in your kernel; longer rows are walked twice in chunks, the first pass loading with
+# torch 2.11's Inductor generated on a Hopper GPU for rows of 1,024 and of 32,768 floats (recorded
+# in `helpers/recorded/inductor_gpu/`; lesson 07 prints the second), rows of 1,024 are held in
+# registers, as in your kernel; longer rows are walked twice in chunks, the first pass loading with
 # `eviction_policy="evict_last"` (keep these lines in L2) and the second with `"evict_first"`, so
 # that the second read comes from L2, not from memory. Reading twice from a row that is still in L2
 # costs almost nothing, and the chunked loop needs fewer registers than a whole row. Where a ratio
-# is below 1, that schedule was faster on that GPU; where one is far above 1, Inductor's kernel
-# stayed well under the copy ceiling at that shape.
+# is below 1, Inductor's kernel was the faster on that GPU; where one is far above 1, Inductor's
+# kernel stayed well under the copy ceiling at that shape.
 
 # %% [markdown]
 # ## Rows longer than a block
@@ -820,18 +822,21 @@ for device in recorded_devices():
 # exercise 4 pays far more than that on top of the matmul, because it is a slower matmul:
 #
 # - **Its prologue.** The "1/rms pass + matmul epilogue" version differs from the fused kernel mainly
-#   in that `x` goes to `tl.dot` exactly as loaded ($\gamma$ is folded into the weights once, at load time,
-#   and 1/rms comes from a separate pass over `x` that writes M floats). Without the multiply and the
-#   squares done in registers on every tile (and with the separate pass over `x` included), it comes
-#   much closer to the matmul alone. On Hopper GPUs a fast matmul has the tensor cores read their
-#   operands straight from shared memory, loaded several steps ahead; an operand that must first be
-#   rewritten in registers is the likely cause of the loss.
-# - **The matmul itself.** Even that version costs more on top of the matmul alone than
-#   `F.rms_norm + matmul` does: a Triton matmul written this simply is slower than the library's, by
-#   more than the whole round trip the fusion saves.
+#   in that `x` goes to `tl.dot` exactly as loaded ($\gamma$ is folded into the weights once, when the
+#   weights are loaded, and 1/rms comes from a separate pass over `x` that writes M floats). Without
+#   the multiply and the squares done in registers on every tile (and with the separate pass over `x`
+#   included), it comes much closer to the matmul alone. On Hopper GPUs a fast matmul has the tensor
+#   cores read their operands straight from shared memory, loaded several steps ahead; an operand
+#   that must first be rewritten in registers is the likely cause of the loss.
+# - **The matmul itself.** At N = 4,096 even that version costs more on top of the matmul alone
+#   than `F.rms_norm + matmul` does: a Triton matmul written this simply is slower than the
+#   library's, by more than the whole round trip the fusion saves. At N = 1,024, where the round trip
+#   is a larger share of the matmul, it costs less on top than `F.rms_norm + matmul` and comes level
+#   with `torch.compile(both)`.
 #
-# So, on the GPU recorded, `F.rms_norm` + cuBLAS (or `torch.compile` of the pair, faster still) is the
-# right choice at these shapes. The fusion pays where the saved round trip is large
+# So, on the GPUs recorded, `F.rms_norm` + cuBLAS (or `torch.compile` of the pair, as fast or
+# faster) is the right choice for a wide output, and the fused kernel of exercise 4 loses at both
+# widths. The fusion pays where the saved round trip is large
 # next to the matmul (narrow N, many rows) *and* the fused kernel keeps its matmul as fast as the
 # library's: keep the operands untouched in the main loop and do the normalization in the epilogue,
 # on top of a matmul tuned for the GPU. `rmsnorm_linear_epilogue` in `solutions/` is that design.
@@ -968,9 +973,9 @@ print("split into 4 slices, largest difference from one kernel per group:",
        - course.groupnorm_mish(x_demo, 2, w_demo, b_demo)).abs().max().item())
 
 # %% [markdown]
-# The second verdict line above compares the version that splits where it pays with one kernel per
-# group (the same kernel, where it does not split), and the third says whether it keeps up with
-# `torch.compile` at every shape. Those timings launch each kernel from Python, as a U-Net run
+# The verdict lines for "course: split where it pays" compare it with one kernel per group (the same
+# kernel, where it does not split) and say whether it keeps up with `torch.compile` at every
+# shape. Those timings launch each kernel from Python, as a U-Net run
 # eagerly would; kernels of tens of microseconds then carry their launch cost, and `torch.compile`'s
 # compiled function carries its guards. Replayed as CUDA graphs, only the GPU's time remains:
 
@@ -1000,8 +1005,8 @@ verdicts(groupnorm_graphed, "course: split where it pays", ["course: one kernel"
 #   compute in float32 whatever the storage type.
 # - RMSNorm fuses into the next matmul by scaling the accumulator in the epilogue. The most it saves
 #   is about $2P/(NB)$ of the matmul's time, so only narrow outputs stand to gain, and only if the
-#   fused kernel's matmul stays as fast as the library's: in the course's H200 recording ours did
-#   not, and lost.
+#   fused kernel's matmul stays as fast as the library's: in the course's recordings exercise 4's
+#   kernel did not, and lost.
 # - The autotuner times every config on the first call per key and remembers the winner in memory;
 #   choose its key with care.
 

@@ -23,7 +23,7 @@
 # - the tiled algorithm: a block of queries stays on chip while blocks of keys and values stream
 #   past, with the online softmax carried across them and the output rescaled as the max grows;
 # - to write it in plain PyTorch first, then as a Triton kernel;
-# - causal masking, and why skipping the tiles above the diagonal makes it about twice as fast;
+# - causal masking, and why skipping the tiles right of the diagonal makes it about twice as fast;
 # - the backward pass by recomputation: the softmax's gradient derived, then $dV$, $dK$, $dQ$ from
 #   the saved log-sum-exp, wrapped in a `torch.autograd.Function` so that `loss.backward()` works;
 # - why the extra memory is $O(N)$, and how FlashAttention relates to grouped-query attention;
@@ -112,11 +112,12 @@ print(f"without the reshapes: {len(real)} kernels, {sum(nbytes for _, nbytes in 
       f"formula 9N^2 + 4ND + 2N elements: {4 * B * H * (9 * N * N + 4 * N * D + 2 * N):,} bytes")
 
 # %% [markdown]
-# (`_unsafe_view` is the reshape of a batched matrix product's result: it moves nothing, but the
-# meter lists it.) The rest agrees with the comments, and both are too kind to `torch.logsumexp`. The
-# meter sees the ATen operations the Python code calls, not what runs inside them, and ATen writes
-# `logsumexp` in C++ as a chain of its own operations: the row max, a guard for rows whose max is
-# infinite, then subtract, exponential, sum, log and add. The same steps in Python, metered one by one:
+# (Some PyTorch versions list an `_unsafe_view` too: the reshape of a batched matrix product's
+# result, which moves nothing; the last line leaves it out.) The rest agrees with the comments, and
+# both are too kind to `torch.logsumexp`. The meter sees the ATen operations the Python code calls,
+# not what runs inside them, and ATen writes `logsumexp` in C++ as a chain of its own operations: the
+# row max, a guard for rows whose max is infinite, then subtract, exponential, sum, log and add. The
+# same steps in Python, metered one by one:
 
 # %%
 def logsumexp_as_aten_runs_it(s):
@@ -252,11 +253,12 @@ if passed("attention_tiled"):
               f"(the output alone: {q.nbytes / 2**20:.2f} MiB)")
 
 # %% [markdown]
-# Doubling $N$ doubles the tiled version's memory: $O(N)$, the output plus one number per row; the
-# $N \times N$ matrix is never stored. (Heads of dimension 64: on a GPU, 16 heads in float16 up to
+# The tiled version holds the output, one number per row and a fixed tile's worth of temporaries:
+# each doubling of $N$ adds about what the output grew by, so its memory is $O(N)$; the $N \times N$
+# matrix is never stored. (Heads of dimension 64: on a GPU, 16 heads in float16 up to
 # $N = 16{,}384$, where one copy of the scores is 8.6 GB, and sizes whose matrices would not fit are not
 # run; on the CPU, one head in float32.) On a GPU that decides what runs at all. Your Triton kernels'
-# memory is measured further down, forward and backward.
+# memory is measured further down, for a forward and backward pass together.
 #
 # Some summaries say FlashAttention needs $O(\sqrt{N})$ memory. It does not: the output alone is
 # $N \times D$. The paper analyses HBM *traffic*, which depends on the size of on-chip memory.
@@ -773,7 +775,7 @@ check("flash_backward_dkdv", flash_backward_dkdv)
 # - The loop streams K/V tiles as `fwd_tile_loop` does, with the same three masks. Rows past
 #   `n_ctx` are never stored, so they need no care; keys past `n_ctx` are hidden with `"keys"`.
 # - Full attention: whole tiles with `"none"`, then the ragged last one with `"keys"`, as in the
-#   forward. Causal: keys `0 .. start_m` with `"none"`, then the diagonal with `"causal"`, numbering
+#   forward. Causal: keys `0 .. start_m - 1` with `"none"`, then the diagonal with `"causal"`, numbering
 #   the query blocks backwards like the forward.
 # - Multiply $dQ$ by `sm_scale` once, before storing.
 #
@@ -933,9 +935,9 @@ if not ON_GPU or passed("attention_backward"):  # on a GPU, this times your kern
     course.summarise("forward + backward, causal", training_rows)
 
 # %% [markdown]
-# Read your kernels' ratio to SDPA flash and to cuDNN. On the H200 recorded, the two-kernel backward,
-# with its extra arithmetic, still beat SDPA flash at every size (Hopper's matrix instructions again,
-# as in the forward) and trailed cuDNN.
+# Read your kernels' ratio to SDPA flash and to cuDNN. On the H200 recorded, forward and backward
+# together, the two-kernel backward's extra arithmetic included, still beat SDPA flash at every size
+# (Hopper's matrix instructions again, as in the forward) and trailed cuDNN.
 
 # %% [markdown]
 # ## FlashAttention and grouped-query attention

@@ -146,12 +146,12 @@ print(kernel_source(code, generated[0]))
 
 # %% [markdown]
 # Read it like your lesson 02 kernel. `#pragma omp parallel` and `#pragma omp for` split the rows
-# among CPU threads (the CPU's version of a grid of programs). The inner loop steps through a row 16
-# floats at a time (`at::vec::Vectorized<float>`: one SIMD register, the CPU's version of a block);
-# when the row length is not a multiple of 16, a second branch handles the tail with a partial load
-# (the CPU's version of a mask; the softmax below has one). Each input is loaded once (`loadu`),
-# every intermediate (`tmp2`, `tmp3`, ...) lives in registers, and the result is stored once. The
-# wrapper shows the other half:
+# among CPU threads (the CPU's version of a grid of programs). The inner loop steps through a row
+# one SIMD register at a time (`at::vec::Vectorized<float>`, the CPU's version of a block: 16 floats
+# with AVX-512, fewer on other CPUs); when the row length is not a multiple of that width, a second
+# branch handles the tail with a partial load (the CPU's version of a mask; the softmax below has
+# one). Each input is loaded once (`loadu`), every intermediate (`tmp2`, `tmp3`, ...) lives in
+# registers, and the result is stored once. The wrapper shows the other half:
 
 # %%
 print(code[code.index("def call("):code.index("return (")].strip())
@@ -191,10 +191,11 @@ if gpu_chain:
 
 # %% [markdown]
 # Look for the kernel you wrote in lesson 02, in Inductor's naming: an offset from
-# `tl.program_id(0)` times `XBLOCK`, `xindex` from `tl.arange`, `xmask = xindex < xnumel` for the
-# tail, one `tl.load` per input (the bias through a column index such as `xindex % 4096`, like your
-# `offs % n_cols`), the arithmetic on registers, one `tl.store`. The decorator above the kernel
-# gives Inductor's own autotuner the sizes it needs to pick a block size.
+# `tl.program_id(0)` times `XBLOCK`, `xindex` from `tl.arange`, `xmask` for the tail (here all
+# `True`, and the loads and the store pass `None` as their mask: 4096 × 4096 elements divide into
+# whole blocks, so there is no tail), one `tl.load` per input (the bias through a column index such
+# as `xindex % 4096`, like your `offs % n_cols`), the arithmetic on registers, one `tl.store`. The
+# decorator above the kernel gives Inductor's own autotuner the sizes it needs to pick a block size.
 #
 # ## A reduction: the naive softmax
 #
@@ -313,8 +314,9 @@ y = gelu_residual(*args)
 
 # %% [markdown]
 # `torch._dynamo.explain(fn)(*args)` runs Dynamo only (no Inductor, so it is quick) and reports the
-# graphs and the reason for each break, with the line that caused it. (Dynamo also logs a warning
-# about the `.item()` break as it happens: that is the log you would see in a real run.)
+# graphs and the reason for each break, with the line that caused it. (Outside this course, Dynamo
+# also logs a warning about the `.item()` break as it happens; the course's `helpers` silence it,
+# since this cell reports every break.)
 
 # %%
 report = torch._dynamo.explain(gelu_residual)(*args)
@@ -608,7 +610,7 @@ print(hlo_entry(jax.jit(softmax_jax).lower(xsj).compile().as_text()))
 # With jax 0.10.2 on a CPU: the first fusion computes each row's maximum, subtracts it and takes the
 # exponential, and writes the whole `exp(x - max)` array to memory. The second fusion, the sum,
 # reads that array back; the third takes the reciprocal of each row's sum (the division became a
-# multiplication); the fourth reads the `exp` array a third time and multiplies. The fusion XLA did
+# multiplication); the fourth reads the `exp` array a second time and multiplies. The fusion XLA did
 # not make is the exponential with the sum. The exponential has two consumers, the sum and the
 # final multiply. Putting it inside the sum's fusion would mean either computing `exp` a second
 # time in the multiply's fusion (XLA avoids duplicating expensive operations such as `exp`) or one
@@ -693,7 +695,8 @@ print("\n".join(loop_source[start:start + 3]))
 q, k, v = (3 * torch.randn(2, 4, 96, 64, device=DEVICE) for _ in range(3))
 out, _ = lesson06.flash_forward(q, k, v, softcap=30.0)
 print("largest difference from attention_softcap:", (out - attention_softcap(q, k, v)).abs().max().item())
-#
+
+# %% [markdown]
 # ### Measured on a GPU
 #
 # `make bench` times these side by side: the naive softmax eager, compiled, with `jax.jit`, against
@@ -750,9 +753,9 @@ for device in dict.fromkeys(r.get("device") or torch.cuda.get_device_name() for 
 # compiled naive code's N × N traffic grows as N² while the tiled kernels' stays linear: read in the
 # lines above how its ratio moves from the shortest sequence to the longest. Then compare the two
 # tiled kernels: FlexAttention's template is generated for any score function, lesson 06's kernel is
-# the course's own with three lines added, and the last line of each GPU's block says how often the
-# hand kernel is ahead. The two differ in what they were made for: FlexAttention's template serves
-# any score function and block mask, with block sizes picked by default rules unless you pass
+# the course's own with three lines added, and the last line above says how often the hand kernel
+# is ahead. The two differ in what they were made for: FlexAttention's template serves any score
+# function and block mask, with block sizes picked by default rules unless you pass
 # `kernel_options`; lesson 06's kernel is autotuned over its own configurations for each sequence
 # length. Where the hand kernel leads, that specialisation is what it buys, on top of the algorithm
 # that both share and the naive code lacks.
