@@ -747,9 +747,9 @@ def _run_cases(ex, fn, on_case=None):
             lines.append(f"({skipped} later case(s) not run.)")
         raise CheckFailed("\n".join(lines))
     if failures:
-        raise NotDone("Nothing was written to the output in any case: the kernel body looks untouched.\n"
-                      "If you have written it: what it stored was computed from the output's own contents, "
-                      "which torch.empty leaves unset, so the check's poison came through.")
+        raise NotDone("The output still holds the check's poison in every case: the kernel body looks "
+                      "untouched.\nIf you have written it, it stored values computed from the output's own "
+                      "contents (torch.empty leaves them unset), so the poison came through.")
     if launched and not ON_GPU and gpu_compile.available():
         if on_case is not None:
             on_case("your kernel, compiled as a GPU would")

@@ -191,9 +191,9 @@ def plot(points, chip="H100 SXM", precisions=("fp16", "fp32"), measured=True, ti
         label = f"measured on {ceilings['device']}: copy {ceilings['copy_tbs']:.2f} TB/s"
         label += f", cuBLAS fp16 {peak:.0f} TFLOP/s" if peak else " (no matmul recorded)"
         ax.plot([x for x, _ in roof], [y for _, y in roof], "--", color="tab:gray", lw=1.2, label=label)
-    colours = plt.get_cmap("tab10")
+    colours = plt.get_cmap("tab10" if len(points) <= 10 else "tab20")   # no two points share a colour
     for k, p in enumerate(points):
-        colour = colours(k % 10)
+        colour = colours(k % colours.N)
         if p.ms is None:
             y = chip.attainable(p.intensity, precisions[0])
             ax.plot([p.intensity], [y], "o", mfc="none", mec=colour, ms=8, mew=1.6,

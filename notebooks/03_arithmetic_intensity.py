@@ -250,7 +250,7 @@ for device in recorded_devices():
         memory_roof = (r["size"] / 3) * r["copy_gbps"] / 1000  # intensity n/3 times TB/s: TFLOP/s
         roofs[device][r["label"]] = min(chip_rec.tflops["fp16"], memory_roof)
 if by_gpu:
-    show("cuBLAS float16 matmul and its roof", by_gpu, titles, roof=roofs)
+    show("matmul_by_size_fp16", by_gpu, titles, roof=roofs)   # cuBLAS by size, its roof dashed
 for device, by_size in by_gpu.items():
     print(f"{device}:")
     for r in by_size:

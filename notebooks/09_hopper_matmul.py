@@ -126,7 +126,8 @@ for gpu, record in hopper.items():
 #   memory, and the shared memory the kernel claims.
 #
 # Lesson 04's recorded excerpt had `cp.async` (Ampere's per-thread asynchronous copy, 16 bytes at a
-# time) where this one has `cp.async.bulk.tensor`: the same pipeline, fed by the threads.
+# time) where this one has `cp.async.bulk.tensor`: the same pipeline, fed there by every thread's
+# small copies and here by one instruction per tile.
 #
 # ### Shared memory sets how deep the pipeline can be
 #
@@ -341,7 +342,8 @@ show(lesson04.matmul_tile)
 # removes is the work of finding them: on a GPU, lesson 04's loop spends registers and instructions
 # on `BLOCK_M × BLOCK_K + BLOCK_K × BLOCK_N` addresses and masks per step, spread over the threads;
 # the TMA version spends one instruction per tile, issued by one thread. What that buys, measured, is
-# in the matmul table further down (`exercise 1: tma_matmul` against `lesson 04: matmul`).
+# in the matmul table further down (`exercise 1: tma_matmul (grouped order)` against
+# `lesson 04: matmul`).
 #
 # ## Persistent programs and the tile scheduler
 #
@@ -381,8 +383,8 @@ for n in (1024, 2048, 4096, 8192):
 # The scheduler here is exercise 1's `tile_coords`, lesson 04's grouped order, now applied to the
 # i-th tile a program takes instead of to its program id. Here is what exercise 2 builds, run through
 # the interpreter on a small problem: 3 programs, an output of 5 × 5 tiles whose last row and column
-# are ragged. Each colour is one program; the number is the program's id, placed in the middle of
-# what it wrote. The list below the picture gives each program's tiles in the order it computed them.
+# are ragged. Each colour is one program, and its id is written on one of its tiles. The list below
+# the picture gives each program's tiles in the order it computed them.
 
 # %%
 BM, BN, BK = course.TMA_TILE
@@ -569,8 +571,8 @@ for gpu, record in hopper.items():
 #
 # ## The fast matmul
 #
-# `course.matmul` is your persistent kernel with four additions: three switches the autotuner may
-# turn, and two the caller sets:
+# `course.matmul` is your persistent kernel with four additions: three the autotuner may turn, and
+# a pair of switches the caller sets:
 #
 # - **`FLATTEN`**: `tl.range(..., flatten=True)` on the tile loop merges it with the K loop into one
 #   loop, so the software pipeline runs on from one tile into the next: the next tile's copies are

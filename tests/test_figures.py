@@ -41,8 +41,6 @@ ALLOWED = [
      "how the simulated GPU (SimulatedGPU) is built, not a measurement"),
     ("03_arithmetic_intensity.py", "Its kernel takes 0.5 ms",
      "the simulated GPU's kernel time, a parameter of SimulatedGPU"),
-    ("03_arithmetic_intensity.py", "400 ms: it timed the compilation",
-     "the simulated GPU's compile time, printed by the cell above it"),
 ]
 
 
