@@ -456,7 +456,7 @@ check("persistent_matmul", persistent_matmul)
 # cold, because the two loops are separate. The fast matmul below adds that, and more. First, a
 # detour that every measurement in this lesson depends on.
 #
-# ## Autotuning that flips less
+# ## When the autotuner's choice flips
 #
 # The fast matmul has a search space: tile shapes, warps, stages, `FLATTEN` and warp
 # specialisation, chosen by `@triton.autotune` (per bucket of sizes: the launch bill, below). By
