@@ -111,6 +111,7 @@ for gpu, record in hopper.items():
 # everything. An autotuner's pick marked `warp_specialize=True` then runs that code. The kernel:
 
 # %%
+show(course._softmax_step)
 show(course._attend)
 show(course.attention_kernel)
 
@@ -137,7 +138,8 @@ for causal in (False, True):
 rows, warps = 128, 4
 print(f"{rows} rows x D = 128 float32 accumulator over {32 * warps} threads: {rows * 128 // (32 * warps)} "
       f"registers each; a {rows} x 64 score tile: {rows * 64 // (32 * warps)} more; at most 255 a thread")
-print("searched at 128 rows:", ", ".join(f"128x{c[1]} {c[2]} warps" + (" WS" if c[4:] else "")
+print("searched at 128 rows:", "; ".join(f"128x{c[1]}, {c[2]} warps, {c[3]} stages"
+                                         + (", warp_specialize=True" if c[4:] else "")
                                          for c in course.ATTENTION_SEARCH if c[0] == 128))
 for gpu, record in hopper.items():
     print(gpu)
@@ -209,9 +211,9 @@ for gpu, record in hopper.items():
 
 # %% [markdown]
 # The arithmetic (`programs_per_sm`) is the hardware's published limits applied to the compiled
-# kernel's registers and shared memory; Nsight Compute reports the same limit as its occupancy. The
-# panels below show what the cap bought across lengths. Where a GPU's record holds the capped tile,
-# its autotuner chose it at D = 64 for most lengths (the choices are printed above).
+# kernel's registers and shared memory; Nsight Compute reports the same limit as its occupancy.
+# Where a GPU's record holds the capped tile, its autotuner chose it at D = 64 for most lengths (the
+# choices are printed above), so that GPU's D = 64 timings further down include what the cap bought.
 #
 # ## Exercise 1 · Attention on the projection's layout
 #
@@ -319,7 +321,7 @@ attention_groups = ["hopper_attention_fwd_d128", "hopper_attention_fwd_causal_d1
 attention_rows = {group: timed(course, group) for group in attention_groups}
 
 # %% [markdown]
-# The tables in one view: the lesson's kernel's speed over each other's along the sequence length
+# The tables in one view: the lesson's kernel's speed over each rival's along the sequence length
 # (TFLOP/s over TFLOP/s, so above 1 means the lesson's kernel is faster), drawn for one GPU; then the
 # first panel's numbers for every GPU, marked where they do not rise with N:
 
@@ -798,8 +800,8 @@ for gpu, record in gluon_runs.items():
 # %% [markdown]
 # Both GPUs tell the same story:
 #
-# - **Plain schedule, causal.** Persistence pays at every causal shape, at N = 4096 as much as at
-#   16,384 or more. That is where the fixed part weighed most against the tiles, and where the
+# - **Plain schedule, causal.** Persistence pays at every causal shape, and at N = 4096 at least as
+#   much as at 16,384. That is where the fixed part weighed most against the tiles, and where the
 #   one-block kernel was furthest behind cuDNN. At D = 128 it brings the kernel about level with
 #   cuDNN there; at D = 64 it does not take the kernel past cuDNN at that shape, and no schedule here
 #   does: see below the list.
@@ -1232,11 +1234,12 @@ for gpu, record in backward_runs.items():
 # spilled to local memory there (`tests/test_gluon_compile.py` compiles the kernel and reads its
 # report), and dK and dV, 128 of a thread's 240 registers, looked like the culprits. They were not.
 # Reading where the spilled values came from (the SASS around each local store) showed values that do
-# not change from tile to tile: the 64-bit descriptors of every shared-memory operand the tile's wgmmas read
-# (K, V, the dSᵀ buffers, slices of K for dQ), and the pointers and masks of the lse and delta loads,
-# one per column a thread holds. LLVM computes such values once, before the loop, which is usually
-# right; here it made some 45 64-bit values live across the whole loop, on top of the accumulators,
-# and ptxas spilled them and reloaded them on every tile. Three changes keep them in the loop:
+# not change from tile to tile: the 64-bit descriptors of every shared-memory operand the tile's
+# wgmmas read (K, V, the dSᵀ buffers, slices of K for dQ), and the pointers and masks of the lse and
+# delta loads, one per column a thread holds. LLVM computes such values once, before the loop, which
+# is usually right; here it made some 45 64-bit values live across the whole loop, on top of the
+# accumulators, and ptxas spilled them and reloaded them on every tile. Three changes keep them in the
+# loop:
 #
 # * the shared-memory views are indexed with `z`, a zero made by one inline PTX instruction
 #   (`and.b32 z, t, 0`), which LLVM cannot see through, so it cannot hoist the descriptors; ptxas,
@@ -1339,7 +1342,8 @@ for gpu in recorded_devices():
 # L2. When a program starts pass 2, about its share of L2 (the L2's size over the programs resident
 # at once) can still hold its row. How many are resident is what `ncu` measures, as lesson 08 read it:
 # the grid over the waves. The lesson's kernel on rows of 262,144 float32 values, as profiled, and
-# the estimate that follows:
+# the estimate that follows (`course.softmax_long` autotunes the tile and the warps, so its programs
+# need not have your launcher's 8 warps):
 
 # %%
 for gpu in hopper:
@@ -1445,7 +1449,8 @@ order = [int(offs.min()) // block for pid, name, kind, offs in launch.touches
 print("tiles of row 0 loaded, in order:", order)
 print(f"read {launch.bytes_loaded / x_small.nbytes:.2f} x the input, "
       f"wrote {launch.bytes_stored / x_small.nbytes:.2f} x")
-print("largest difference from torch.softmax:", (out_small - torch.softmax(x_small, 1)).abs().max().item())
+worst = (out_small - torch.softmax(x_small, 1)).abs().max().item()
+print(f"largest difference from torch.softmax: {worst:.1e}")
 
 # %% [markdown]
 # How close it gets, on a GPU now or as recorded, float32 then float16, against lesson 05's tiled

@@ -174,9 +174,10 @@ print(cos.shape, cos.dtype, "\n", cos[:, :4])
 # both tensors in one pass, loads cos and sin once for both, and computes in float32 in registers.
 #
 # The Q|K|V matmul writes a (T, 3d) matrix; Q and K are **views** of it, seen as (B, H, N, D) through
-# strides. Lesson 06's FlashAttention reads (B, H, N, D) contiguous. So the rotation reads through the
-# views' strides and writes contiguous outputs: the copy that `.contiguous()` would otherwise cost is
-# done by the same pass.
+# strides. The rotation writes new tensors anyway, so it reads through the views' strides and writes
+# contiguous (B, H, N, D) outputs, the layout lesson 06's FlashAttention reads: for Q and K, the copy
+# that `.contiguous()` would otherwise cost is done by the same pass. (V is not rotated, and lesson
+# 10's causal attention reads it in place.)
 
 # %%
 B, N, H, D = 2, 5, SMALL.n_heads, SMALL.head_dim
@@ -663,11 +664,11 @@ for gpu, rows in graphed.items():
 #   arguments (M, N, K, and the dtypes), looks up the best config, and calls the grid function with it;
 # - **descriptor scratch**: a kernel that builds tensor descriptors in its programs
 #   (`tl.make_tensor_descriptor`, as the course's matmuls do) needs global memory to write them into,
-#   and Triton calls the allocator given to `triton.set_allocator` for it at every launch (the
-#   course's checks for a graph capture, then hands back the address of one of two buffers per stream,
-#   taken in turn (a PDL launch may start while the one before still reads its descriptors), made on
-#   the stream's first launch: lesson 09's solutions; the record times it against an allocator of one
-#   line that hands back a buffer made beforehand, "scratch allocated once");
+#   and Triton calls the allocator given to `triton.set_allocator` for it at every launch. The
+#   course's allocator (lesson 09's solutions) checks for a graph capture, then hands back the address
+#   of one of two buffers per stream, made on the stream's first launch and taken in turn, since a PDL
+#   launch may start while the one before still reads its descriptors. The record times it against a
+#   one-line allocator that hands back a buffer made beforehand ("scratch allocated once");
 # - the launcher's own Python: the course's checks of shapes, strides and alignment, the output's
 #   allocation, the grid. Even `triton.cdiv` counts there: it is a `constexpr_function` (callable
 #   inside kernels too), and a call from Python goes through Triton's wrapper for that. The course's
@@ -732,16 +733,16 @@ for gpu, rows in decode.items():
 
 # %% [markdown]
 # Compare the lines of `torch.compile`: from Python it pays its own host time (its guards and its
-# generated code's launches), which the graph does not have. The CPU's time printed beside is of one
-# call on its own, with the GPU idle; called back to back, part of it hides behind the kernels, and
-# what it costs the step is the difference between the two columns. Once the launches are gone, what
-# remains is the kernels, and at 16 tokens every projection is bound by reading its weights (hundreds
-# of MB per step), not by FLOPs: what counts is how many SMs read weights at once, and how many bytes
-# each keeps in flight. That is why `linear`'s search (lesson 09) holds tiles of 16 rows with 256-wide
-# K steps: at 16 tokens a tile of 64 rows is three quarters zeros, and makes fewer, larger tiles, so
-# fewer SMs share the reading. cuBLAS has kernels written for few rows too, and Inductor calls them.
-# How far is each graphed step from the floor: reading the weights and activations once, at the
-# datasheet's bandwidth?
+# generated code's launches), which the graph does not have. The CPU's time printed under them is of
+# one call on its own, with the GPU idle; called back to back, part of it hides behind the kernels,
+# and what it costs the step is the difference between its time from Python and its time as a graph.
+# Once the launches are gone, what remains is the kernels, and at 16 tokens every projection is bound
+# by reading its weights (hundreds of MB per step), not by FLOPs: what counts is how many SMs read
+# weights at once, and how many bytes each keeps in flight. That is why `linear`'s search (lesson 09)
+# holds tiles of 16 rows with 256-wide K steps: at 16 tokens a tile of 64 rows is three quarters
+# zeros, and 16-row tiles as narrow as 32 columns make more tiles, so more SMs share the reading.
+# cuBLAS has kernels written for few rows too, and Inductor calls them. How far is each graphed step
+# from the floor: reading the weights and activations once, at the datasheet's bandwidth?
 
 # %%
 for gpu, rows in graphed.items():
