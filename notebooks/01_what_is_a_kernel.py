@@ -366,9 +366,9 @@ print(meter, f"= {meter.bytes // n} bytes per element for a float32 copy")
 # Every launch costs a fixed amount of time, however little work the kernel does. For a large
 # vector that is nothing; for a tiny one it is everything. Below, your `add` of two vectors of 4M
 # elements is done by one launch, and by one launch per 1024 elements (4096 launches). On a GPU the
-# cell measures both now; elsewhere it shows the figures `make bench` recorded on each GPU. The two
-# lines under the tables use the first one: they divide the time of the 4096 launches by 4096, the
-# cost of one launch, and set the single launch beside it.
+# cell measures both now; elsewhere it shows the figures `make bench` recorded on each GPU. The lines
+# under the tables, for the GPU they name (the first shown), divide the time of the 4096 launches by
+# 4096, the cost of one launch, and set the single launch beside it.
 
 # %%
 def add_in_pieces(x, y, piece=1024):
@@ -392,8 +392,9 @@ if not ON_GPU or passed("vector_add"):  # on a GPU, this times your kernel
     ms = {row["impl"]: row["ms"] for row in rows}
     if ms:
         per_launch = ms["4096 launches"] / 4096
-        print(f"\n4096 launches: {ms['4096 launches']:.1f} ms, that is {1000 * per_launch:.1f} µs per launch")
-        print(f"1 launch doing all the work: {1000 * ms['1 launch']:.1f} µs, "
+        print(f"\n{rows[0].get('device') or torch.cuda.get_device_name()}:")   # recorded rows name theirs
+        print(f"  4096 launches: {ms['4096 launches']:.1f} ms, that is {1000 * per_launch:.1f} µs per launch")
+        print(f"  1 launch doing all the work: {1000 * ms['1 launch']:.1f} µs, "
               f"{ms['1 launch'] / per_launch:.1f}x the time of one small launch")
 
 # %% [markdown]

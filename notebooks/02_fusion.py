@@ -174,12 +174,13 @@ if not ON_GPU or passed("fused_chain"):  # on a GPU, this times your kernel
         if row["impl"].startswith("torch eager"):
             fused_row = next(r for r in chain_rows if r["size"] == row["size"])  # the fused kernel, first
             ratio = row["gbps"] / fused_row["gbps"]
-            print(f"{row['label']}: eager reaches {ratio:.2f}x the rate of {fused_row['impl']}")
+            gpu = row.get("device") or torch.cuda.get_device_name()   # recorded rows name their GPU
+            print(f"{gpu}, {row['label']}: eager reaches {ratio:.2f}x the rate of {fused_row['impl']}")
 
 # %% [markdown]
 # GB/s is computed from the bytes the *fused* kernel must move (3·MN elements) for every row, so it
 # reads as "how fast is this way of getting the answer". The last lines divide the eager chain's rate
-# by the fused kernel's, for the first GPU shown (on a GPU, the one measured now): about the third
+# by the fused kernel's, for the GPU they name (the first shown): about the third
 # that the byte count predicts, since the eager chain moves three times the bytes (and launches four
 # kernels).
 #
