@@ -1,4 +1,4 @@
-"""No measured figure typed into a lesson's prose.
+"""No measured figure typed into a lesson's prose or its cards.
 
 A speed or a time written into a markdown cell drifts from the measurement it came from. The rule
 (course-design.md, "Performance and recorded figures"): a code cell prints the figure from the
@@ -132,3 +132,47 @@ def test_every_recorded_group_a_lesson_reads_is_also_shown_as_a_plot():
     assert shown and read
     missing = sorted((name, group) for name, group in read if group not in shown)
     assert not missing, f"read with recorded_rows but never shown by compare, timed or show: {missing}"
+
+
+# The cards (helpers/cards/NN_slug.toml: self-check and flashcards) are prose a learner reads too.
+CARDS = NOTEBOOKS.parent / "helpers" / "cards"
+CARD_ALLOWED = [  # (card file, text covering the figures, why it is not a measurement)
+    ("03_arithmetic_intensity.toml", "on an H100 (989 TFLOP/s fp16, 3.35 TB/s)", "datasheet values"),
+    ("03_arithmetic_intensity.toml", "1365 · 3.35 ≈ 4,600 TFLOP/s", "arithmetic on the datasheet values"),
+    ("03_arithmetic_intensity.toml", "units (989 TFLOP/s fp16) and faster memory (4.8 against 3.35 TB/s)",
+     "datasheet values"),
+    ("03_arithmetic_intensity.toml", "runs up to 1.43x faster", "the ratio of the datasheet bandwidths"),
+    ("03_arithmetic_intensity.toml", "Your kernel reports 6 TB/s on an H100 whose memory does 3.35 TB/s",
+     "a made-up reading set against the datasheet"),
+    ("03_arithmetic_intensity.toml", "H100 SXM: 3.35 TB/s, 989 TFLOP/s. H200: 4.8 TB/s, 989 TFLOP/s. "
+     "A100 SXM 80GB: 2.0 TB/s, 312 TFLOP/s", "datasheet values"),
+    ("03_arithmetic_intensity.toml", "warms up (25 ms by default)", "do_bench's default"),
+    ("08_profiling.toml", "a 2 ms cuBLAS matmul", "a made-up trace in a question"),
+]
+
+
+def card_texts(path):
+    """Every question, answer, front and back of a card file."""
+    import tomllib
+
+    cards = tomllib.loads(path.read_text())
+    return [card[key] for kind in cards.values() for card in kind for key in card]
+
+
+@pytest.mark.parametrize("path", sorted(CARDS.glob("[0-9][0-9]_*.toml")), ids=lambda p: p.name)
+def test_no_measured_figure_typed_in_cards(path):
+    allowed = [text for name, text, _ in CARD_ALLOWED if name == path.name]
+    found = []
+    for text in card_texts(path):
+        covered = [(m.start(), m.end()) for a in allowed for m in re.finditer(re.escape(a), text)]
+        found += [m.group(0) for m in FIGURE.finditer(text)
+                  if not any(lo <= m.start() and m.end() <= hi for lo, hi in covered)]
+    assert not found, (f"{path.name}: measured figures typed into a card, where they drift from the data: "
+                       f"{found}. Have the card point to the lesson's printed figure instead, or, for a "
+                       f"figure that is not a measurement, add it to CARD_ALLOWED with the reason.")
+
+
+def test_card_allowed_entries_are_still_used():
+    for name, text, why in CARD_ALLOWED:
+        assert any(text in t for t in card_texts(CARDS / name)), (
+            f"CARD_ALLOWED lists {text!r} for {name} ({why}), but no card holds it any more: remove it")
