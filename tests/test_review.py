@@ -35,10 +35,13 @@ def later(days):
 @pytest.fixture
 def state(tmp_path, monkeypatch):
     """A private schedule file, also handed to anything that reads COURSE_STATE, and a private
-    results file (COURSE_RESULTS) where no lesson is started yet."""
+    results file (COURSE_RESULTS) where no lesson is started yet. An answer given "now" is given at
+    noon today: a learning step of minutes, taken just before midnight, would be due tomorrow."""
     path = tmp_path / "state" / "review.json"
     monkeypatch.setenv("COURSE_STATE", str(path))
     monkeypatch.setenv("COURSE_RESULTS", str(tmp_path / "results.jsonl"))
+    moment = review._moment
+    monkeypatch.setattr(review, "_moment", lambda today=None: moment(today or datetime.date.today()))
     return path
 
 
