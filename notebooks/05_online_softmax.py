@@ -106,7 +106,7 @@ print(f"least possible: {2 * x.nbytes:,} bytes (read the matrix once, write it o
 # %% [markdown]
 # `torch.softmax` is already one kernel, and by this count it moves the least possible bytes (how often
 # it re-reads a row *inside* that kernel, a count of inputs and outputs cannot see). The rest of the lesson
-# builds kernels like it, then goes where it cannot: rows longer than a block, and a normalization
+# builds kernels like it, then goes where it cannot: rows longer than a block, and a normalisation
 # fused into the matrix multiply that follows it.
 #
 # ## One row per program
@@ -131,7 +131,7 @@ def row_warps(block):
 # %% [markdown]
 # ### A worked example: RMSNorm
 #
-# RMSNorm, the normalization of most recent transformers, scales each row by the inverse of its
+# RMSNorm, the normalisation of most recent transformers, scales each row by the inverse of its
 # root mean square, then by a learned vector $\gamma$: $y = x / \sqrt{\mathrm{mean}(x^2) + \epsilon}
 # \cdot \gamma$. One reduction (the sum of squares), then elementwise work. The kernel computes in
 # float32 whatever the storage type, and masked lanes load 0 so they add nothing to the sum. The row
@@ -838,7 +838,7 @@ for device in recorded_devices():
 # faster) is the right choice for a wide output, and the fused kernel of exercise 4 loses at both
 # widths. The fusion pays where the saved round trip is large
 # next to the matmul (narrow N, many rows) *and* the fused kernel keeps its matmul as fast as the
-# library's: keep the operands untouched in the main loop and do the normalization in the epilogue,
+# library's: keep the operands untouched in the main loop and do the normalisation in the epilogue,
 # on top of a matmul tuned for the GPU. `rmsnorm_linear_epilogue` in `solutions/` is that design.
 #
 
