@@ -181,8 +181,9 @@ def triton_traffic(fn, *args, **kwargs):
     return traffic
 
 
-def programs_touching(fn, *args, arg="out_ptr", **kwargs):
-    """{program id: element offsets of `arg`} for the last Triton launch that fn makes."""
+def _accesses(fn, *args, arg="out_ptr", **kwargs):
+    """{program id: [element offsets of `arg`, one array per load or store]} for the last Triton launch
+    that fn makes."""
     with interpreter.record(touches=True) as rec:
         fn(*args, **kwargs)
     if not rec.launches:
@@ -190,35 +191,48 @@ def programs_touching(fn, *args, arg="out_ptr", **kwargs):
     touched = {}
     for pid, name, _kind, offs in rec.launches[-1].touches:
         if name == arg:
-            touched.setdefault(pid, []).append(offs)
+            touched.setdefault(pid, []).append(np.asarray(offs))
     if not touched:
         names = sorted({t[1] for t in rec.launches[-1].touches})
         raise ValueError(f"no program touched {arg!r}; the kernel's arguments that were touched: {names}")
-    return {pid: torch.from_numpy(np.concatenate(o)).unique() for pid, o in touched.items()}
+    return touched
+
+
+def programs_touching(fn, *args, arg="out_ptr", **kwargs):
+    """{program id: element offsets of `arg`} for the last Triton launch that fn makes."""
+    return {pid: torch.from_numpy(np.concatenate(accesses)).unique()
+            for pid, accesses in _accesses(fn, *args, arg=arg, **kwargs).items()}
 
 
 def show_programs(fn, *args, arg="out_ptr", shape=None, ax=None, **kwargs):
-    """Colour each element of `arg` by the program that touched it (white: no program did).
+    """Colour each element of `arg` by the program that touched it (white: no program did), and write
+    the program's id on each block it loaded or stored (each tile, for a program that walks several).
 
     `shape` lays the elements out in 2-D (rows, columns); by default one row.
     """
     import matplotlib.pyplot as plt
 
-    touched = programs_touching(fn, *args, arg=arg, **kwargs)
-    size = int(max(int(o.max()) for o in touched.values())) + 1
+    touched = _accesses(fn, *args, arg=arg, **kwargs)
+    size = max(int(offs.max()) for accesses in touched.values() for offs in accesses if offs.size) + 1
     rows, cols = shape if shape else (1, size)
     grid = np.full(rows * cols, np.nan)
-    for k, (pid, offs) in enumerate(sorted(touched.items())):
-        grid[offs.numpy()[offs.numpy() < rows * cols]] = k
+    dims = max(1, *(max((d + 1 for d, p in enumerate(pid) if p), default=1) for pid in touched))
+    labels = {}   # (column, row) of a label: the program's id, in the grid's dimensions
+    for k, (pid, accesses) in enumerate(sorted(touched.items())):
+        for offs in accesses:
+            offs = offs[offs < rows * cols]
+            if not offs.size:
+                continue
+            grid[offs] = k
+            r, c = offs // cols, offs % cols   # the element nearest the block's centre: on the block
+            at = offs[np.argmin((r - r.mean()) ** 2 + (c - c.mean()) ** 2)]
+            labels[(at % cols, at // cols)] = pid[0] if dims == 1 else pid[:dims]
     if ax is None:
         _, ax = plt.subplots(figsize=(min(12, 0.25 * cols + 2), min(6, 0.25 * rows + 1.2)))
     cmap = plt.get_cmap("tab20", max(len(touched), 1))
     ax.imshow(grid.reshape(rows, cols), cmap=cmap, aspect="equal", interpolation="nearest")
-    for k, (pid, offs) in enumerate(sorted(touched.items())):
-        middle = int(offs[len(offs) // 2])
-        if middle < rows * cols:
-            label = pid[0] if all(p == 0 for p in pid[1:]) else pid
-            ax.text(middle % cols, middle // cols, str(label), ha="center", va="center", fontsize=8)
+    for (x, y), label in labels.items():
+        ax.text(x, y, str(label), ha="center", va="center", fontsize=8)
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_title(f"elements of {arg}, coloured by the program that touched them ({len(touched)} programs)",

@@ -87,7 +87,8 @@ print("matches:", torch.allclose(scale_2d(x, 2.0), 2.0 * x))
 
 # %% [markdown]
 # Which program wrote which element, with tiles of 8 x 8 (so the 20 x 30 matrix needs a 3 x 4 grid
-# whose last row and column of tiles are partly masked):
+# whose last row and column of tiles are partly masked). Each tile carries its program's ids,
+# `(program_id(0), program_id(1))`:
 
 # %%
 show_programs(scale_2d, x, 2.0, BLOCK_M=8, BLOCK_N=8, arg="out_ptr", shape=(20, 30))

@@ -383,7 +383,7 @@ for n in (1024, 2048, 4096, 8192):
 # The scheduler here is exercise 1's `tile_coords`, lesson 04's grouped order, now applied to the
 # i-th tile a program takes instead of to its program id. Here is what exercise 2 builds, run through
 # the interpreter on a small problem: 3 programs, an output of 5 × 5 tiles whose last row and column
-# are ragged. Each colour is one program, and its id is written on one of its tiles. The list below
+# are ragged. Each colour is one program, and its id is written on each of its tiles. The list below
 # the picture gives each program's tiles in the order it computed them.
 
 # %%

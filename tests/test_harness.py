@@ -847,3 +847,30 @@ def test_interpreter_only_errors_are_explained():
     through = OutOfBounds("k stored out of bounds.", arg="out_ptr", numel=100, lowest=100, highest=163,
                           block_shape=(8, 8), descriptor=True)
     assert "tensor descriptor" in through.advice() and "Mask every dimension" not in through.advice()
+
+
+@triton.jit
+def _two_tiles_each_kernel(out_ptr, BLOCK: tl.constexpr):
+    """Program p writes blocks p and p + 2 of four (a persistent walk in miniature)."""
+    for block in range(tl.program_id(0), 4, 2):
+        offs = block * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.full([BLOCK], 1.0, tl.float32) * block)
+
+
+def test_show_programs_colours_each_program_and_writes_its_id_on_each_block():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from helpers.traffic import programs_touching, show_programs
+
+    def two_tiles_each(out):
+        _two_tiles_each_kernel[(2,)](out, BLOCK=8)
+        return out
+
+    out = torch.empty(32, device=DEVICE)
+    touched = programs_touching(two_tiles_each, out, arg="out_ptr")
+    assert {pid[0]: sorted(offs.tolist()) for pid, offs in touched.items()} == {
+        0: list(range(0, 8)) + list(range(16, 24)), 1: list(range(8, 16)) + list(range(24, 32))}
+    ax = show_programs(two_tiles_each, out, arg="out_ptr", shape=(4, 8))
+    labels = sorted((int(t.get_position()[1]), t.get_text()) for t in ax.texts)
+    assert labels == [(0, "0"), (1, "1"), (2, "0"), (3, "1")], "one label per block, on that block's row"
