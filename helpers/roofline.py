@@ -102,9 +102,10 @@ def memory_table(chips=("H100 SXM", "H200")):
         ("HBM", "device memory", [f"{c.hbm_gb} GB" for c in chips]),
         ("HBM bandwidth", "datasheet", [f"{1000 * c.bandwidth_tbs:.0f} GB/s" for c in chips]),
     ]
-    lines = [f"{'level':<15}{'where':<21}" + "".join(f"{c.name:>12}" for c in chips),
-             f"{'SMs':<15}{'':<21}" + "".join(f"{c.sms:>12}" for c in chips)]
-    lines += [f"{level:<15}{where:<21}" + "".join(f"{v:>12}" for v in values)
+    width = max(len(where) for _, where, _ in rows) + 1
+    lines = [f"{'level':<15}{'where':<{width}}" + "".join(f"{c.name:>12}" for c in chips),
+             f"{'SMs':<15}{'':<{width}}" + "".join(f"{c.sms:>12}" for c in chips)]
+    lines += [f"{level:<15}{where:<{width}}" + "".join(f"{v:>12}" for v in values)
               for level, where, values in rows]
     return "\n".join(lines)
 

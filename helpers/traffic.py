@@ -216,7 +216,8 @@ def show_programs(fn, *args, arg="out_ptr", shape=None, ax=None, **kwargs):
     size = max(int(offs.max()) for accesses in touched.values() for offs in accesses if offs.size) + 1
     rows, cols = shape if shape else (1, size)
     grid = np.full(rows * cols, np.nan)
-    dims = max(1, *(max((d + 1 for d, p in enumerate(pid) if p), default=1) for pid in touched))
+    used = [d for pid in touched for d, p in enumerate(pid) if p]   # grid dimensions a program id uses
+    dims = max(used, default=0) + 1
     labels = {}   # (column, row) of a label: the program's id, in the grid's dimensions
     for k, (pid, accesses) in enumerate(sorted(touched.items())):
         for offs in accesses:

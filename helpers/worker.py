@@ -272,8 +272,9 @@ def run_cases(ex, fn):
             return message[1]
         elif kind == "raise":
             error = message[1]
-            if ON_GPU and not isinstance(error, NotDone):   # the next check runs in a process this kernel
-                _replace()                                  # never touched
+            # on a GPU the next check runs in a process this kernel never touched (a stub did nothing)
+            if ON_GPU and not isinstance(error, NotDone):
+                _replace()
                 if isinstance(error, GPUCrashed):
                     raise GPUCrashed(f"{error}\n{_CRASH_ADVICE}") from None
             raise error

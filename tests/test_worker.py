@@ -35,6 +35,9 @@ def cell_vector_add(x, y):
     return out
 '''
 
+# The same cell as shipped: the kernel's body not written yet.
+STUB = CELL.replace(CELL[CELL.index("    offs"):CELL.index("\n\n\ndef")], "    pass  # YOUR CODE HERE")
+
 
 def notebook_cell(source, name, **names):
     """Run `source` as a notebook cell would be (its file only in linecache), with `names` defined by
@@ -87,9 +90,8 @@ def test_a_function_the_worker_cannot_receive_is_checked_in_process(isolated):
 
 
 def test_an_untouched_stub_from_a_notebook_cell_is_not_done(isolated):
-    stub = CELL.replace(CELL[CELL.index("    offs"):CELL.index("\n\n\ndef")], "    pass  # YOUR CODE HERE")
     with pytest.raises(NotDone):
-        check("vector_add", notebook_cell(stub, "cell_vector_add"))
+        check("vector_add", notebook_cell(STUB, "cell_vector_add"))
 
 
 def test_wrong_answers_are_reported_as_in_process(isolated):
@@ -214,7 +216,6 @@ def test_on_a_gpu_an_exercise_not_done_keeps_its_worker(isolated, monkeypatch):
     monkeypatch.setattr(worker, "ON_GPU", True)
     check("vector_add", notebook_cell(CELL, "cell_vector_add"))
     first = worker._worker.process.pid
-    stub = CELL.replace(CELL[CELL.index("    offs"):CELL.index("\n\n\ndef")], "    pass  # YOUR CODE HERE")
     with pytest.raises(NotDone):
-        check("vector_add", notebook_cell(stub, "cell_vector_add"))
+        check("vector_add", notebook_cell(STUB, "cell_vector_add"))
     assert worker._worker.process.pid == first
